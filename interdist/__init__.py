@@ -1,0 +1,37 @@
+"""interdist: TensorFlow's ``tf.distribute`` API for NumPy arrays, with replicas on Dask workers.
+
+This module only re-exports; the code lives in the subpackages.
+"""
+
+from __future__ import annotations
+
+from . import cluster_resolver, config, data, experimental, optimizers
+from .cross_device_ops import CrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce, ReductionToOneDevice
+from .distribute_lib import (experimental_set_strategy, get_cross_replica_context, get_replica_context, get_strategy,
+                             has_strategy, in_cross_replica_context)
+from .errors import (CollectiveAbortedError, CollectiveTimeoutError, InterdistError, NoGPUError, ReplicaError,
+                     WorkerLostError)
+from .input.input_context import InputContext, InputOptions, InputReplicationMode
+from .reduce_op import ReduceOp
+from .runtime.programs import ValueContext
+from .runtime.replica_view import ReplicaContext
+from .strategy.base import RunOptions, Strategy, StrategyExtended
+from .strategy.mirrored import MirroredStrategy
+from .strategy.one_device import OneDeviceStrategy
+from .values.distributed import DistributedValues, Mirrored, PerReplica
+from .values.distributed_variable import MirroredVariable, SyncOnReadVariable
+from .values.tensor import RemoteValue, Tensor
+from .values.variables import Variable, VariableAggregation, VariableSynchronization
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CollectiveAbortedError", "CollectiveTimeoutError", "CrossDeviceOps", "DistributedValues",
+    "HierarchicalCopyAllReduce", "InputContext", "InputOptions", "InputReplicationMode", "InterdistError",
+    "Mirrored", "MirroredStrategy", "MirroredVariable", "NcclAllReduce", "NoGPUError", "OneDeviceStrategy",
+    "PerReplica", "ReduceOp", "ReductionToOneDevice", "RemoteValue", "ReplicaContext", "ReplicaError",
+    "RunOptions", "Strategy", "StrategyExtended", "SyncOnReadVariable", "Tensor", "ValueContext", "Variable",
+    "VariableAggregation", "VariableSynchronization", "WorkerLostError", "__version__", "cluster_resolver",
+    "config", "data", "experimental", "experimental_set_strategy", "get_cross_replica_context",
+    "get_replica_context", "get_strategy", "has_strategy", "in_cross_replica_context", "optimizers",
+]

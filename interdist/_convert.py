@@ -1,0 +1,81 @@
+"""Turning Python values into arrays the way ``tf.convert_to_tensor`` does.
+
+TF's defaults differ from NumPy's: Python ints become int32 (int64 when they do
+not fit), Python floats float32. Values that already have a dtype keep it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_INT32 = np.iinfo(np.int32)
+
+
+def _python_dtype(x: Any) -> Any:
+    if isinstance(x, bool):
+        return np.bool_
+    if isinstance(x, int):
+        return np.int32 if _INT32.min <= x <= _INT32.max else np.int64
+    if isinstance(x, float):
+        return np.float32
+    if isinstance(x, complex):
+        return np.complex128
+    return None
+
+
+def _leaves(x: Any) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        out: list[Any] = []
+        for v in x:
+            out.extend(_leaves(v))
+        return out
+    return [x]
+
+
+def as_array(x: Any, dtype: Any = None) -> np.ndarray:
+    """``x`` as an ndarray with TF's default dtypes for Python numbers."""
+    if hasattr(x, "__array__") and not isinstance(x, np.ndarray):
+        x = np.asarray(x)
+    if isinstance(x, np.ndarray):
+        return x if dtype is None else x.astype(dtype, copy=False)
+    if isinstance(x, np.generic):
+        return np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
+    if dtype is None:
+        leaves = _leaves(x)
+        kinds = {_python_dtype(v) for v in leaves}
+        if None not in kinds and kinds:
+            if np.float32 in kinds:
+                dtype = np.float32
+            elif np.int64 in kinds:
+                dtype = np.int64
+            elif np.int32 in kinds:
+                dtype = np.int32
+            else:
+                dtype = kinds.pop()
+    return np.asarray(x, dtype=dtype)
+
+
+def is_array_like(x: Any) -> bool:
+    """Numbers, NumPy values and anything with ``__array__``."""
+    return isinstance(x, (int, float, complex, bool, np.ndarray, np.generic)) or hasattr(x, "__array__")
+
+
+_SMALL_INTS = range(-5, 257)
+
+
+def same_object_across(values: list[Any]) -> bool:
+    """Would TF's replica threads have returned the very same object from each replica?
+
+    TF's ``regroup`` hands back one value, not a ``PerReplica``, when all replicas
+    return the identical object. Across processes identity is lost, so interdist
+    treats as identical the values CPython shares between threads: ``None``,
+    booleans, small ints and equal strings.
+    """
+    v0 = values[0]
+    if v0 is None or isinstance(v0, (bool, str)):
+        return all(type(v) is type(v0) and v == v0 for v in values)
+    if type(v0) is int and v0 in _SMALL_INTS:
+        return all(type(v) is int and v == v0 for v in values)
+    return False

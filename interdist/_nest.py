@@ -1,0 +1,93 @@
+"""Nested structures (tuples, lists, dicts, namedtuples) as ``tf.nest`` treats them.
+
+Bottom layer: stdlib only. Leaves are anything that is not a tuple, list or dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+def _is_namedtuple(x: object) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+def is_nested(x: object) -> bool:
+    """True for the containers ``tf.nest`` walks into."""
+    return isinstance(x, (tuple, list, dict))
+
+
+def flatten(structure: Any) -> list[Any]:
+    """Leaves in a fixed order (dicts by sorted key, as ``tf.nest``)."""
+    out: list[Any] = []
+    _flatten_into(structure, out)
+    return out
+
+
+def _flatten_into(x: Any, out: list[Any]) -> None:
+    if isinstance(x, dict):
+        for k in sorted(x):
+            _flatten_into(x[k], out)
+    elif isinstance(x, (tuple, list)):
+        for v in x:
+            _flatten_into(v, out)
+    else:
+        out.append(x)
+
+
+def pack_sequence_as(structure: Any, leaves: list[Any]) -> Any:
+    """Inverse of :func:`flatten`."""
+    it = iter(leaves)
+    result = _pack(structure, it)
+    rest = list(it)
+    if rest:
+        raise ValueError(f"pack_sequence_as got {len(rest)} leaves more than the structure holds")
+    return result
+
+
+def _pack(x: Any, it: Iterator[Any]) -> Any:
+    if isinstance(x, dict):
+        packed = {k: _pack(x[k], it) for k in sorted(x)}
+        return type(x)((k, packed[k]) for k in x) if type(x) is not dict else {k: packed[k] for k in x}
+    if _is_namedtuple(x):
+        return type(x)(*[_pack(v, it) for v in x])
+    if isinstance(x, (tuple, list)):
+        return type(x)(_pack(v, it) for v in x)
+    try:
+        return next(it)
+    except StopIteration:
+        raise ValueError("pack_sequence_as: the structure holds more leaves than were given") from None
+
+
+def map_structure(fn: Callable[..., Any], *structures: Any) -> Any:
+    """Apply ``fn`` leaf-wise to structures of the same shape.
+
+    >>> map_structure(lambda a, b: a + b, (1, {"x": 2}), (10, {"x": 20}))
+    (11, {'x': 22})
+    """
+    if not structures:
+        raise ValueError("map_structure needs at least one structure")
+    first = structures[0]
+    for other in structures[1:]:
+        assert_same_structure(first, other)
+    flat = [flatten(s) for s in structures]
+    return pack_sequence_as(first, [fn(*leaves) for leaves in zip(*flat)])
+
+
+def assert_same_structure(a: Any, b: Any) -> None:
+    """Raise ``ValueError`` when ``a`` and ``b`` do not nest the same way."""
+    if is_nested(a) != is_nested(b):
+        raise ValueError(f"The two structures don't have the same nested structure: {a!r} and {b!r}")
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or sorted(a) != sorted(b):
+            raise ValueError(f"The two structures don't have the same keys: {a!r} and {b!r}")
+        for k in a:
+            assert_same_structure(a[k], b[k])
+    elif isinstance(a, (tuple, list)):
+        if len(a) != len(b):
+            raise ValueError(
+                f"The two structures don't have the same number of elements: {len(a)} and {len(b)}"
+            )
+        for x, y in zip(a, b):
+            assert_same_structure(x, y)

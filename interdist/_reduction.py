@@ -1,0 +1,76 @@
+"""``Strategy.reduce`` arithmetic on components that are all at hand.
+
+Shared by the notebook (default strategy) and the replicas (inside ``merge_call``),
+so the rules are written once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._convert import as_array
+from .collectives.base import reduce_arrays
+from .reduce_op import ReduceOp
+
+
+def check_axis(a: np.ndarray, axis: int) -> int:
+    rank = a.ndim
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} is out of range for a value of rank {rank} (shape {a.shape})")
+    return axis % rank
+
+
+def local_numer_denom(value: Any, op: ReduceOp, axis: int | None) -> tuple[np.ndarray, int]:
+    """What one replica contributes: its value summed over ``axis`` and how many elements that was."""
+    a = as_array(value)
+    if axis is None:
+        return a, 1
+    ax = check_axis(a, axis)
+    return np.sum(a, axis=ax, dtype=a.dtype if a.dtype.kind == "f" else None).astype(
+        _sum_dtype(a.dtype), copy=False), a.shape[ax]
+
+
+def _sum_dtype(dtype: np.dtype[Any]) -> Any:
+    return dtype
+
+
+def combine(op: ReduceOp, parts: list[tuple[np.ndarray, int]], axis: int | None) -> np.ndarray:
+    """Reduce the replicas' contributions (in rank order)."""
+    numers = [p[0] for p in parts]
+    if axis is None or op == ReduceOp.SUM:
+        return reduce_arrays(numers, op if axis is None else ReduceOp.SUM)
+    numer = reduce_arrays(numers, ReduceOp.SUM)
+    denom = sum(p[1] for p in parts)
+    if numer.dtype.kind == "f":
+        return np.asarray(numer / np.asarray(denom, dtype=numer.dtype), dtype=numer.dtype)
+    return np.asarray(numer / denom, dtype=np.float64)  # TF's truediv of integers
+
+
+def reduce_components(op: ReduceOp, components: list[Any], axis: int | None) -> np.ndarray:
+    return combine(op, [local_numer_denom(c, op, axis) for c in components], axis)
+
+
+def reduce_non_distributed(op: ReduceOp, value: Any, num_replicas: int) -> Any:
+    """TF's ``reduce_non_distributed_value``: one value standing for every replica."""
+    if op == ReduceOp.MEAN or num_replicas == 1:
+        return value
+    a = as_array(value)
+    if not hasattr(value, "device") and a.dtype.kind in "biuf" and np.all(a == 0):
+        return np.zeros(a.shape, dtype=a.dtype)
+    raise ValueError(
+        f"A non-DistributedValues value {value!r} cannot be reduced with the given reduce op {op}."
+    )
+
+
+def gather_components(components: list[Any], axis: int) -> np.ndarray:
+    """``Strategy.gather``: concatenate along ``axis`` (shapes must agree elsewhere)."""
+    arrays = [as_array(c) for c in components]
+    if any(a.ndim == 0 for a in arrays):
+        raise ValueError("gather requires values of rank >= 1; got a scalar")
+    ax = check_axis(arrays[0], axis)
+    try:
+        return np.concatenate(arrays, axis=ax)
+    except ValueError as e:
+        raise ValueError(f"Cannot gather values of shapes {[a.shape for a in arrays]} along axis {axis}: {e}") from None

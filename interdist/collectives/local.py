@@ -1,0 +1,31 @@
+"""The reference transport: ranks are threads of one process sharing mailboxes.
+
+Used by the default strategy and by the contract tests; needs nothing but the stdlib.
+"""
+
+from __future__ import annotations
+
+from .base import Transport
+from .mailbox import Mailbox
+
+
+class LocalTransport(Transport):
+    name = "local"
+
+    def __init__(self, rank: int, world_size: int, mailboxes: list[Mailbox]) -> None:
+        super().__init__(rank, world_size, mailboxes[rank])
+        self._mailboxes = mailboxes
+
+    def send(self, dst: int, step: int, seq: int, payload: bytes) -> None:
+        self._mailboxes[dst].put(step, seq, self.rank, payload)
+
+    def abort_peers(self, step: int, reason: str) -> None:
+        for r, box in enumerate(self._mailboxes):
+            if r != self.rank:
+                box.abort(step, reason)
+
+
+def local_group(world_size: int) -> list[LocalTransport]:
+    """Transports for ``world_size`` ranks in this process."""
+    boxes = [Mailbox() for _ in range(world_size)]
+    return [LocalTransport(r, world_size, boxes) for r in range(world_size)]

@@ -1,0 +1,57 @@
+"""Process-wide settings (``interdist.config``).
+
+>>> import interdist
+>>> interdist.config.set_logical_cpu_devices(2)
+>>> interdist.config.get_logical_cpu_devices()
+2
+>>> interdist.config.set_logical_cpu_devices(1)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+_lock = threading.Lock()
+
+
+@dataclass
+class _Settings:
+    logical_cpu_devices: int = 1
+    # A collective that waits longer than this for its peers raises instead of hanging.
+    collective_timeout: float = float(os.environ.get("INTERDIST_COLLECTIVE_TIMEOUT", "60"))
+    # Embedded clusters idle this long after their last strategy closed are shut down.
+    cluster_idle_timeout: float = float(os.environ.get("INTERDIST_CLUSTER_IDLE_TIMEOUT", "30"))
+    # Collectives backend used between replicas of one group.
+    collectives_backend: str = os.environ.get("INTERDIST_COLLECTIVES", "dask")
+    # Values at most this many bytes travel with the reply of ``run`` and are shown by repr.
+    inline_bytes: int = 4096
+
+
+settings = _Settings()
+
+
+def set_logical_cpu_devices(n: int) -> None:
+    """How many CPU devices ``MirroredStrategy()`` uses when no GPU is present (TF's logical devices)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"set_logical_cpu_devices requires a positive int, but got {n!r}")
+    with _lock:
+        settings.logical_cpu_devices = n
+
+
+def get_logical_cpu_devices() -> int:
+    """The number set by :func:`set_logical_cpu_devices` (default 1)."""
+    return settings.logical_cpu_devices
+
+
+def set_collective_timeout(seconds: float) -> None:
+    """Seconds a collective waits for its peers before it raises ``CollectiveTimeoutError``."""
+    if not seconds > 0:
+        raise ValueError(f"collective timeout must be > 0 seconds, but got {seconds!r}")
+    settings.collective_timeout = float(seconds)
+
+
+def get_collective_timeout() -> float:
+    """The current collective timeout in seconds."""
+    return settings.collective_timeout

@@ -1,0 +1,59 @@
+"""Device strings as TensorFlow prints them.
+
+>>> canonicalize("CPU:1")
+'/job:localhost/replica:0/task:0/device:CPU:1'
+>>> canonicalize("/gpu:0")
+'/job:localhost/replica:0/task:0/device:GPU:0'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_SPEC = re.compile(
+    r"^(?:/job:(?P<job>[^/]+))?(?:/replica:(?P<replica>\d+))?(?:/task:(?P<task>\d+))?"
+    r"(?:/?(?:device:)?(?P<type>[A-Za-z_]+):(?P<index>\d+))?$"
+)
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    job: str = "localhost"
+    replica: int = 0
+    task: int = 0
+    device_type: str = "CPU"
+    index: int = 0
+
+    def to_string(self) -> str:
+        return f"/job:{self.job}/replica:{self.replica}/task:{self.task}/device:{self.device_type}:{self.index}"
+
+
+def parse(device: str, job: str = "localhost", task: int = 0) -> DeviceSpec:
+    """Parse a full or short device string; ``ValueError`` for anything else."""
+    if not isinstance(device, str):
+        raise TypeError(f"a device must be a string such as 'CPU:0', but got {type(device).__name__}")
+    m = _SPEC.match(device.strip())
+    if not m or not device.strip() or m.group("type") is None:
+        raise ValueError(f"Device {device!r} is not a device string such as 'CPU:0', 'GPU:1' or "
+                         "'/job:localhost/replica:0/task:0/device:CPU:0'")
+    dtype = m.group("type").upper()
+    if dtype not in ("CPU", "GPU"):
+        raise ValueError(f"Device {device!r}: interdist knows device types CPU and GPU, but got {dtype}")
+    return DeviceSpec(
+        job=m.group("job") or job,
+        replica=int(m.group("replica") or 0),
+        task=int(m.group("task") if m.group("task") is not None else task),
+        device_type=dtype,
+        index=int(m.group("index")),
+    )
+
+
+def canonicalize(device: str, job: str = "localhost", task: int = 0) -> str:
+    """The full TF form of ``device``."""
+    return parse(device, job, task).to_string()
+
+
+def host_device(job: str = "localhost", task: int = 0) -> str:
+    """The CPU of the notebook's host, where ``Strategy.reduce`` leaves its result."""
+    return DeviceSpec(job=job, task=task).to_string()

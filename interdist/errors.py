@@ -1,0 +1,37 @@
+"""Errors interdist raises beyond Python's own.
+
+A replica's own exception reaches the notebook as that exception (its class and
+arguments), with a note naming the replica, the step and the remote traceback,
+so ``except ValueError`` works as it would with TensorFlow.
+"""
+
+from __future__ import annotations
+
+
+class InterdistError(RuntimeError):
+    """Base class of the engine's own failures."""
+
+
+class ReplicaError(InterdistError):
+    """A replica failed in a way that cannot be re-raised as its own exception."""
+
+    def __init__(self, message: str, replica: int | None = None, step: int | None = None) -> None:
+        super().__init__(message)
+        self.replica = replica
+        self.step = step
+
+
+class CollectiveTimeoutError(InterdistError, TimeoutError):
+    """A collective waited longer than its timeout for some replicas."""
+
+
+class CollectiveAbortedError(InterdistError):
+    """A collective was released because a peer replica failed or left."""
+
+
+class WorkerLostError(InterdistError):
+    """The Dask worker that ran a replica is gone."""
+
+
+class NoGPUError(InterdistError):
+    """GPU devices were asked for on a machine where none can be used."""

@@ -1,0 +1,290 @@
+"""``Dataset``: the part of ``tf.data.Dataset`` that tf.distribute relies on.
+
+A dataset is a lazy, re-iterable pipeline over NumPy values: each
+``iter(ds)`` starts from the beginning. It is a plain graph of Python
+objects (each transformation holds its input dataset), so it pickles with
+cloudpickle and can be shipped to Dask workers; iteration state lives only
+in the generators that ``iter`` creates, never in the dataset.
+
+The constructors and transformations mirror TF's names, argument order and
+conventions: ``range`` yields ``np.int64`` scalars, tuple elements are
+unpacked into ``map``/``filter`` arguments, ``cardinality`` uses
+``INFINITE_CARDINALITY`` (-1) and ``UNKNOWN_CARDINALITY`` (-2), and errors
+TF reports as ``InvalidArgumentError`` are ``ValueError`` here.
+
+The concrete node classes live in ``_sources`` and ``_transforms``; this
+module defines the shared interface.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from interdist.input.options import Options
+
+INFINITE_CARDINALITY = -1
+"""``cardinality()`` of a dataset that never ends (``tf.data.INFINITE_CARDINALITY``)."""
+
+UNKNOWN_CARDINALITY = -2
+"""``cardinality()`` when the length cannot be known without iterating."""
+
+AUTOTUNE = -1
+"""``tf.data.AUTOTUNE``; accepted as a ``prefetch`` buffer size."""
+
+
+class Dataset:
+    """A lazy, re-iterable sequence of elements (nested NumPy values).
+
+    Create one with :meth:`range`, :meth:`from_tensor_slices`,
+    :meth:`from_tensors` or :class:`TextLineDataset`, then chain
+    transformations, each of which returns a new dataset.
+
+    Examples
+    --------
+    >>> [x.tolist() for x in Dataset.range(5).batch(2)]
+    [[0, 1], [2, 3], [4]]
+    """
+
+    # Upstream dataset of a transformation; None for a source.
+    _input: Dataset | None
+    # Files a FILE auto-shard can split; None when the data is not read from files.
+    _source_files: tuple[str, ...] | None
+    # Options in effect (merged along the pipeline by with_options).
+    _opts: Options
+    # Cached element_spec; None until first computed (a spec is never None).
+    _spec: Any
+
+    def __init__(
+        self,
+        input_dataset: Dataset | None = None,
+        source_files: tuple[str, ...] | None = None,
+    ) -> None:
+        self._input = input_dataset
+        if input_dataset is None:
+            self._source_files = source_files
+            self._opts = Options()
+        else:
+            self._source_files = input_dataset._source_files
+            self._opts = input_dataset._opts
+        self._spec = None
+
+    # ------------------------------------------------------------------ hooks
+
+    def _iterate(self) -> Iterator[Any]:
+        """A fresh iterator over the elements (subclasses implement)."""
+        raise NotImplementedError
+
+    def _cardinality(self) -> int:
+        """Number of elements, or one of the cardinality constants."""
+        raise NotImplementedError
+
+    def _compute_element_spec(self) -> Any:
+        """The element spec (subclasses implement; cached by ``element_spec``)."""
+        raise NotImplementedError
+
+    def _with_input(self, new_input: Dataset) -> Dataset:
+        """A shallow copy of this transformation reading from ``new_input``."""
+        clone = copy.copy(self)
+        clone._input = new_input
+        clone._source_files = new_input._source_files
+        clone._opts = new_input._opts
+        clone._spec = None
+        return clone
+
+    def _replace_source(self, fn: Callable[[Dataset], Dataset]) -> Dataset:
+        """Rebuild the pipeline with its source dataset replaced by ``fn(source)``."""
+        if self._input is None:
+            return fn(self)
+        return self._with_input(self._input._replace_source(fn))
+
+    def _with_files(self, files: tuple[str, ...]) -> Dataset:
+        """This source reading ``files`` instead (FILE sharding); file readers override."""
+        raise ValueError(f"{type(self).__name__} does not read files")
+
+    # ----------------------------------------------------------- constructors
+
+    @staticmethod
+    def range(*args: int, output_type: Any = None) -> Dataset:
+        """``range(stop)``, ``range(start, stop)`` or ``range(start, stop, step)``.
+
+        Elements are NumPy scalars of ``output_type`` (default ``np.int64``,
+        as TF). ``step == 0`` raises ``ValueError``.
+        """
+        return _sources.RangeDataset(*args, output_type=output_type)
+
+    @staticmethod
+    def from_tensor_slices(tensors: Any) -> Dataset:
+        """One element per row of the leading axis of every leaf of ``tensors``.
+
+        Raises ``ValueError`` if a leaf is a scalar or the leaves' leading
+        dimensions differ (TF: "Dimensions 3 and 4 are not compatible").
+        """
+        return _sources.TensorSliceDataset(tensors)
+
+    @staticmethod
+    def from_tensors(tensors: Any) -> Dataset:
+        """A dataset of exactly one element, ``tensors`` (lists become arrays)."""
+        return _sources.TensorDataset(tensors)
+
+    # -------------------------------------------------------- transformations
+
+    def batch(
+        self,
+        batch_size: int,
+        drop_remainder: bool = False,
+        num_parallel_calls: int | None = None,
+        deterministic: bool | None = None,
+        name: str | None = None,
+    ) -> Dataset:
+        """Stack ``batch_size`` consecutive elements along a new leading axis.
+
+        The last, shorter batch is kept unless ``drop_remainder``. The spec's
+        batch dimension is ``batch_size`` with ``drop_remainder=True`` and
+        ``None`` otherwise. ``num_parallel_calls``, ``deterministic`` and
+        ``name`` are accepted for TF compatibility and ignored.
+        """
+        return _transforms.BatchDataset(self, batch_size, drop_remainder)
+
+    def unbatch(self, name: str | None = None) -> Dataset:
+        """Split every element along its leading axis into separate elements."""
+        return _transforms.UnbatchDataset(self)
+
+    def map(
+        self,
+        map_func: Callable[..., Any],
+        num_parallel_calls: int | None = None,
+        deterministic: bool | None = None,
+        name: str | None = None,
+    ) -> Dataset:
+        """Apply ``map_func`` to every element.
+
+        A plain-tuple element is unpacked into positional arguments (as TF);
+        a namedtuple or dict is passed whole. The function may also be called
+        on zero-filled probe elements when ``element_spec`` is first needed,
+        the counterpart of TF tracing it.
+        """
+        return _transforms.MapDataset(self, map_func)
+
+    def filter(self, predicate: Callable[..., Any], name: str | None = None) -> Dataset:
+        """Keep the elements for which ``predicate`` returns a scalar ``True``.
+
+        A predicate result that is not a scalar bool raises ``ValueError``.
+        """
+        return _transforms.FilterDataset(self, predicate)
+
+    def repeat(self, count: int | None = None, name: str | None = None) -> Dataset:
+        """Repeat the dataset ``count`` times; ``None`` or ``-1`` repeats forever."""
+        return _transforms.RepeatDataset(self, count)
+
+    def take(self, count: int, name: str | None = None) -> Dataset:
+        """At most the first ``count`` elements; ``-1`` takes all."""
+        return _transforms.TakeDataset(self, count)
+
+    def skip(self, count: int, name: str | None = None) -> Dataset:
+        """Drop the first ``count`` elements; ``-1`` drops all."""
+        return _transforms.SkipDataset(self, count)
+
+    def shard(self, num_shards: int, index: int, name: str | None = None) -> Dataset:
+        """Every ``num_shards``-th element, starting with element ``index``.
+
+        Raises ``ValueError`` unless ``num_shards > 0`` and
+        ``0 <= index < num_shards``.
+        """
+        return _transforms.ShardDataset(self, num_shards, index)
+
+    def shuffle(
+        self,
+        buffer_size: int,
+        seed: int | None = None,
+        reshuffle_each_iteration: bool | None = None,
+        name: str | None = None,
+    ) -> Dataset:
+        """Randomly shuffle through a buffer of ``buffer_size`` elements.
+
+        With a ``seed`` the sequence of orders is reproducible; by default
+        each new iteration draws a new order (``reshuffle_each_iteration``).
+        """
+        return _transforms.ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration)
+
+    def prefetch(self, buffer_size: int, name: str | None = None) -> Dataset:
+        """Semantically a pass-through; ``buffer_size`` must be ``>= 0`` or ``AUTOTUNE``."""
+        return _transforms.PrefetchDataset(self, buffer_size)
+
+    def enumerate(self, start: int = 0, name: str | None = None) -> Dataset:
+        """Pair every element with its ``np.int64`` position: ``(i, element)``."""
+        return _transforms.EnumerateDataset(self, start)
+
+    def with_options(self, options: Options, name: str | None = None) -> Dataset:
+        """The same elements with ``options`` merged over the current options."""
+        return _transforms.OptionsDataset(self, options)
+
+    def apply(self, transformation_func: Callable[[Dataset], Dataset]) -> Dataset:
+        """``transformation_func(self)``, for chaining custom transformations."""
+        result = transformation_func(self)
+        if not isinstance(result, Dataset):
+            raise TypeError("`transformation_func` must return a Dataset")
+        return result
+
+    def reduce(self, initial_state: Any, reduce_func: Callable[[Any, Any], Any]) -> Any:
+        """Fold the elements: ``state = reduce_func(state, element)``."""
+        state = _values.normalize(initial_state)
+        for element in self:
+            state = _values.normalize_fn_output(reduce_func(state, element))
+        return state
+
+    # ------------------------------------------------------------- inspection
+
+    def options(self) -> Options:
+        """A copy of the options in effect for this dataset."""
+        return copy.deepcopy(self._opts)
+
+    def cardinality(self) -> int:
+        """Number of elements, ``INFINITE_CARDINALITY`` or ``UNKNOWN_CARDINALITY``."""
+        return self._cardinality()
+
+    @property
+    def element_spec(self) -> Any:
+        """Nested structure of :class:`TensorSpec` describing one element."""
+        if self._spec is None:
+            self._spec = self._compute_element_spec()
+        return self._spec
+
+    def as_numpy_iterator(self) -> Iterator[Any]:
+        """An iterator over the elements (they already are NumPy values)."""
+        return iter(self)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._iterate()
+
+    def __len__(self) -> int:
+        n = self.cardinality()
+        if n == INFINITE_CARDINALITY:
+            raise TypeError("The dataset is infinite.")
+        if n == UNKNOWN_CARDINALITY:
+            raise TypeError("The dataset length is unknown.")
+        return n
+
+    def __bool__(self) -> bool:
+        # Without this, truth testing would fall back to __len__ and raise for
+        # infinite datasets; TF datasets are always truthy.
+        return True
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} element_spec={self.element_spec!r}>"
+
+
+# The node classes subclass Dataset, so they can only be imported once it
+# exists; the methods above look them up at call time.
+from interdist.input import _sources, _transforms, _values
+from interdist.input._sources import TextLineDataset
+
+__all__ = [
+    "AUTOTUNE",
+    "INFINITE_CARDINALITY",
+    "UNKNOWN_CARDINALITY",
+    "Dataset",
+    "Options",
+    "TextLineDataset",
+]

@@ -1,0 +1,192 @@
+"""Datasets distributed over a strategy's replicas.
+
+``experimental_distribute_dataset`` reads the global batches in the notebook,
+splits each as TF does and hands every replica its part with the next ``run``
+(one message per step, no extra round trip). ``distribute_datasets_from_function``
+calls ``dataset_fn`` on each replica's worker: its batches never pass through
+the notebook.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .. import _nest
+from ..values.distributed import PerReplica
+from ..values.tensor import Tensor
+from .dataset import Dataset
+from .input_context import (InputContext, InputOptions, InputReplicationMode, check_options_for_datasets_from_function,
+                            check_options_for_distribute_dataset)
+from .rebatch import rebatch_element_spec, split_for_replicas, static_batch_size
+
+_TRANSFORMATIONS = {"map", "batch", "unbatch", "repeat", "shard", "take", "skip", "prefetch", "filter", "shuffle",
+                    "cache", "with_options", "rebatch", "apply", "flat_map", "interleave", "padded_batch"}
+
+
+class _NoTransformations:
+    def __getattr__(self, name: str) -> Any:
+        if name in _TRANSFORMATIONS:
+            raise AttributeError(
+                f"'{type(self).__name__}' object has no attribute '{name}': a distributed dataset cannot be "
+                f"transformed further; apply .{name}() to the dataset before distributing it")
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+
+class DistributedDataset(_NoTransformations):
+    """Each global batch of ``dataset`` split into per-replica batches."""
+
+    def __init__(self, strategy: Any, dataset: Any, options: InputOptions | None = None) -> None:
+        if not isinstance(dataset, Dataset):
+            raise TypeError(f"experimental_distribute_dataset requires an interdist.data.Dataset, "
+                            f"but got {type(dataset).__name__}")
+        if options is not None and not isinstance(options, InputOptions):
+            raise TypeError(f"options must be a tf.distribute.InputOptions, but got {type(options).__name__}")
+        check_options_for_distribute_dataset(options)
+        n = strategy.num_replicas_in_sync
+        if n > 1 and static_batch_size(dataset) is None:
+            raise ValueError("experimental_distribute_dataset requires a batched dataset (it splits each global "
+                             "batch among the replicas): call .batch(global_batch_size) first")
+        self._strategy = strategy
+        self._dataset = dataset
+        self._options = options
+
+    @property
+    def element_spec(self) -> Any:
+        spec = self._dataset.element_spec
+        n = self._strategy.num_replicas_in_sync
+        if n == 1:
+            return spec
+        return _nest.map_structure(lambda s: PerReplicaSpec(s, n), rebatch_element_spec(spec, n))
+
+    def __iter__(self) -> DistributedIterator:
+        return DistributedIterator(self._strategy, self._per_step(iter(self._dataset)), self.element_spec)
+
+    def _per_step(self, it: Iterator[Any]) -> Iterator[Any]:
+        n = self._strategy.num_replicas_in_sync
+        devices = self._strategy.extended.worker_devices
+        for batch in it:
+            if n == 1:
+                yield _nest.map_structure(lambda x: Tensor(x, devices[0]), batch)
+                continue
+            parts = split_for_replicas(batch, n)
+            yield _nest.map_structure(
+                lambda *leaves: PerReplica([Tensor(x, devices[r]) for r, x in enumerate(leaves)],
+                                           self._strategy), *parts)
+
+
+class PerReplicaSpec:
+    """The ``element_spec`` of a per-replica value: the same spec on each replica."""
+
+    def __init__(self, spec: Any, num_replicas: int) -> None:
+        self.spec = spec
+        self.num_replicas = num_replicas
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PerReplicaSpec) and (self.spec, self.num_replicas) == (other.spec, other.num_replicas)
+
+    def __repr__(self) -> str:
+        return f"PerReplicaSpec({', '.join([repr(self.spec)] * self.num_replicas)})"
+
+
+class DistributedIterator(_NoTransformations):
+    """Iterator over a distributed dataset: each ``next`` is one step's per-replica values."""
+
+    def __init__(self, strategy: Any, steps: Iterator[Any], element_spec: Any) -> None:
+        self._strategy = strategy
+        self._steps = steps
+        self._element_spec = element_spec
+
+    @property
+    def element_spec(self) -> Any:
+        return self._element_spec
+
+    def __iter__(self) -> DistributedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._steps)
+
+    def get_next(self) -> Any:
+        try:
+            return next(self)
+        except StopIteration:
+            raise StopIteration("the distributed iterator is exhausted (End of sequence)") from None
+
+
+_ids = itertools.count(1)
+
+
+class DistributedDatasetsFromFunction(_NoTransformations):
+    """Datasets made by ``dataset_fn`` on each replica's worker."""
+
+    def __init__(self, strategy: Any, dataset_fn: Callable[[InputContext], Any],
+                 options: InputOptions | None = None) -> None:
+        if not callable(dataset_fn):
+            raise TypeError(f"dataset_fn must be callable, but got {type(dataset_fn).__name__}")
+        if options is not None and not isinstance(options, InputOptions):
+            raise TypeError(f"options must be a tf.distribute.InputOptions, but got {type(options).__name__}")
+        check_options_for_datasets_from_function(options)
+        self._strategy = strategy
+        self._key = f"dataset:{next(_ids)}"
+        per_replica = options is not None and options.experimental_replication_mode == InputReplicationMode.PER_REPLICA
+        specs = strategy._system(_make_dataset, self._key, dataset_fn, per_replica)
+        self._element_spec = strategy._regroup([specs[0]])
+
+    @property
+    def element_spec(self) -> Any:
+        n = self._strategy.num_replicas_in_sync
+        if n == 1 or self._element_spec is None:
+            return self._element_spec
+        return _nest.map_structure(lambda s: PerReplicaSpec(s, n), self._element_spec)
+
+    def __iter__(self) -> Iterator[Any]:
+        it_key = f"{self._key}:iter:{next(_ids)}"
+        self._strategy._system(_start_iterator, self._key, it_key)
+        return _RemoteIterator(self._strategy, it_key, self._element_spec)
+
+
+class _RemoteIterator(DistributedIterator):
+    def __init__(self, strategy: Any, key: str, element_spec: Any) -> None:
+        super().__init__(strategy, iter(()), element_spec)
+        self._key = key
+        self._done = False
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        results = self._strategy._system(_next_batch, self._key)
+        if any(r is None for r in results):
+            self._done = True
+            raise StopIteration
+        return self._strategy._regroup(results)
+
+
+def _make_dataset(replica: Any, key: str, dataset_fn: Callable[[InputContext], Any], per_replica: bool) -> Any:
+    n, rank = replica.world_size, replica.rank
+    if per_replica:
+        ctx = InputContext(num_input_pipelines=n, input_pipeline_id=rank, num_replicas_in_sync=n)
+    else:
+        # One input pipeline per worker, as TF on one host: every replica reads the same
+        # pipeline and takes every n-th batch, starting at its own.
+        ctx = InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=n)
+    dataset = dataset_fn(ctx)
+    if not isinstance(dataset, Dataset):
+        raise TypeError(f"dataset_fn must return an interdist.data.Dataset, but it returned {type(dataset).__name__}")
+    if not per_replica and n > 1:
+        dataset = dataset.shard(n, rank)
+    replica.store[key] = dataset
+    return dataset.element_spec
+
+
+def _start_iterator(replica: Any, key: str, it_key: str) -> None:
+    replica.store[it_key] = iter(replica.store[key])
+
+
+_END = object()
+
+
+def _next_batch(replica: Any, it_key: str) -> Any:
+    value = next(replica.store[it_key], _END)
+    return None if value is _END else value

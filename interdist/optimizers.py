@@ -1,0 +1,111 @@
+"""Optimizers whose ``apply_gradients`` works in replica context (steps 2-4 of the seed).
+
+In replica context ``apply_gradients`` does ``merge_call`` → ``batch_reduce_to(SUM)``
+→ ``extended.update``, as Keras optimizers do under a ``tf.distribute`` strategy.
+Gradients are summed across replicas: scale the loss by the global batch size.
+Slot state (momentum, Adam's moments) is kept by each replica next to its copy of
+the variable, and stays equal across replicas because every update is the same.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import numpy as np
+
+from . import _context
+from .reduce_op import ReduceOp
+
+
+class Optimizer:
+    """Base class: subclasses implement ``_apply_dense(var, grad, slots, step)``."""
+
+    def __init__(self, learning_rate: float = 0.01, name: str | None = None) -> None:
+        if not learning_rate >= 0:
+            raise ValueError(f"learning_rate must be >= 0, but got {learning_rate!r}")
+        self.learning_rate = float(learning_rate)
+        self.name = name or type(self).__name__
+        self._id = uuid.uuid4().hex
+        self._local_slots: dict[Any, dict[str, Any]] = {}
+
+    def apply_gradients(self, grads_and_vars: Any) -> None:
+        """Apply gradients: in replica context they are summed across replicas first."""
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        if not pairs:
+            raise ValueError("No gradients provided for any variable.")
+        ctx = _context.get_replica_context()
+        strategy = _context.get_strategy()
+        if ctx is not None and not _context.is_default(strategy):
+            ctx.merge_call(self._distributed_apply, args=(pairs,))
+        else:
+            self._distributed_apply(strategy, pairs)
+
+    def _distributed_apply(self, strategy: Any, pairs: list[tuple[Any, Any]]) -> None:
+        reduced = strategy.extended.batch_reduce_to(ReduceOp.SUM, [(g, v) for g, v in pairs])
+        for (_, var), grad in zip(pairs, reduced):
+            strategy.extended.update(var, self._update_one, args=(grad,), group=False)
+
+    def _slots(self, var: Any) -> dict[str, Any]:
+        strategy = _context.get_strategy()
+        replica = getattr(strategy, "_replica", None)
+        if replica is not None and not _context.is_default(strategy):
+            store = replica.store.setdefault(f"optimizer:{self._id}", {})
+            return store.setdefault(var.var_id, {})  # type: ignore[no-any-return]
+        return self._local_slots.setdefault(id(var), {})
+
+    def _update_one(self, var: Any, grad: Any) -> Any:
+        slots = self._slots(var)
+        slots["iterations"] = slots.get("iterations", 0) + 1
+        g = np.asarray(grad, dtype=np.asarray(var).dtype)
+        return self._apply_dense(var, g, slots, slots["iterations"])
+
+    def _apply_dense(self, var: Any, grad: np.ndarray, slots: dict[str, Any], step: int) -> Any:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_local_slots"] = {}  # notebook-side slots never travel to replicas
+        return state
+
+
+class SGD(Optimizer):
+    """Gradient descent with optional momentum (Keras' rule: ``m = momentum*m - lr*g; v += m``)."""
+
+    def __init__(self, learning_rate: float = 0.01, momentum: float = 0.0, nesterov: bool = False,
+                 name: str | None = None) -> None:
+        super().__init__(learning_rate, name)
+        if not 0 <= momentum <= 1:
+            raise ValueError(f"`momentum` must be between [0, 1], but got {momentum!r}")
+        self.momentum = float(momentum)
+        self.nesterov = nesterov
+
+    def _apply_dense(self, var: Any, grad: np.ndarray, slots: dict[str, Any], step: int) -> Any:
+        lr = np.asarray(self.learning_rate, dtype=grad.dtype)
+        if self.momentum == 0:
+            return var.assign_sub(lr * grad)
+        m = slots.get("momentum", np.zeros_like(grad))
+        m = np.asarray(self.momentum * m - lr * grad, dtype=grad.dtype)
+        slots["momentum"] = m
+        if self.nesterov:
+            return var.assign_add(np.asarray(self.momentum * m - lr * grad, dtype=grad.dtype))
+        return var.assign_add(m)
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba), Keras' formulation with bias-corrected learning rate."""
+
+    def __init__(self, learning_rate: float = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
+                 epsilon: float = 1e-7, name: str | None = None) -> None:
+        super().__init__(learning_rate, name)
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+
+    def _apply_dense(self, var: Any, grad: np.ndarray, slots: dict[str, Any], step: int) -> Any:
+        dt = grad.dtype
+        m = slots.get("m", np.zeros_like(grad))
+        v = slots.get("v", np.zeros_like(grad))
+        m = np.asarray(m + (grad - m) * (1 - self.beta_1), dtype=dt)
+        v = np.asarray(v + (grad * grad - v) * (1 - self.beta_2), dtype=dt)
+        slots["m"], slots["v"] = m, v
+        lr = self.learning_rate * np.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step)
+        return var.assign_sub(np.asarray(lr * m / (np.sqrt(v) + self.epsilon), dtype=dt))

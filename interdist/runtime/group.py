@@ -1,0 +1,200 @@
+"""The notebook's side of a replica group: send programs, collect replies, raise one clear error.
+
+One ``DaskGroup`` per strategy. It talks to the ``ReplicaRuntime`` plugin on each
+replica's worker directly (``rpc``), never through the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from ..errors import CollectiveAbortedError, ReplicaError, WorkerLostError
+from .plugin import PLUGIN_NAME, ReplicaRuntime
+
+_registered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+_register_lock = threading.Lock()
+
+
+def ensure_plugin(client: Any) -> None:
+    """Register the worker plugin once per client (new workers get it from the scheduler)."""
+    with _register_lock:
+        if _registered.get(client):
+            return
+        client.register_plugin(ReplicaRuntime(), name=PLUGIN_NAME)
+        _registered[client] = True
+
+
+class DaskGroup:
+    """The replicas of one strategy, one per worker address."""
+
+    def __init__(self, client: Any, addresses: list[str], spec: dict[str, Any], names: list[Any]) -> None:
+        self.client = client
+        self.addresses = list(addresses)
+        self.names = list(names)  # Dask worker names, to find a restarted worker again
+        self.spec = dict(spec)
+        self.world_size = len(addresses)
+        self.group_id = uuid.uuid4().hex[:12]
+        self.step = 0
+        self._release: dict[int, list[str]] = {r: [] for r in range(self.world_size)}
+        self._lock = threading.RLock()
+        self.closed = False
+        self.lost: dict[int, str] = {}
+        ensure_plugin(client)
+        self._join()
+
+    # -- membership ------------------------------------------------------------
+    def _join(self) -> None:
+        spec = cloudpickle.dumps(self.spec)
+
+        async def go() -> None:
+            await asyncio.gather(*[
+                self.client.rpc(addr).interdist_join(group=self.group_id, rank=r, spec=spec, peers=self.addresses)
+                for r, addr in enumerate(self.addresses)
+            ])
+
+        self.client.sync(go)
+
+    def leave(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+
+        async def go() -> None:
+            await asyncio.wait_for(asyncio.gather(*[
+                self.client.rpc(addr).interdist_leave(group=self.group_id) for addr in self.addresses
+            ], return_exceptions=True), 5)
+
+        try:
+            self.client.sync(go)
+        except Exception:  # noqa: BLE001 - closing must not fail because a worker is gone
+            pass
+
+    # -- execution -------------------------------------------------------------
+    def execute(self, fn: Any, per_rank_args: list[tuple[tuple[Any, ...], dict[str, Any]]], system: bool,
+                what: str) -> list[Any]:
+        """Run ``fn`` on every replica; the decoded results in rank order, or one exception."""
+        if self.closed:
+            raise RuntimeError("this strategy was closed; create a new one")
+        if self.lost:
+            lost = ", ".join(f"replica {r} ({a})" for r, a in sorted(self.lost.items()))
+            raise WorkerLostError(
+                f"{lost} of this strategy was lost with its worker, and the state it held (variables, values) "
+                "with it; create a new strategy")
+        with self._lock:
+            self.step += 1
+            step = self.step
+            fn_bytes = cloudpickle.dumps(fn)
+            first = per_rank_args[0]
+            same = all(a is first for a in per_rank_args)
+            shared = cloudpickle.dumps(first) if same else None
+            args_bytes = [shared if same else cloudpickle.dumps(a) for a in per_rank_args]
+            release = {r: self._release[r] for r in range(self.world_size)}
+            self._release = {r: [] for r in range(self.world_size)}
+            replies = self.client.sync(self._execute_async, step, fn_bytes, args_bytes, system, release)
+        self._raise_for(replies, step, what)
+        for r in replies:
+            for w in r.get("warnings", ()):
+                warnings.warn(w, UserWarning, stacklevel=4)
+        return [cloudpickle.loads(r["result"]) for r in replies]
+
+    async def _execute_async(self, step: int, fn: bytes, args: list[bytes], system: bool,
+                             release: dict[int, list[str]]) -> list[dict[str, Any]]:
+        async def one(rank: int) -> dict[str, Any]:
+            try:
+                return dict(await self.client.rpc(self.addresses[rank]).interdist_execute(
+                    group=self.group_id, step=step, fn=fn, args=args[rank], system=system,
+                    release=release[rank]))
+            except Exception as exc:  # noqa: BLE001 - the worker is gone or unreachable
+                return {"ok": False, "lost": True, "secondary": False, "error": None,
+                        "type": type(exc).__name__, "message": str(exc), "traceback": ""}
+
+        tasks = {asyncio.ensure_future(one(r)): r for r in range(self.world_size)}
+        replies: dict[int, dict[str, Any]] = {}
+        pending = set(tasks)
+        aborted = False
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                rank = tasks[t]
+                replies[rank] = t.result()
+                if replies[rank].get("lost") and not aborted:
+                    # The replica cannot release its peers itself: do it for it.
+                    aborted = True
+                    reason = f"replica {rank} was lost with its worker {self.addresses[rank]}"
+                    await asyncio.gather(*[
+                        self.client.rpc(self.addresses[r]).interdist_abort(group=self.group_id, step=step,
+                                                                           reason=reason)
+                        for r in range(self.world_size) if r != rank
+                    ], return_exceptions=True)
+        return [replies[r] for r in range(self.world_size)]
+
+    def _raise_for(self, replies: list[dict[str, Any]], step: int, what: str) -> None:
+        failed = [(r, rep) for r, rep in enumerate(replies) if not rep["ok"]]
+        if not failed:
+            return
+        lost = [(r, rep) for r, rep in failed if rep.get("lost")]
+        if lost:
+            for r, _ in lost:
+                self.lost[r] = self.addresses[r]
+            names = ", ".join(f"replica {r} ({self.spec['devices'][r]}, worker {self.addresses[r]})" for r, _ in lost)
+            raise WorkerLostError(
+                f"{names} was lost during step {step} ({what}): its worker died or became unreachable "
+                f"({lost[0][1]['type']}: {lost[0][1]['message']}). The other replicas were released.")
+        primary = [(r, rep) for r, rep in failed if not rep.get("secondary")] or failed
+        rank, rep = primary[0]
+        note = (f"interdist: raised on replica {rank} ({self.spec['devices'][rank]}) in step {step} ({what})\n"
+                f"--- remote traceback (replica {rank}) ---\n{rep['traceback']}")
+        exc: BaseException | None = None
+        if rep.get("error") is not None:
+            try:
+                exc = cloudpickle.loads(rep["error"])
+            except Exception:  # noqa: BLE001
+                exc = None
+        if exc is None:
+            exc = ReplicaError(f"replica {rank} raised {rep['type']}: {rep['message']}", rank, step)
+        if isinstance(exc, CollectiveAbortedError) and len(primary) < len(failed):
+            pass
+        try:
+            exc.add_note(note)
+            exc.interdist_replica = rank  # type: ignore[attr-defined]
+            exc.interdist_step = step  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - exceptions with __slots__
+            pass
+        raise exc
+
+    # -- values ----------------------------------------------------------------
+    def fetch(self, rank: int, key: str) -> Any:
+        if rank in self.lost:
+            raise WorkerLostError(f"replica {rank} was lost with its worker; its values are gone")
+        data = self.client.sync(lambda: self.client.rpc(self.addresses[rank]).interdist_fetch(
+            group=self.group_id, keys=[key]))
+        return cloudpickle.loads(data)[0]
+
+    def read_variable(self, rank: int, var_id: int) -> Any:
+        if rank in self.lost:
+            raise WorkerLostError(f"replica {rank} was lost with its worker; its copy of the variable is gone")
+        data = self.client.sync(lambda: self.client.rpc(self.addresses[rank]).interdist_read_var(
+            group=self.group_id, var_id=var_id))
+        return cloudpickle.loads(data)
+
+    def queue_release(self, rank: int, key: str) -> None:
+        # Called from finalizers: only append, never talk to the network here.
+        self._release.setdefault(rank, []).append(key)
+
+    def finalizer(self) -> Callable[[int, str], None]:
+        ref = weakref.ref(self)
+
+        def release(rank: int, key: str) -> None:
+            g = ref()
+            if g is not None and not g.closed:
+                g.queue_release(rank, key)
+
+        return release

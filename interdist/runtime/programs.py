@@ -1,0 +1,95 @@
+"""The engine's own programs, run on every replica like a user function.
+
+Each takes the ``Replica`` first. Reusing the ``run`` path gives them the same
+step numbering, events, timeouts and abort handling as user code.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .. import _context, _reduction, events
+from .._convert import as_array, is_array_like
+from ..reduce_op import ReduceOp
+from .replica import Replica, summarize
+from .replica_variable import ReplicaVariable
+
+
+class ValueContext:
+    """``tf.distribute.experimental.ValueContext``: what ``value_fn`` learns about its replica."""
+
+    def __init__(self, replica_id_in_sync_group: int = 0, num_replicas_in_sync: int = 1) -> None:
+        self._replica_id = replica_id_in_sync_group
+        self._num = num_replicas_in_sync
+
+    @property
+    def replica_id_in_sync_group(self) -> int:
+        return self._replica_id
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        return self._num
+
+    def __repr__(self) -> str:
+        return (f"tf.distribute.ValueContext(replica id {self._replica_id},  total replicas in sync: "
+                f"{self._num})")
+
+
+def convert_value(value: Any) -> Any:
+    """What ``value_fn`` returned, as TF converts it to a tensor."""
+    return as_array(value) if isinstance(value, (int, float, bool, list)) else value
+
+
+def create_variable(replica: Replica, var_id: int, meta: dict[str, Any], value: np.ndarray) -> None:
+    var = ReplicaVariable(replica, var_id, meta, np.array(value, copy=True))
+    replica.variables[var_id] = var
+    norm, checksum = summarize(var.raw)
+    replica.emit(events.VariableCreated(
+        replica.group_id, replica.step, replica.rank, time.time(), var_id, meta["name"], tuple(var.raw.shape),
+        var.raw.dtype.name, var.device, meta["synchronization"], meta["aggregation"], norm, checksum))
+
+
+def delete_variables(replica: Replica, var_ids: list[int]) -> None:
+    for var_id in var_ids:
+        replica.variables.pop(var_id, None)
+
+
+def assign_variable(replica: Replica, var_id: int, op: str, value: Any) -> None:
+    """A cross-replica write from the notebook (the value was checked there)."""
+    with _context.enter(replica.view, None):
+        replica.variables[var_id]._update(op, value)
+
+
+def read_variable(replica: Replica, var_id: int) -> Any:
+    """A cross-replica read (aggregated for sync-on-read); only replica 0 replies with it."""
+    with _context.enter(replica.view, None):
+        out = replica.variables[var_id].read_value()
+    return out if replica.rank == 0 else None
+
+
+def read_copy(replica: Replica, var_id: int) -> Any:
+    return np.array(replica.variables[var_id].raw, copy=True)
+
+
+def reduce_values(replica: Replica, op: ReduceOp, axis: int | None, value: Any) -> Any:
+    """``Strategy.reduce``: contributions gathered on replica 0, which alone replies."""
+    part = _reduction.local_numer_denom(_read(value), op, axis)
+    parts = replica.exchange("reduce", part, int(getattr(part[0], "nbytes", 0)))
+    if replica.rank != 0:
+        return None
+    return _reduction.combine(op, parts, axis)
+
+
+def gather_values(replica: Replica, axis: int, value: Any) -> Any:
+    v = as_array(_read(value))
+    parts = replica.exchange("gather", v, v.nbytes)
+    return _reduction.gather_components(parts, axis) if replica.rank == 0 else None
+
+
+def _read(value: Any) -> Any:
+    if isinstance(value, ReplicaVariable):
+        return value.raw
+    return value if not is_array_like(value) or isinstance(value, np.ndarray) else as_array(value)

@@ -1,0 +1,266 @@
+"""One replica: runs programs for its step inside a replica context, owns its state.
+
+Knows nothing of Dask: a worker plugin (``plugin.py``) or the in-process group
+(``local_group.py``) hands it a transport and an ``emit`` for events. The same
+class therefore runs the default strategy in the notebook and each replica on a
+worker.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from .. import _context, _nest, events
+from .._convert import as_array, is_array_like
+from ..collectives.base import Collectives, Transport
+from ..config import settings
+from ..errors import CollectiveAbortedError
+
+# The replica whose payload is being unpickled, so that handles inside it
+# (variables, strategies, stored values) resolve to this replica's objects.
+_resolving = threading.local()
+
+
+def current_resolving() -> Replica | None:
+    return getattr(_resolving, "replica", None)
+
+
+@contextmanager
+def resolving(replica: Replica) -> Iterator[None]:
+    prev = getattr(_resolving, "replica", None)
+    _resolving.replica = replica
+    try:
+        yield
+    finally:
+        _resolving.replica = prev
+
+
+class StoreRef:
+    """Stands, in a program's arguments, for a value already in the replica's store."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __reduce__(self) -> Any:
+        return (StoreRef, (self.key,))
+
+
+class VarRef:
+    """A variable in a reply: the notebook maps it back to its handle."""
+
+    __slots__ = ("var_id",)
+
+    def __init__(self, var_id: int) -> None:
+        self.var_id = var_id
+
+    def __reduce__(self) -> Any:
+        return (VarRef, (self.var_id,))
+
+
+class ValueMeta:
+    """A result leaf in a reply: where it is kept and, when small, its value."""
+
+    __slots__ = ("key", "shape", "dtype", "value", "has_value")
+
+    def __init__(self, key: str, shape: tuple[int, ...] | None, dtype: str | None, value: Any, has_value: bool) -> None:
+        self.key, self.shape, self.dtype, self.value, self.has_value = key, shape, dtype, value, has_value
+
+    def __reduce__(self) -> Any:
+        return (ValueMeta, (self.key, self.shape, self.dtype, self.value, self.has_value))
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"key": self.key}
+        if self.shape is not None:
+            d.update(shape=self.shape, dtype=self.dtype)
+        if self.has_value:
+            d["value"] = self.value
+        return d
+
+
+class ArgRef:
+    """A result that is one of the program's own arguments, returned unchanged (by identity)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self) -> Any:
+        return (ArgRef, (self.index,))
+
+
+class Replica:
+    """State and execution of one replica of one group."""
+
+    def __init__(
+        self,
+        group_id: str,
+        rank: int,
+        spec: dict[str, Any],
+        transport: Transport,
+        emit: Callable[[events.Event], None],
+        abort_peers: Callable[[int, str], None],
+    ) -> None:
+        self.group_id = group_id
+        self.rank = rank
+        self.spec = spec  # world_size, devices, kind, parameter_devices, ...
+        self.world_size: int = spec["world_size"]
+        self.devices: list[str] = spec["devices"]
+        self.device: str = self.devices[rank]
+        self.collectives = Collectives(transport, lambda: float(spec.get("timeout") or settings.collective_timeout))
+        self.transport = transport
+        self.emit = emit
+        self._abort_peers = abort_peers
+        self.store: dict[str, Any] = {}
+        self.variables: dict[int, Any] = {}
+        self.step = -1
+        self.seq = 0
+        self.touched: set[int] = set()
+        self.diverged: set[int] = set()
+        self.warnings: list[str] = []
+        self.lock = threading.Lock()  # one program at a time
+        from .replica_view import ReplicaContext, ReplicaStrategyView
+
+        self.view = ReplicaStrategyView(self)
+        self.context = ReplicaContext(self)
+
+    # -- collectives ---------------------------------------------------------
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def collective(self, op: str, nbytes: int, call: Callable[[int, int, str], Any]) -> Any:
+        """Run one collective with its events; ``call(step, seq, what)`` does the work."""
+        seq = self.next_seq()
+        what = f"{op} #{seq} of step {self.step} on replica {self.rank}"
+        now = time.time()
+        self.emit(events.CollectiveEntered(self.group_id, self.step, self.rank, now, op, seq, nbytes))
+        with resolving(self):  # handles in peers' payloads become this replica's objects
+            result = call(self.step, seq, what)
+        t = self.collectives.last_timing
+        self.emit(events.CollectiveExited(
+            self.group_id, self.step, self.rank, time.time(), op, seq, max(nbytes, t.nbytes),
+            "all-gather-reduce" if op == "all_reduce" else op, self.transport.name, t.wait_s, t.transfer_s,
+        ))
+        return result
+
+    def exchange(self, op: str, obj: Any, nbytes: int = 0) -> list[Any]:
+        return self.collective(op, nbytes, lambda s, q, w: self.collectives.exchange(s, q, obj, w))
+
+    # -- execution -----------------------------------------------------------
+    def execute(self, step: int, fn_bytes: bytes, args_bytes: bytes, system: bool) -> dict[str, Any]:
+        """Run one program for ``step``; never raises: failures become the reply."""
+        with self.lock:
+            self.step = step
+            self.seq = 0
+            self.touched = set()
+            self.warnings = []
+            self.transport.mailbox.begin_step(step)
+            fn_name = "?"
+            t0 = time.time()
+            try:
+                with resolving(self):
+                    fn = cloudpickle.loads(fn_bytes)
+                    args, kwargs = cloudpickle.loads(args_bytes)
+                fn_name = getattr(fn, "__qualname__", getattr(fn, "__name__", type(fn).__name__))
+                program = "run" if not system else fn_name
+                self.emit(events.RunStarted(self.group_id, step, self.rank, t0, fn_name, program))
+                args, kwargs = _nest.map_structure(self._deref, (args, kwargs))
+                arg_ids: dict[int, int] = {}
+                if system:
+                    result = fn(self, *args, **kwargs)
+                else:
+                    arg_ids = {id(x): i for i, x in enumerate(_nest.flatten((args, kwargs))) if x is not None}
+                    with _context.enter(self.view, self.context):
+                        result = fn(*args, **kwargs)
+                reply = {"ok": True, "result": cloudpickle.dumps(self.encode(result, step, arg_ids))}
+            except BaseException as exc:  # noqa: BLE001 - every failure must reach the notebook
+                secondary = isinstance(exc, CollectiveAbortedError)
+                tb = traceback.format_exc()
+                if not secondary:
+                    self._abort_peers(step, f"replica {self.rank} raised {type(exc).__name__}: {exc}")
+                self.emit(events.ReplicaFailed(self.group_id, step, self.rank, time.time(),
+                                               f"{type(exc).__name__}: {exc}", tb))
+                reply = {"ok": False, "secondary": secondary, "error": _dump_exception(exc), "traceback": tb,
+                         "type": type(exc).__name__, "message": str(exc)}
+            finally:
+                self._emit_variable_updates(step)
+            self.emit(events.RunFinished(self.group_id, step, self.rank, time.time(), fn_name,
+                                         "run" if not system else fn_name, time.time() - t0, reply["ok"]))
+            if self.warnings:
+                reply["warnings"] = list(self.warnings)
+            return reply
+
+    def _deref(self, x: Any) -> Any:
+        if isinstance(x, StoreRef):
+            try:
+                return self.store[x.key]
+            except KeyError:
+                raise KeyError(f"value {x.key} is no longer held by replica {self.rank}") from None
+        return x
+
+    def encode(self, result: Any, step: int, arg_ids: dict[int, int] | None = None) -> Any:
+        """Keep result leaves in the store; reply with their metadata (and small values)."""
+        from .replica_variable import ReplicaVariable
+
+        counter = iter(range(1 << 30))
+
+        def leaf(x: Any) -> Any:
+            if x is None:
+                return None
+            if isinstance(x, ReplicaVariable):
+                return VarRef(x.var_id)
+            if arg_ids and id(x) in arg_ids:
+                return ArgRef(arg_ids[id(x)])
+            key = f"{step}.{next(counter)}"
+            self.store[key] = x
+            if isinstance(x, (np.ndarray, np.generic)):
+                a = np.asarray(x)
+                small = a.nbytes <= settings.inline_bytes
+                return ValueMeta(key, a.shape, a.dtype.str, x if small else None, small)
+            # Python values travel as they are (TF leaves them unconverted)
+            return ValueMeta(key, None, None, x, True)
+
+        return _nest.map_structure(leaf, result)
+
+    def _emit_variable_updates(self, step: int) -> None:
+        for var_id in sorted(self.touched):
+            var = self.variables.get(var_id)
+            if var is not None:
+                norm, checksum = summarize(var.raw)
+                self.emit(events.VariableUpdated(self.group_id, step, self.rank, time.time(), var_id,
+                                                 var.name, self.device, norm, checksum))
+
+    def release(self, keys: list[str]) -> None:
+        for k in keys:
+            self.store.pop(k, None)
+
+
+def summarize(value: Any) -> tuple[float, float]:
+    """(norm, checksum) of a value, for events: enough to see copies diverge."""
+    if not is_array_like(value):
+        return 0.0, 0.0
+    a = as_array(value)
+    if a.dtype.kind not in "biuf" or a.size == 0:
+        return 0.0, 0.0
+    f = a.astype(np.float64, copy=False)
+    return float(np.sqrt(np.sum(f * f))), float(np.sum(f))
+
+
+def _dump_exception(exc: BaseException) -> bytes | None:
+    try:
+        data = cloudpickle.dumps(exc)
+        cloudpickle.loads(data)  # some exceptions pickle but cannot be rebuilt
+        return data
+    except Exception:  # noqa: BLE001 - then the notebook gets a ReplicaError with the text
+        return None

@@ -1,0 +1,292 @@
+"""What user code sees on a replica: ``ReplicaContext`` and the strategy it belongs to.
+
+``merge_call`` gathers its arguments from every replica, then each replica runs
+``merge_fn`` in a cross-replica context on a view holding all replicas' values.
+Every replica computes the same result (TF's), and keeps its own component.
+Side effects inside ``merge_fn`` therefore happen once per replica.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import _context, _nest, _reduction
+from .._convert import as_array, same_object_across
+from ..reduce_op import ReduceOp, resolve
+from ..values.distributed import DistributedValues, Mirrored, PerReplica
+
+if TYPE_CHECKING:
+    from .replica import Replica
+
+
+def _unwrap(x: Any) -> Any:
+    from .replica_variable import ReplicaVariable
+
+    if isinstance(x, ReplicaVariable):
+        return x.read_value()
+    return x
+
+
+def _nbytes(leaves: list[Any]) -> int:
+    return int(sum(getattr(x, "nbytes", 0) for x in leaves))
+
+
+class ReplicaContext:
+    """``tf.distribute.ReplicaContext`` on a replica."""
+
+    def __init__(self, replica: Replica) -> None:
+        self._replica = replica
+
+    @property
+    def replica_id_in_sync_group(self) -> Any:
+        # TF returns an int32 scalar tensor here (a Python int only in the default context).
+        return np.int32(self._replica.rank)
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        return self._replica.world_size
+
+    @property
+    def strategy(self) -> Any:
+        return self._replica.view
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return (self._replica.device,)
+
+    def __enter__(self) -> ReplicaContext:
+        self._cm = _context.enter(self._replica.view, self)
+        self._cm.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._cm.__exit__(*exc)
+
+    def _require_replica_context(self, what: str) -> None:
+        if _context.get_replica_context() is not self:
+            raise RuntimeError(f"{what} must be called in this replica's context (inside strategy.run)")
+
+    def all_reduce(self, reduce_op: Any, value: Any, options: Any = None) -> Any:
+        """Reduce ``value`` (a nested structure) across replicas; every replica gets the result."""
+        op = resolve(reduce_op)
+        self._require_replica_context("all_reduce")
+        leaves = [as_array(_unwrap(v)) for v in _nest.flatten(value)]
+        out = self._replica.collective(
+            "all_reduce", _nbytes(leaves),
+            lambda s, q, w: self._replica.collectives.all_reduce(s, q, leaves, op, w))
+        return _nest.pack_sequence_as(value, out)
+
+    def all_gather(self, value: Any, axis: int, options: Any = None) -> Any:
+        """Concatenate every replica's ``value`` along ``axis`` (nested structures leaf by leaf)."""
+        self._require_replica_context("all_gather")
+        leaves = [as_array(_unwrap(v)) for v in _nest.flatten(value)]
+        gathered = self._replica.exchange("all_gather", leaves, _nbytes(leaves))
+        out = [_reduction.gather_components([g[i] for g in gathered], axis) for i in range(len(leaves))]
+        return _nest.pack_sequence_as(value, out)
+
+    def merge_call(self, merge_fn: Callable[..., Any], args: Any = (), kwargs: Any = None) -> Any:
+        """Enter the cross-replica context, run ``merge_fn`` on all replicas' values, come back."""
+        self._require_replica_context("merge_call")
+        kwargs = dict(kwargs or {})
+        gathered = self._replica.exchange("merge_call", (tuple(args), kwargs))
+        merged = _regroup_local([g for g in gathered], self._replica.world_size)
+        m_args, m_kwargs = merged
+        with _context.enter(self._replica.view, None):
+            result = merge_fn(self._replica.view, *m_args, **m_kwargs)
+        return _select(result, self._replica.rank)
+
+    def __repr__(self) -> str:
+        return f"ReplicaContext(replica_id_in_sync_group={self.replica_id_in_sync_group})"
+
+
+def _regroup_local(per_rank: list[Any], n: int) -> Any:
+    """Turn one structure per replica into one structure of ``PerReplica`` leaves."""
+    from .replica_variable import ReplicaVariable
+
+    if n == 1:
+        return per_rank[0]
+
+    def leaf(*vals: Any) -> Any:
+        v0 = vals[0]
+        if isinstance(v0, ReplicaVariable):
+            return v0
+        if isinstance(v0, DistributedValues):
+            return v0
+        if same_object_across(list(vals)):
+            return v0
+        return PerReplica(list(vals))
+
+    return _nest.map_structure(leaf, *per_rank)
+
+
+def _select(x: Any, rank: int) -> Any:
+    def leaf(v: Any) -> Any:
+        if isinstance(v, DistributedValues):
+            return v._component(rank)
+        return v
+
+    return _nest.map_structure(leaf, x)
+
+
+class ReplicaStrategyView:
+    """The strategy as seen on one replica (what ``get_strategy()`` returns there)."""
+
+    _is_default = False
+
+    def __init__(self, replica: Replica) -> None:
+        self._replica = replica
+        self.extended = ReplicaExtendedView(self)
+
+    def __reduce__(self) -> Any:
+        from .resolve import resolve_strategy
+
+        return (resolve_strategy, (self._replica.group_id,))
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        return self._replica.world_size
+
+    @property
+    def cluster_resolver(self) -> Any:
+        return None
+
+    @contextmanager
+    def scope(self) -> Iterator[None]:
+        entry = _context.current()
+        if entry.strategy is self:
+            yield
+            return
+        with _context.enter(self, None):
+            yield
+
+    def _require_cross_replica(self, what: str) -> None:
+        if _context.get_replica_context() is not None:
+            raise RuntimeError(
+                f"Method {what} requires being in cross-replica context, "
+                "use get_replica_context().merge_call()"
+            )
+
+    def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
+        from .replica_variable import ReplicaVariable
+
+        if isinstance(value, DistributedValues):
+            return value.values
+        if isinstance(value, ReplicaVariable):
+            return value._all_copies()
+        return (value,)
+
+    def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
+        op = resolve(reduce_op)
+        self._require_cross_replica("reduce")
+        if isinstance(value, DistributedValues):
+            return _reduction.reduce_components(op, [_unwrap(v) for v in value.values], axis)
+        from .replica_variable import ReplicaVariable
+
+        if isinstance(value, ReplicaVariable):
+            return _reduction.reduce_components(op, [np.asarray(c) for c in value._all_copies()], axis)
+        if axis is not None:
+            return _reduction.reduce_components(op, [value] * self.num_replicas_in_sync, axis) \
+                if op == ReduceOp.SUM else _reduction.reduce_components(op, [value], axis)
+        return _reduction.reduce_non_distributed(op, value, self.num_replicas_in_sync)
+
+    def gather(self, value: Any, axis: int) -> Any:
+        self._require_cross_replica("gather")
+        comps = value.values if isinstance(value, DistributedValues) else (value,)
+        return _reduction.gather_components([_unwrap(c) for c in comps], axis)
+
+    def run(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
+        """Inside ``merge_fn``: run ``fn`` for this replica in its replica context."""
+        if _context.get_replica_context() is not None:
+            raise RuntimeError("strategy.run was called inside a replica function (replica context); "
+                               "call it from the notebook (cross-replica context)")
+        args = _select(tuple(args), self._replica.rank)
+        kwargs = _select(dict(kwargs or {}), self._replica.rank)
+        with _context.enter(self, self._replica.context):
+            out = fn(*args, **kwargs)
+        if out is None or self.num_replicas_in_sync == 1:
+            return out
+        return Mirrored([out] * self.num_replicas_in_sync)
+
+    def experimental_distribute_values_from_function(self, value_fn: Callable[..., Any]) -> Any:
+        raise RuntimeError("experimental_distribute_values_from_function must be called in the notebook, "
+                           "not inside a replica function")
+
+    def __repr__(self) -> str:
+        return f"<interdist strategy view: replica {self._replica.rank} of group {self._replica.group_id}>"
+
+
+class ReplicaExtendedView:
+    """``StrategyExtended`` on a replica, used inside ``merge_fn``."""
+
+    def __init__(self, strategy: ReplicaStrategyView) -> None:
+        self._strategy = strategy
+        self._replica = strategy._replica
+
+    @property
+    def worker_devices(self) -> tuple[str, ...]:
+        return tuple(self._replica.devices)
+
+    @property
+    def parameter_devices(self) -> tuple[str, ...]:
+        return tuple(self._replica.spec.get("parameter_devices") or self._replica.devices)
+
+    def _n(self) -> int:
+        return self._replica.world_size
+
+    def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
+        op = resolve(reduce_op)
+        self._strategy._require_cross_replica("reduce_to")
+        from .replica_variable import ReplicaVariable
+
+        if isinstance(value, DistributedValues):
+            if isinstance(value, Mirrored) and op == ReduceOp.MEAN:
+                return value
+            out = _reduction.reduce_components(op, [_unwrap(v) for v in value.values], None)
+        elif isinstance(value, ReplicaVariable):
+            out = _reduction.reduce_components(op, [np.asarray(c) for c in value._all_copies()], None)
+        else:
+            out = _reduction.reduce_non_distributed(op, value, self._n())
+        return Mirrored([out] * self._n())
+
+    def batch_reduce_to(self, reduce_op: Any, value_destination_pairs: Any, options: Any = None) -> list[Any]:
+        return [self.reduce_to(reduce_op, v, d, options) for v, d in value_destination_pairs]
+
+    def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
+        self._strategy._require_cross_replica("broadcast_to")
+        return Mirrored([tensor] * self._n())
+
+    def update(self, var: Any, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, group: bool = True) -> Any:
+        self._strategy._require_cross_replica("update")
+        rank = self._replica.rank
+        args = _select(tuple(args), rank)
+        kwargs = _select(dict(kwargs or {}), rank)
+        with _context.enter(self._strategy, None, update_replica_id=rank):
+            out = fn(var, *args, **kwargs)
+        if group:
+            return _nest.map_structure(lambda o: Mirrored([o] * self._n()) if o is not None else None, out)
+        return tuple([out] * self._n())
+
+    def call_for_each_replica(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None) -> Any:
+        return self._strategy.run(fn, args, kwargs)
+
+    def value_container(self, value: Any) -> Any:
+        return value
+
+    @contextmanager
+    def colocate_vars_with(self, colocate_with_variable: Any) -> Iterator[None]:
+        yield
+
+    def variable_created_in_scope(self, v: Any) -> bool:
+        from .replica_variable import ReplicaVariable
+
+        return isinstance(v, ReplicaVariable) and v.group_id == self._replica.group_id
+
+    experimental_between_graph = False
+    experimental_require_static_shapes = False
+    experimental_should_init = True
+    should_checkpoint = True
+    should_save_summary = True

@@ -1,0 +1,53 @@
+"""``MirroredStrategy``: synchronous replicas, one per device, each a Dask worker process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import device as device_lib
+from ..config import get_logical_cpu_devices
+from ..runtime.cluster import visible_gpus
+from .base import Strategy
+
+
+def resolve_devices(devices: Any) -> list[str]:
+    """Canonical device strings; ``None`` means every GPU, else the logical CPU devices."""
+    if devices is None:
+        n_gpu = visible_gpus()
+        devices = [f"GPU:{i}" for i in range(n_gpu)] if n_gpu else \
+            [f"CPU:{i}" for i in range(get_logical_cpu_devices())]
+    if isinstance(devices, str):
+        devices = [devices]
+    devices = list(devices)
+    if not devices:
+        raise ValueError("`devices` must be a non-empty list of device strings such as ['CPU:0', 'CPU:1']")
+    canon = [device_lib.canonicalize(d) for d in devices]
+    if len(set(canon)) != len(canon):
+        raise ValueError(f"No duplicates allowed in `devices` argument: {devices}")
+    kinds = {device_lib.parse(d).device_type for d in canon}
+    if len(kinds) > 1:
+        raise ValueError(f"interdist replicas must all be CPU or all be GPU devices, but got {devices}")
+    return canon
+
+
+class MirroredStrategy(Strategy):
+    """Synchronous training across multiple replicas on one machine.
+
+    Each device is one replica, run by its own Dask worker process (an embedded
+    ``LocalCluster`` on 127.0.0.1 unless ``cluster`` names another).
+
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     r = s.run(lambda: idist.get_replica_context().replica_id_in_sync_group)
+    ...     [int(v) for v in s.experimental_local_results(r)]
+    [0, 1]
+    """
+
+    def __init__(self, devices: Any = None, cross_device_ops: Any = None, cluster: Any = None) -> None:
+        from ..cross_device_ops import CrossDeviceOps
+
+        if cross_device_ops is not None and not isinstance(cross_device_ops, CrossDeviceOps):
+            raise ValueError(f"cross_device_ops must be a tf.distribute.CrossDeviceOps, "
+                             f"but got {type(cross_device_ops).__name__}")
+        self._cross_device_ops = cross_device_ops
+        super().__init__(resolve_devices(devices), cluster)

@@ -1,0 +1,93 @@
+"""``DistributedValues``: one value per replica, held as handles in the notebook."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+
+class DistributedValues:
+    """Base class for representing distributed values (one component per replica).
+
+    Use ``strategy.experimental_local_results(v)`` to get the components.
+    """
+
+    def __init__(self, values: Sequence[Any], strategy: Any = None) -> None:
+        if not values:
+            raise ValueError("DistributedValues requires at least one component value")
+        self._values = tuple(values)
+        self._strategy = strategy
+
+    @property
+    def values(self) -> tuple[Any, ...]:
+        return self._values
+
+    @property
+    def _primary(self) -> Any:
+        return self._values[0]
+
+    @property
+    def _devices(self) -> tuple[str, ...]:
+        return tuple(getattr(v, "device", "") for v in self._values)
+
+    def _component(self, replica_id: int) -> Any:
+        return self._values[replica_id]
+
+    def numpy(self) -> np.ndarray:
+        """All components stacked on a new leading axis (replica-major)."""
+        return np.asarray(self)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        # Stacking is interdist's reading of "a value with one row per replica";
+        # TF refuses to convert a PerReplica to one tensor.
+        parts = [np.asarray(v) for v in self._values]
+        if len({p.shape for p in parts}) > 1:
+            raise ValueError(
+                f"{type(self).__name__} components have different shapes {[p.shape for p in parts]}; "
+                "use strategy.experimental_local_results() to read them one by one"
+            )
+        out = np.stack(parts)
+        return out.astype(dtype) if dtype is not None else out
+
+    def __repr__(self) -> str:
+        body = ",\n".join(f"  {i}: {v!r}" for i, v in enumerate(self._values))
+        return f"{type(self).__name__}:{{\n{body}\n}}"
+
+    __str__ = __repr__
+
+
+class PerReplica(DistributedValues):
+    """Holds a map from replica to unsynchronized values."""
+
+
+class Mirrored(DistributedValues, NDArrayOperatorsMixin):
+    """Holds a map from replica to values which are kept in sync.
+
+    In the notebook it reads as its first (primary) component.
+    """
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        a = np.asarray(self._primary)
+        return a.astype(dtype) if dtype is not None else a
+
+    def numpy(self) -> np.ndarray:
+        return np.array(self._primary)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        conv = tuple(np.asarray(x) if isinstance(x, Mirrored) else x for x in inputs)
+        return getattr(ufunc, method)(*conv, **kwargs)
+
+    @property
+    def device(self) -> str:
+        return str(getattr(self._primary, "device", ""))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(np.shape(np.asarray(self._primary)))
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return np.asarray(self._primary).dtype

@@ -1,0 +1,143 @@
+"""Handles in the notebook to variables whose copies live on the replicas."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .. import _context
+from ..runtime.resolve import register_variable, resolve_variable
+from .distributed import DistributedValues, Mirrored, PerReplica
+from .tensor import ArrayValue
+from .variables import Variable, VariableAggregation, VariableSynchronization
+
+
+class VariableComponent(ArrayValue):
+    """One replica's copy of a distributed variable, read from its worker on demand."""
+
+    def __init__(self, variable: DistributedVariable, rank: int, device: str) -> None:
+        self._variable = variable
+        self._rank = rank
+        self._device = device
+
+    def _get(self) -> Any:
+        return self._variable._strategy._read_copy(self._variable, self._rank)
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @property
+    def name(self) -> str:
+        base = self._variable._name
+        return f"{base}:0" if self._rank == 0 else f"{base}/replica_{self._rank}:0"
+
+    def __repr__(self) -> str:
+        a = np.asarray(self._get())
+        num = np.array2string(a, separator=", ") if a.ndim else repr(a.item())
+        return f"<interdist.Variable '{self.name}' shape={a.shape} dtype={a.dtype.name}, numpy={num}>"
+
+
+class _Handle:
+    """What every notebook-side handle to a worker-held variable does (mixed in first)."""
+
+    _strategy: Any
+    _values: tuple[Any, ...]
+
+    def __init__(self, strategy: Any, var_id: int, args: dict[str, Any], devices: list[str]) -> None:
+        self._strategy = strategy
+        self._var_id = var_id
+        self._name = args["name"]
+        self._trainable = args["trainable"]
+        self._synchronization = args["synchronization"]
+        self._aggregation = args["aggregation"]
+        self._shape = tuple(args["value"].shape)
+        self._dtype = args["value"].dtype
+        self._values = tuple(VariableComponent(self, r, d) for r, d in enumerate(devices))
+        self._id = var_id
+        register_variable(strategy._group_id, var_id, self)
+        weakref.finalize(self, strategy._forget_variable, var_id)
+
+    def __reduce__(self) -> Any:
+        return (resolve_variable, (self._strategy._group_id, self._var_id))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._dtype
+
+    @property
+    def device(self) -> str:
+        return self._values[0].device
+
+    @property
+    def distribute_strategy(self) -> Any:
+        return self._strategy
+
+    def read_value(self) -> np.ndarray:
+        return np.asarray(self._strategy._read_variable(self))
+
+    def numpy(self) -> np.ndarray:
+        return self.read_value()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        a = self.read_value()
+        return a.astype(dtype) if dtype is not None else a
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        conv = tuple(np.asarray(x) if isinstance(x, (Variable, ArrayValue, Mirrored)) else x for x in inputs)
+        return getattr(ufunc, method)(*conv, **kwargs)
+
+    def _apply(self, op: str, value: Any) -> Any:
+        self._strategy._assign_variable(self, op, value)
+        return self
+
+    def __repr__(self) -> str:
+        body = ",\n".join(f"  {i}: {v!r}" for i, v in enumerate(self._values))
+        return f"{type(self).__name__}:{{\n{body}\n}}"
+
+
+class DistributedVariable(_Handle, DistributedValues, Variable):  # type: ignore[misc]
+    """A variable with a copy on each replica (or one, for central storage)."""
+
+    kind = "mirrored"
+
+
+class OneDeviceVariable(_Handle, Variable):  # type: ignore[misc]
+    """A regular (not distributed) variable of ``OneDeviceStrategy``, held by its one worker."""
+
+    kind = "mirrored"
+
+    def __repr__(self) -> str:
+        return repr(self._values[0])
+
+
+class MirroredVariable(DistributedVariable, Mirrored):
+    """Copies kept equal by applying the same (aggregated) update to each."""
+
+    kind = "mirrored"
+
+
+class SyncOnReadVariable(DistributedVariable):
+    """Copies updated locally by each replica, aggregated when read in cross-replica context."""
+
+    kind = "sync_on_read"
+
+
+class CentralVariable(OneDeviceVariable):
+    """A variable of ``CentralStorageStrategy``: one logical copy, on the parameter device."""
+
+    kind = "central"
+
+
+def variable_kind(synchronization: VariableSynchronization) -> str:
+    return "sync_on_read" if synchronization == VariableSynchronization.ON_READ else "mirrored"
+
+
+__all__ = ["CentralVariable", "DistributedVariable", "MirroredVariable", "SyncOnReadVariable", "VariableComponent",
+           "VariableAggregation", "VariableSynchronization", "PerReplica", "_context"]

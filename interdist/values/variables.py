@@ -1,0 +1,199 @@
+"""Variables: a plain one in the notebook, and handles to distributed ones on the replicas.
+
+``interdist.Variable(...)`` asks the current strategy to create the variable:
+outside any scope it is a plain variable in the notebook; inside a strategy's
+scope it is a ``MirroredVariable`` or ``SyncOnReadVariable`` whose copies live
+on the replicas' workers.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from typing import Any
+
+import numpy as np
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+from .. import _context
+from .._convert import as_array
+from .distributed import DistributedValues, PerReplica
+from .tensor import ArrayValue
+
+
+class VariableSynchronization(enum.Enum):
+    """When a distributed variable is aggregated: on write (mirrored) or on read."""
+
+    AUTO = 0
+    NONE = 1
+    ON_WRITE = 2
+    ON_READ = 3
+
+
+class VariableAggregation(enum.Enum):
+    """How replica-context updates to a distributed variable are combined."""
+
+    NONE = 0
+    SUM = 1
+    MEAN = 2
+    ONLY_FIRST_REPLICA = 3
+
+
+def _enum(cls: Any, value: Any, what: str) -> Any:
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str) and value.upper() in cls.__members__:
+        return cls[value.upper()]
+    raise ValueError(f"Invalid {what} {value!r}; choose one of {', '.join(cls.__members__)}")
+
+
+_ids = itertools.count(1)
+
+
+class _VariableMeta(type):
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is Variable:
+            strategy = _context.get_strategy()
+            creator = getattr(strategy, "_create_variable", None)
+            if creator is not None and not _context.is_default(strategy):
+                return creator(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+def normalize_args(initial_value: Any, name: str | None, trainable: bool | None, dtype: Any,
+                   synchronization: Any, aggregation: Any) -> dict[str, Any]:
+    """Check a variable's constructor arguments the way TF does; the value as an array."""
+    if initial_value is None:
+        raise ValueError("initial_value must be specified.")
+    if callable(initial_value):
+        initial_value = initial_value()
+    if isinstance(initial_value, (Variable, ArrayValue, DistributedValues)):
+        initial_value = np.asarray(initial_value)
+    sync = _enum(VariableSynchronization, synchronization, "synchronization")
+    agg = _enum(VariableAggregation, aggregation, "aggregation")
+    if trainable is None:
+        trainable = sync != VariableSynchronization.ON_READ
+    elif trainable and sync == VariableSynchronization.ON_READ:
+        raise ValueError("Synchronization value can be set to VariableSynchronization.ON_READ only for "
+                         "non-trainable variables. You have specified trainable=True and "
+                         "synchronization=VariableSynchronization.ON_READ.")
+    value = np.array(as_array(initial_value, dtype=np.dtype(dtype) if dtype is not None else None), copy=True)
+    return {"value": value, "name": name or "Variable", "trainable": bool(trainable), "synchronization": sync,
+            "aggregation": agg}
+
+
+class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
+    """A variable (``tf.Variable``); distributed when created in a strategy's scope.
+
+    >>> v = Variable(1.0)
+    >>> _ = v.assign_add(2.0)
+    >>> float(v), v.dtype.name
+    (3.0, 'float32')
+    """
+
+    def __init__(self, initial_value: Any = None, trainable: bool | None = None, name: str | None = None,
+                 dtype: Any = None, synchronization: Any = VariableSynchronization.AUTO,
+                 aggregation: Any = VariableAggregation.NONE, shape: Any = None) -> None:
+        a = normalize_args(initial_value, name, trainable, dtype, synchronization, aggregation)
+        self._value = a["value"]
+        self._name = a["name"]
+        self._trainable = a["trainable"]
+        self._synchronization = a["synchronization"]
+        self._aggregation = a["aggregation"]
+        self._id = next(_ids)
+
+    # attributes
+    @property
+    def name(self) -> str:
+        return f"{self._name}:0"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._value.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._value.dtype
+
+    @property
+    def trainable(self) -> bool:
+        return self._trainable
+
+    @property
+    def synchronization(self) -> VariableSynchronization:
+        return self._synchronization
+
+    @property
+    def aggregation(self) -> VariableAggregation:
+        return self._aggregation
+
+    @property
+    def device(self) -> str:
+        return "/job:localhost/replica:0/task:0/device:CPU:0"
+
+    # reads
+    def read_value(self) -> np.ndarray:
+        return np.array(self._value, copy=True)
+
+    def value(self) -> np.ndarray:
+        return self.read_value()
+
+    def numpy(self) -> np.ndarray:
+        return self.read_value()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        a = self.read_value()
+        return a.astype(dtype) if dtype is not None else a
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        conv = tuple(np.asarray(x) if isinstance(x, (Variable, ArrayValue)) else x for x in inputs)
+        return getattr(ufunc, method)(*conv, **kwargs)
+
+    def __float__(self) -> float:
+        return float(self.read_value())
+
+    def __int__(self) -> int:
+        return int(self.read_value())
+
+    def __bool__(self) -> bool:
+        return bool(self.read_value())
+
+    def __len__(self) -> int:
+        return len(self.read_value())
+
+    def __getitem__(self, item: Any) -> Any:
+        return self.read_value()[item]
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    # writes
+    def _check(self, value: Any) -> np.ndarray:
+        from ..runtime.replica_variable import convert_for_variable
+
+        if isinstance(value, PerReplica):
+            raise ValueError(f"Cannot assign a PerReplica value to the variable {self._name}")
+        return convert_for_variable(np.asarray(value) if isinstance(value, (Variable, ArrayValue, DistributedValues))
+                                    else value, self.dtype, self.shape, self._name)
+
+    def _apply(self, op: str, value: Any) -> Any:
+        from ..runtime.replica_variable import apply_op
+
+        self._value = apply_op(op, self._value, self._check(value))
+        return self
+
+    def assign(self, value: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        return self._apply("assign", value)
+
+    def assign_add(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        return self._apply("assign_add", delta)
+
+    def assign_sub(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        return self._apply("assign_sub", delta)
+
+    def _repr_numpy(self) -> str:
+        a = self.read_value()
+        return np.array2string(a, separator=", ") if a.ndim else repr(a.item())
+
+    def __repr__(self) -> str:
+        return f"<interdist.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}, numpy={self._repr_numpy()}>"

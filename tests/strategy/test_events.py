@@ -1,0 +1,40 @@
+"""The exact events one step emits (the dashboard reads only these)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import interdist as idist
+from interdist import events
+
+
+def test_events_of_one_all_reduce_step(mirrored2: idist.MirroredStrategy) -> None:
+    s = mirrored2
+    s.run(lambda: np.float32(0.0))  # a step before, so that ours is not the first
+    step = s._group.step + 1
+    s.run(lambda: idist.get_replica_context().all_reduce("sum", np.ones(4, np.float32)))
+
+    def mine(evs: list[events.Event]) -> list[events.Event]:
+        return [e for e in evs if e.step == step and e.group == s._group_id]
+
+    evs = mine(s.events.wait_for(lambda evs: sum(isinstance(e, events.RunFinished) for e in mine(evs)) == 2))
+    kinds = sorted((e.replica, e.kind, getattr(e, "op", "")) for e in evs)
+    assert kinds == sorted([
+        (r, k, op) for r in (0, 1) for k, op in [
+            ("run-started", ""), ("collective-entered", "all_reduce"), ("collective-exited", "all_reduce"),
+            ("run-finished", "")]
+    ])
+    for e in evs:
+        if isinstance(e, events.CollectiveExited):
+            assert e.nbytes >= 16 and e.wait_s >= 0 and e.transfer_s >= 0 and e.backend == "dask"
+        if isinstance(e, events.RunFinished):
+            assert e.ok and e.program == "run"
+    # per replica, the order is started < entered < exited < finished
+    for r in (0, 1):
+        order = [e.kind for e in sorted((e for e in evs if e.replica == r), key=lambda e: e.time)]
+        assert order == ["run-started", "collective-entered", "collective-exited", "run-finished"]
+
+
+def test_event_roundtrip() -> None:
+    e = events.CollectiveExited("g", 3, 1, 12.5, "all_reduce", 1, 64, "all-gather-reduce", "dask", 0.1, 0.2)
+    assert events.from_msg(e.to_msg()) == e

@@ -1,0 +1,79 @@
+"""A replica that raises, or a worker that dies: one clear error, fast, and the strategy goes on."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+import interdist as idist
+
+
+def test_replica_raise_before_collective(mirrored2: idist.MirroredStrategy) -> None:
+    def fn() -> object:
+        ctx = idist.get_replica_context()
+        if int(ctx.replica_id_in_sync_group) == 1:
+            raise ValueError("bad input on replica 1")
+        return ctx.all_reduce("sum", np.float32(1.0))  # replica 0 waits here for replica 1
+
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="bad input on replica 1") as info:
+        mirrored2.run(fn)
+    assert time.monotonic() - t0 < 2.0
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "replica 1" in notes and "step" in notes and "Traceback" in notes
+    assert info.value.interdist_replica == 1  # type: ignore[attr-defined]
+    # the strategy is still usable
+    out = mirrored2.run(lambda: idist.get_replica_context().all_reduce("sum", np.float32(2.0)))
+    assert [float(v) for v in mirrored2.experimental_local_results(out)] == [4.0, 4.0]
+
+
+def test_replica_raise_inside_merge(mirrored2: idist.MirroredStrategy) -> None:
+    def merge_fn(s: object, v: object) -> object:
+        raise KeyError("merge failed")
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyError):
+        mirrored2.run(lambda: idist.get_replica_context().merge_call(merge_fn, args=(np.float32(1.0),)))
+    assert time.monotonic() - t0 < 2.0
+    assert mirrored2.num_replicas_in_sync == 2
+    out = mirrored2.run(lambda: np.float32(3.0))
+    assert [float(v) for v in mirrored2.experimental_local_results(out)] == [3.0, 3.0]
+
+
+def test_mismatched_collectives_time_out_with_names() -> None:
+    idist.config.set_collective_timeout(1.0)
+    try:
+        with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+            def fn() -> object:
+                ctx = idist.get_replica_context()
+                if int(ctx.replica_id_in_sync_group) == 0:
+                    return ctx.all_reduce("sum", np.float32(1.0))
+                return np.float32(0.0)  # replica 1 never enters the all_reduce
+
+            with pytest.raises(idist.CollectiveTimeoutError, match=r"replica\(s\) \[1\]"):
+                s.run(fn)
+    finally:
+        idist.config.set_collective_timeout(60.0)
+
+
+@pytest.mark.slow
+def test_worker_death_is_reported_not_hung() -> None:
+    s = idist.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2"])
+    try:
+        def fn() -> object:
+            ctx = idist.get_replica_context()
+            if int(ctx.replica_id_in_sync_group) == 2:
+                os._exit(1)  # the worker process dies mid-step
+            return ctx.all_reduce("sum", np.float32(1.0))
+
+        t0 = time.monotonic()
+        with pytest.raises(idist.WorkerLostError, match="replica 2"):
+            s.run(fn)
+        assert time.monotonic() - t0 < 10.0
+        with pytest.raises(idist.WorkerLostError, match="replica 2"):
+            s.run(lambda: 1)
+    finally:
+        s.close()
