@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "seed_examples.json"
-RECORDED = Path(__file__).with_name("recorded_cases.json")
+RECORDED = Path(__file__).with_name("tf_cases.json")  # a reviewed snapshot of recorder output
 
 
 def load(path: Path) -> list[dict[str, Any]]:
