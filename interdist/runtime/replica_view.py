@@ -83,6 +83,8 @@ class ReplicaContext:
     def all_gather(self, value: Any, axis: int, options: Any = None) -> Any:
         """Concatenate every replica's ``value`` along ``axis`` (nested structures leaf by leaf)."""
         self._require_replica_context("all_gather")
+        if axis < 0:
+            raise ValueError(f"all_gather requires 0 <= axis < rank of the value, but got axis={axis}")
         leaves = [as_array(_unwrap(v)) for v in _nest.flatten(value)]
         gathered = self._replica.exchange("all_gather", leaves, _nbytes(leaves))
         out = [_reduction.gather_components([g[i] for g in gathered], axis) for i in range(len(leaves))]
@@ -156,6 +158,9 @@ class ReplicaStrategyView:
 
     @contextmanager
     def scope(self) -> Iterator[None]:
+        if _context.get_replica_context() is not None:
+            raise RuntimeError("strategy.scope() requires being in cross-replica context; it was entered inside "
+                               "a replica function")
         entry = _context.current()
         if entry.strategy is self:
             yield

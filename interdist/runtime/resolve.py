@@ -27,7 +27,7 @@ def resolve_strategy(group_id: str) -> Any:
     try:
         return _client_strategies[group_id]
     except KeyError:
-        raise ValueError(
+        raise RuntimeError(
             f"A strategy of replica group {group_id} was used inside another strategy's replica function; "
             "a replica can only use its own strategy"
         ) from None

@@ -262,7 +262,7 @@ class Strategy:
         self._check_usable()
         current = _context.get_strategy()
         if not _context.is_default(current) and current is not self:
-            raise ValueError(f"Mixing different tf.distribute.Strategy objects: {current!r} is not {self!r}")
+            raise RuntimeError(f"Mixing different tf.distribute.Strategy objects: {current!r} is not {self!r}")
         if current is self:
             yield self
             return
@@ -276,7 +276,7 @@ class Strategy:
     def _enter_or_check(self) -> Any:
         current = _context.get_strategy()
         if not _context.is_default(current) and current is not self:
-            raise ValueError(f"Mixing different tf.distribute.Strategy objects: {current!r} is not {self!r}")
+            raise RuntimeError(f"Mixing different tf.distribute.Strategy objects: {current!r} is not {self!r}")
         return self.scope()
 
     def _require_cross_replica(self, what: str) -> None:
@@ -331,7 +331,8 @@ class Strategy:
                                      f"({x._strategy!r}); it cannot be used by {self!r}")
                 return x
             if isinstance(x, DistributedValues):
-                if len(x.values) != self.num_replicas_in_sync:
+                # TF picks component i for replica i (extra components are ignored).
+                if len(x.values) < self.num_replicas_in_sync:
                     raise ValueError(
                         f"{type(x).__name__} has {len(x.values)} component(s) but this strategy has "
                         f"{self.num_replicas_in_sync} replica(s): it belongs to another strategy")
@@ -426,11 +427,11 @@ class Strategy:
         return Tensor(_meta_value(results[0], self, 0), host)
 
     def _select_all(self, value: DistributedValues) -> list[Any]:
-        if len(value.values) != self.num_replicas_in_sync:
+        if len(value.values) < self.num_replicas_in_sync:
             raise ValueError(f"{type(value).__name__} has {len(value.values)} component(s) but this strategy has "
                              f"{self.num_replicas_in_sync} replica(s): it belongs to another strategy")
         out = []
-        for r, c in enumerate(value.values):
+        for r, c in enumerate(value.values[:self.num_replicas_in_sync]):
             if isinstance(c, RemoteValue) and c._owner is self._group and c._rank == r and not c.is_fetched:
                 out.append(StoreRef(c._key))
             else:

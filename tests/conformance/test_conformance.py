@@ -15,19 +15,13 @@ from .runner import RECORDED, SHARED, load, run_case
 KNOWN_DIVERGENCES: dict[str, str] = {
     "run.replica_ids.mirrored3": "the TF twin returns tf.constant(n); interdist returns the Python int, which TF "
                                  "would collapse to one value as well",
-    "run.per_replica_wrong_count_takes_first": "not yet aligned with the recorded TF behaviour",
     "values_from_function.component_devices": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
     "all_reduce.enum_sum.float32.mirrored3": "replica_id_in_sync_group is an int32 scalar as in TF; NumPy promotes float32 * int32 to float64 where the TF twin casts",
     "all_reduce.enum_mean.float32.mirrored3": "replica_id_in_sync_group is an int32 scalar as in TF; NumPy promotes float32 * int32 to float64 where the TF twin casts",
     "all_reduce.str_sum.float32.mirrored3": "replica_id_in_sync_group is an int32 scalar as in TF; NumPy promotes float32 * int32 to float64 where the TF twin casts",
     "all_reduce.str_Mean.float32.mirrored3": "replica_id_in_sync_group is an int32 scalar as in TF; NumPy promotes float32 * int32 to float64 where the TF twin casts",
-    "all_gather.axis_neg1_matrix.mirrored3": "not yet aligned with the recorded TF behaviour",
     "replica_context.devices_and_strategy": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
     "context.functions.one_device": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
-    "context.nested_scope_other_strategy_raises": "TF raises RuntimeError for these scope/strategy mixes; interdist raises ValueError (to be aligned)",
-    "context.own_scope_inside_run_raises": "TF raises RuntimeError for these scope/strategy mixes; interdist raises ValueError (to be aligned)",
-    "context.other_scope_inside_run_raises": "TF raises RuntimeError for these scope/strategy mixes; interdist raises ValueError (to be aligned)",
-    "context.run_of_other_strategy_inside_scope": "TF raises RuntimeError for these scope/strategy mixes; interdist raises ValueError (to be aligned)",
     "merge_call.merge_fn_sees_per_replica": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
     "merge_call.same_python_value_collapsed": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
     "merge_call.run_inside_merge_fn": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
@@ -55,9 +49,13 @@ def test_seed_example(case: dict) -> None:
     assert ok, detail
 
 
-@pytest.mark.parametrize("case", OURS, ids=[c["id"] for c in OURS])
+def _param(case: dict) -> object:
+    reason = KNOWN_DIVERGENCES.get(case["id"])
+    marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+    return pytest.param(case, id=case["id"], marks=marks)
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in OURS])
 def test_recorded_case(case: dict) -> None:
-    if case["id"] in KNOWN_DIVERGENCES:
-        pytest.xfail(KNOWN_DIVERGENCES[case["id"]])
     ok, detail = run_case(case)
     assert ok, detail

@@ -2,3 +2,4 @@
 import cases_run  # noqa: F401
 import cases_replica  # noqa: F401
 import cases_vars  # noqa: F401
+import cases_extended  # noqa: F401

@@ -809,44 +809,25 @@ case("merge_call.result_returned_unchanged_collapsed", SE,
                "local": [v.numpy().tolist() for v in strategy.experimental_local_results(out)]}
      """, strategy="M3")
 
-case("merge_call.captured_context_after_run", SE,
-     "ReplicaContext captured inside run and used for merge_call later from cross-replica context (inside scope)",
+case("merge_call.in_scope_context_is_none", SE,
+     "misuse: get_replica_context().merge_call(...) inside strategy.scope() (cross-replica context, where get_replica_context() is None) fails with AttributeError on None",
      """
-     saved = []
-     def fn():
-         saved.append(idist.get_replica_context())
-         return np.float32(0.0)
-     strategy.run(fn)
      with strategy.scope():
-         result = np.asarray(saved[0].merge_call(lambda s: np.float32(1.0))).tolist()
+         result = np.asarray(idist.get_replica_context().merge_call(lambda s: np.float32(1.0))).tolist()
      """,
      """
-     saved = []
-     def fn():
-         saved.append(tf.distribute.get_replica_context())
-         return tf.constant(0.0)
-     strategy.run(fn)
      with strategy.scope():
-         result = saved[0].merge_call(lambda s: tf.constant(1.0)).numpy().tolist()
+         result = tf.distribute.get_replica_context().merge_call(lambda s: tf.constant(1.0)).numpy().tolist()
      """)
 
-case("all_reduce.captured_context_after_run", MD,
-     "all_reduce on a ReplicaContext captured inside run, called afterwards in cross-replica context (inside scope)",
+case("merge_call.merge_fn_not_callable", SE,
+     "misuse: merge_call with a non-callable merge_fn inside run",
      """
-     saved = []
-     def fn():
-         saved.append(idist.get_replica_context())
-         return np.float32(0.0)
-     strategy.run(fn)
-     with strategy.scope():
-         result = np.asarray(saved[0].all_reduce("SUM", np.float32(1.0))).tolist()
+     out = strategy.run(lambda: idist.get_replica_context().merge_call(3))
+     result = [np.asarray(v).tolist() for v in strategy.experimental_local_results(out)]
      """,
      """
-     saved = []
-     def fn():
-         saved.append(tf.distribute.get_replica_context())
-         return tf.constant(0.0)
-     strategy.run(fn)
-     with strategy.scope():
-         result = saved[0].all_reduce("SUM", tf.constant(1.0)).numpy().tolist()
+     out = strategy.run(lambda: tf.distribute.get_replica_context().merge_call(3))
+     result = [v.numpy().tolist() for v in strategy.experimental_local_results(out)]
      """)
+
