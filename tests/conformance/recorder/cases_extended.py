@@ -161,17 +161,6 @@ case("extended.batch_reduce_to.mean", SE,
      result = [[x.numpy().tolist() for x in strategy.experimental_local_results(r)] for r in res]
      """)
 
-case("extended.batch_reduce_to.empty", SE,
-     "batch_reduce_to with an empty list of pairs returns an empty list",
-     """
-     res = strategy.extended.batch_reduce_to("SUM", [])
-     result = list(res)
-     """,
-     """
-     res = strategy.extended.batch_reduce_to("SUM", [])
-     result = list(res)
-     """)
-
 case("extended.broadcast_to.variable", SE,
      "broadcast_to(tensor, destinations=mirrored variable): a value mirrored on the variable's devices",
      """
@@ -286,8 +275,8 @@ case("extended.update.kwargs", SE,
      result = [c.numpy().tolist() for c in strategy.experimental_local_results(v)]
      """)
 
-case("extended.update.in_replica_context_raises", SE,
-     "extended.update called directly inside run (replica context) raises RuntimeError",
+case("extended.update.in_replica_context", SE,
+     "extended.update called directly inside run (replica context): TF 2.21 does not raise; each replica updates its own copy (3 + 1 on each)",
      """
      with strategy.scope():
          v = idist.Variable(np.float32(3.0))
@@ -511,8 +500,8 @@ case("extended.properties.mirrored4_device_order", ST,
                "ids": [x.numpy().tolist() for x in s.experimental_local_results(out)]}
      """, strategy=None)
 
-case("extended.properties.device_spellings", ST,
-     "device strings given as '/cpu:1', '/device:CPU:0', '/job:localhost/replica:0/task:0/device:CPU:2' are canonicalised",
+case("extended.properties.device_spellings_mixed_job_raises", ST,
+     "mixing job-qualified ('/job:localhost/replica:0/task:0/device:CPU:2') and unqualified ('/cpu:1', '/device:CPU:0') device strings: TF sees two different workers and raises RuntimeError ('In-graph multi-worker training with MirroredStrategy is not supported in eager mode')",
      """
      s = idist.MirroredStrategy(["/cpu:1", "/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:2"])
      try:
@@ -537,4 +526,36 @@ case("extended.properties.lowercase_device", ST,
      """
      s = tf.distribute.MirroredStrategy(["cpu:0", "cpu:1"])
      result = list(s.extended.worker_devices)
+     """, strategy=None)
+
+case("extended.properties.device_spellings", ST,
+     "device strings given as '/cpu:1', '/device:CPU:0', 'CPU:2' are canonicalised to full device names in the given order",
+     """
+     s = idist.MirroredStrategy(["/cpu:1", "/device:CPU:0", "CPU:2"])
+     try:
+         result = list(s.extended.worker_devices)
+     finally:
+         s.close()
+     """,
+     """
+     s = tf.distribute.MirroredStrategy(["/cpu:1", "/device:CPU:0", "CPU:2"])
+     result = list(s.extended.worker_devices)
+     """, strategy=None)
+
+case("extended.properties.full_device_names", ST,
+     "fully qualified device names are kept as they are",
+     """
+     s = idist.MirroredStrategy(["/job:localhost/replica:0/task:0/device:CPU:1", "/job:localhost/replica:0/task:0/device:CPU:3"])
+     try:
+         out = s.run(lambda: np.float32(1.0) + np.float32(idist.get_replica_context().replica_id_in_sync_group))
+         result = {"worker_devices": list(s.extended.worker_devices),
+                   "devices": [x.device for x in s.experimental_local_results(out)]}
+     finally:
+         s.close()
+     """,
+     """
+     s = tf.distribute.MirroredStrategy(["/job:localhost/replica:0/task:0/device:CPU:1", "/job:localhost/replica:0/task:0/device:CPU:3"])
+     out = s.run(lambda: 1.0 + tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32))
+     result = {"worker_devices": list(s.extended.worker_devices),
+               "devices": [x.device for x in s.experimental_local_results(out)]}
      """, strategy=None)
