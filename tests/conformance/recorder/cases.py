@@ -3,3 +3,5 @@ import cases_run  # noqa: F401
 import cases_replica  # noqa: F401
 import cases_vars  # noqa: F401
 import cases_extended  # noqa: F401
+import cases_data  # noqa: F401
+import cases_misc  # noqa: F401

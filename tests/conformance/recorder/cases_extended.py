@@ -149,15 +149,15 @@ case("extended.batch_reduce_to.cross_replica", SE,
      """, strategy="M3")
 
 case("extended.batch_reduce_to.mean", SE,
-     "batch_reduce_to with MEAN and string op",
+     "batch_reduce_to('MEAN', [(a, a), (a, 'CPU:1')]) on a run result: the first result is mirrored on both replicas, the second a single value on CPU:1",
      f"""
-     a = {PR_I}
-     res = strategy.extended.batch_reduce_to("MEAN", [(a, a), (a, "CPU:0")])
+     a = {RUN_I}
+     res = strategy.extended.batch_reduce_to("MEAN", [(a, a), (a, "CPU:1")])
      result = [[np.asarray(x).tolist() for x in strategy.experimental_local_results(r)] for r in res]
      """,
      f"""
-     a = {PR_T}
-     res = strategy.extended.batch_reduce_to("MEAN", [(a, a), (a, "CPU:0")])
+     a = {RUN_T}
+     res = strategy.extended.batch_reduce_to("MEAN", [(a, a), (a, "CPU:1")])
      result = [[x.numpy().tolist() for x in strategy.experimental_local_results(r)] for r in res]
      """)
 

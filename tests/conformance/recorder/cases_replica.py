@@ -23,7 +23,7 @@ for op_i, op_t, tag in [("idist.ReduceOp.SUM", "tf.distribute.ReduceOp.SUM", "en
              f"ReplicaContext.all_reduce({op_i}) of (replica_id + 1) * [1, 2] as {dtype} on 3 replicas; value and dtype per replica",
              f"""
              def fn():
-                 x = (idist.get_replica_context().replica_id_in_sync_group + 1) * np.array([1, 2], np.{dtype})
+                 x = np.{dtype}(idist.get_replica_context().replica_id_in_sync_group + 1) * np.array([1, 2], np.{dtype})
                  return idist.get_replica_context().all_reduce({op_i}, x)
              out = strategy.run(fn)
              vals = strategy.experimental_local_results(out)
@@ -830,4 +830,5 @@ case("merge_call.merge_fn_not_callable", SE,
      out = strategy.run(lambda: tf.distribute.get_replica_context().merge_call(3))
      result = [v.numpy().tolist() for v in strategy.experimental_local_results(out)]
      """)
+
 

@@ -63,7 +63,7 @@ case("run.replica_ids.mirrored3", PS,
      """
      def fn():
          ctx = idist.get_replica_context()
-         return ctx.replica_id_in_sync_group, ctx.num_replicas_in_sync
+         return ctx.replica_id_in_sync_group, np.int32(ctx.num_replicas_in_sync)
      ids, n = strategy.run(fn)
      result = {"ids": [np.asarray(v).tolist() for v in strategy.experimental_local_results(ids)],
                "n": [np.asarray(v).tolist() for v in strategy.experimental_local_results(n)]}

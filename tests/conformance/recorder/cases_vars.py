@@ -587,3 +587,31 @@ case("variables.replica_assign_then_reduce", SE,
          strategy.run(lambda: v.assign_add({RIDT}))
      result = strategy.reduce("MEAN", v, axis=None).numpy().tolist()
      """, strategy="M3")
+
+case("variables.sync_on_read.NONE_read_raises", SE,
+     "a sync-on-read variable with aggregation NONE can be created, but its cross-replica read_value raises ValueError (NONE cannot be converted to a ReduceOp)",
+     """
+     with strategy.scope():
+         v = idist.Variable(np.float32(1.0), synchronization=idist.VariableSynchronization.ON_READ)
+     result = np.asarray(v.read_value()).tolist()
+     """,
+     """
+     with strategy.scope():
+         v = tf.Variable(1.0, synchronization=tf.VariableSynchronization.ON_READ)
+     result = v.read_value().numpy().tolist()
+     """)
+
+case("variables.run_returns_variable", SE,
+     "fn returning a mirrored variable itself: every replica returns the same object, so run returns the mirrored variable (not a PerReplica)",
+     """
+     with strategy.scope():
+         v = idist.Variable(np.float32(1.0))
+     out = strategy.run(lambda: v)
+     result = {"is_v": out is v, "per_replica": isinstance(out, idist.PerReplica)}
+     """,
+     """
+     with strategy.scope():
+         v = tf.Variable(1.0)
+     out = strategy.run(lambda: v)
+     result = {"is_v": out is v, "per_replica": type(out).__name__ == "PerReplica"}
+     """)

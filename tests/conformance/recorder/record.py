@@ -12,6 +12,19 @@ environment that has ``tensorflow-cpu==2.21.0``::
     python3 tests/conformance/recorder/record.py            # record all
     python3 tests/conformance/recorder/record.py -k reduce  # ids containing "reduce"
 
+Files here:
+
+- ``record.py``: the runner and the ``case()`` helper (strategy keys ``M1``..``M4``,
+  ``OD``, ``OD1``, ``CS2``, ``CS3`` wrap a body in the strategy's construction
+  and, for interdist, ``try: ... finally: strategy.close()``);
+- ``cases.py`` imports ``cases_*.py``, which hold the case definitions by topic
+  (run/reduce/local results, replica context, variables, StrategyExtended,
+  datasets and input, cluster resolvers/CentralStorage/OneDevice/errors/optimizer);
+- ``tf_raw.json``: TF's raw outcome per case (value, or exception class, module
+  and message) -- the evidence behind ``docs/tf_behaviour.md``;
+- ``shim_check.py``: runs the interdist programs against TF through an alias
+  module, to catch typos in the interdist side before interdist exists.
+
 Every case runs in a fresh TF process with 4 logical CPU devices (``ndev``
 changes that). What TF gave -- the value, or the exception class and message --
 is cached in ``tf_raw.json`` beside this file, keyed by the hash of the TF
