@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import _nest
+from .. import device as device_lib
 from ..values.distributed import PerReplica
 from ..values.tensor import Tensor
 from .dataset import Dataset
@@ -46,7 +47,8 @@ class DistributedDataset(_NoTransformations):
         check_options_for_distribute_dataset(options)
         n = strategy.num_replicas_in_sync
         if n > 1 and static_batch_size(dataset) is None:
-            raise ValueError("experimental_distribute_dataset requires a batched dataset (it splits each global "
+            # TF 2.21 fails here with an IndexError (it looks for the batch dimension of a scalar element).
+            raise IndexError("experimental_distribute_dataset requires a batched dataset (it splits each global "
                              "batch among the replicas): call .batch(global_batch_size) first")
         self._strategy = strategy
         self._dataset = dataset
@@ -65,7 +67,9 @@ class DistributedDataset(_NoTransformations):
 
     def _per_step(self, it: Iterator[Any]) -> Iterator[Any]:
         n = self._strategy.num_replicas_in_sync
-        devices = self._strategy.extended.worker_devices
+        devices = list(self._strategy.extended.worker_devices)
+        if self._options is not None and self._options.experimental_fetch_to_device is False:
+            devices = [device_lib.host_device()] * n  # the batches stay on the host, as in TF
         for batch in it:
             if n == 1:
                 yield _nest.map_structure(lambda x: Tensor(x, devices[0]), batch)
@@ -157,10 +161,24 @@ class _RemoteIterator(DistributedIterator):
         if self._done:
             raise StopIteration
         results = self._strategy._system(_next_batch, self._key)
-        if any(r is None for r in results):
+        if all(r is None for r in results):
             self._done = True
             raise StopIteration
+        if any(r is None for r in results):
+            # TF: a replica whose pipeline ran out while others still had a batch gets an empty batch.
+            template = next(r for r in results if r is not None)
+            return _fill_empty(template, results, self._strategy)
         return self._strategy._regroup(results)
+
+
+def _fill_empty(template: Any, results: list[Any], strategy: Any) -> Any:
+    import numpy as np
+
+    empties = _nest.map_structure(
+        lambda m: Tensor(np.empty((0, *m.shape[1:]), np.dtype(m.dtype)), device_lib.host_device())
+        if getattr(m, "shape", None) else None, template)
+    per_rank = [strategy._regroup([r]) if r is not None else empties for r in results]
+    return _nest.map_structure(lambda *xs: PerReplica(list(xs), strategy), *per_rank)
 
 
 def _make_dataset(replica: Any, key: str, dataset_fn: Callable[[InputContext], Any], per_replica: bool) -> Any:

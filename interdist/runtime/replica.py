@@ -70,13 +70,15 @@ class VarRef:
 class ValueMeta:
     """A result leaf in a reply: where it is kept and, when small, its value."""
 
-    __slots__ = ("key", "shape", "dtype", "value", "has_value")
+    __slots__ = ("key", "shape", "dtype", "value", "has_value", "shared")
 
-    def __init__(self, key: str, shape: tuple[int, ...] | None, dtype: str | None, value: Any, has_value: bool) -> None:
+    def __init__(self, key: str, shape: tuple[int, ...] | None, dtype: str | None, value: Any, has_value: bool,
+                 shared: bool = False) -> None:
         self.key, self.shape, self.dtype, self.value, self.has_value = key, shape, dtype, value, has_value
+        self.shared = shared  # the same object on every replica in TF (a merge_call result)
 
     def __reduce__(self) -> Any:
-        return (ValueMeta, (self.key, self.shape, self.dtype, self.value, self.has_value))
+        return (ValueMeta, (self.key, self.shape, self.dtype, self.value, self.has_value, self.shared))
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"key": self.key}
@@ -127,6 +129,7 @@ class Replica:
         self.seq = 0
         self.touched: set[int] = set()
         self.diverged: set[int] = set()
+        self.shared_results: dict[int, Any] = {}  # id -> object, for this step's merge_call results
         self.warnings: list[str] = []
         self.lock = threading.Lock()  # one program at a time
         from .replica_view import ReplicaContext, ReplicaStrategyView
@@ -165,6 +168,7 @@ class Replica:
             self.seq = 0
             self.touched = set()
             self.warnings = []
+            self.shared_results = {}
             self.transport.mailbox.begin_step(step)
             fn_name = "?"
             t0 = time.time()
@@ -227,7 +231,8 @@ class Replica:
             if isinstance(x, (np.ndarray, np.generic)):
                 a = np.asarray(x)
                 small = a.nbytes <= settings.inline_bytes
-                return ValueMeta(key, a.shape, a.dtype.str, x if small else None, small)
+                return ValueMeta(key, a.shape, a.dtype.str, x if small else None, small,
+                                 shared=id(x) in self.shared_results)
             # Python values travel as they are (TF leaves them unconverted)
             return ValueMeta(key, None, None, x, True)
 

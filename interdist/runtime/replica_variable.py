@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 def convert_for_variable(value: Any, dtype: np.dtype[Any], shape: tuple[int, ...], name: str) -> np.ndarray:
     """``value`` as the variable's dtype and shape, or the error TF gives."""
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype:
+        # Values that carry a dtype must match, as TF's convert_to_tensor(value, dtype) requires.
+        raise ValueError(f"Tensor conversion requested dtype {dtype.name} for a value of dtype {value.dtype.name} "
+                         f"(assigning to variable {name})")
     a = as_array(value)
     if a.dtype != dtype:
         if a.dtype.kind == "f" and dtype.kind in "iub":
@@ -100,6 +104,9 @@ class ReplicaVariable(NDArrayOperatorsMixin):
         entry = _context.current()
         if self._sync_on_read and entry.replica_context is None and entry.update_replica_id is None:
             agg = self.meta["aggregation"]
+            if agg == "NONE":
+                raise ValueError("Could not convert from `tf.VariableAggregation` VariableAggregation.NONE to "
+                                 "`tf.distribute.ReduceOp` type")
             if agg in ("SUM", "MEAN"):
                 copies = [np.asarray(c) for c in self._all_copies()]
                 total = copies[0].copy()
@@ -167,11 +174,7 @@ class ReplicaVariable(NDArrayOperatorsMixin):
         entry = _context.current()
         if entry.replica_context is None:  # cross-replica (inside merge_fn or update)
             if isinstance(value, DistributedValues):
-                if isinstance(value, PerReplica) and entry.update_replica_id is None and not self._sync_on_read:
-                    raise ValueError(
-                        f"Cannot assign a PerReplica value to the mirrored variable {self.meta['name']} in "
-                        "cross-replica context; reduce it first (strategy.extended.reduce_to)")
-                value = value._component(rank)
+                value = value._component(rank)  # TF 2.21: each copy gets its replica's component
             if entry.update_replica_id is not None:
                 return self._local(op, value)
             if self._sync_on_read:

@@ -55,8 +55,9 @@ class ReplicaContext:
         return self._replica.view
 
     @property
-    def devices(self) -> tuple[str, ...]:
-        return (self._replica.device,)
+    def devices(self) -> tuple[tuple[str, ...], ...]:
+        # TF 2.21 nests it: one tuple of devices per replica on this worker.
+        return ((self._replica.device,),)
 
     def __enter__(self) -> ReplicaContext:
         self._cm = _context.enter(self._replica.view, self)
@@ -99,7 +100,13 @@ class ReplicaContext:
         m_args, m_kwargs = merged
         with _context.enter(self._replica.view, None):
             result = merge_fn(self._replica.view, *m_args, **m_kwargs)
-        return _select(result, self._replica.rank)
+        out = _select(result, self._replica.rank)
+        # A value merge_fn returns as such is, in TF, the very same object on every replica:
+        # remember it, so that run() can hand it back as one value.
+        for leaf in _nest.flatten(result):
+            if leaf is not None and not isinstance(leaf, DistributedValues):
+                self._replica.shared_results[id(leaf)] = leaf
+        return out
 
     def __repr__(self) -> str:
         return f"ReplicaContext(replica_id_in_sync_group={self.replica_id_in_sync_group})"
@@ -212,9 +219,8 @@ class ReplicaStrategyView:
         kwargs = _select(dict(kwargs or {}), self._replica.rank)
         with _context.enter(self, self._replica.context):
             out = fn(*args, **kwargs)
-        if out is None or self.num_replicas_in_sync == 1:
-            return out
-        return Mirrored([out] * self.num_replicas_in_sync)
+        # Every replica runs merge_fn, so every replica is here: share the outputs.
+        return _regroup_local(self._replica.exchange("run", out), self.num_replicas_in_sync)
 
     def experimental_distribute_values_from_function(self, value_fn: Callable[..., Any]) -> Any:
         raise RuntimeError("experimental_distribute_values_from_function must be called in the notebook, "
@@ -245,6 +251,10 @@ class ReplicaExtendedView:
     def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
         op = resolve(reduce_op)
         self._strategy._require_cross_replica("reduce_to")
+        if isinstance(destinations, str):
+            # One device: a single (not mirrored) value, as TF returns it.
+            out = self.reduce_to(op, value, None)
+            return out._component(0) if isinstance(out, DistributedValues) else out
         from .replica_variable import ReplicaVariable
 
         if isinstance(value, DistributedValues):
@@ -262,10 +272,12 @@ class ReplicaExtendedView:
 
     def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
         self._strategy._require_cross_replica("broadcast_to")
+        if isinstance(destinations, str):
+            return tensor
         return Mirrored([tensor] * self._n())
 
     def update(self, var: Any, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, group: bool = True) -> Any:
-        self._strategy._require_cross_replica("update")
+        # TF 2.21 also allows it in replica context: each replica updates its own copy.
         rank = self._replica.rank
         args = _select(tuple(args), rank)
         kwargs = _select(dict(kwargs or {}), rank)

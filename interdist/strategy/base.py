@@ -123,11 +123,13 @@ class StrategyExtended:
         self._check_destinations(destinations)
         s = self._strategy
         if isinstance(value, Mirrored) and op == ReduceOp.MEAN and not isinstance(value, DistributedVariable):
-            return value
+            return s._mirror(np.asarray(value), destinations) if isinstance(destinations, str) else value
         if isinstance(value, (DistributedValues, DistributedVariable)):
             reduced = np.asarray(s.reduce(op, value, axis=None))
         else:
             reduced = _reduction.reduce_non_distributed(op, value, s.num_replicas_in_sync)
+            if isinstance(destinations, str):
+                return Tensor(as_array(reduced), device_lib.host_device())  # TF hands the value back as it is
         return s._mirror(as_array(reduced), destinations)
 
     def batch_reduce_to(self, reduce_op: Any, value_destination_pairs: Any, options: Any = None) -> list[Any]:
@@ -170,6 +172,8 @@ class StrategyExtended:
     @contextmanager
     def colocate_vars_with(self, colocate_with_variable: Any) -> Iterator[None]:
         """Variables created in this block live on the same devices as ``colocate_with_variable``."""
+        if _context.get_strategy() is not self._strategy:
+            raise RuntimeError("colocate_vars_with() may only be used inside the strategy's scope()")
         if not self.variable_created_in_scope(colocate_with_variable):
             raise ValueError(f"colocate_vars_with requires a variable created in this strategy's scope, "
                              f"but got {colocate_with_variable!r}")
@@ -373,6 +377,8 @@ class Strategy:
                 return d0
             if all(isinstance(m, ValueMeta) and m.shape is None for m in metas) and same_object_across(decoded):
                 return d0
+            if all(isinstance(m, ValueMeta) and m.shared for m in metas):
+                return d0  # merge_call's result returned unchanged: one value, as TF
             return PerReplica(decoded, self)
 
         return _nest.map_structure(leaf, *results)
@@ -438,6 +444,12 @@ class Strategy:
                 out.append(np.asarray(c) if isinstance(c, ArrayValue) else c)
         return out
 
+    def _select_values(self, value: DistributedValues) -> list[Any]:
+        if len(value.values) < self.num_replicas_in_sync:
+            raise ValueError(f"{type(value).__name__} has {len(value.values)} component(s) but this strategy has "
+                             f"{self.num_replicas_in_sync} replica(s)")
+        return list(value.values[:self.num_replicas_in_sync])
+
     def gather(self, value: Any, axis: int) -> Any:
         """Concatenate the replicas' values along ``axis`` into one value in the notebook."""
         self._check_usable()
@@ -462,11 +474,15 @@ class Strategy:
             with _context.enter(self, None):
                 v = value_fn(programs.ValueContext(r, self.num_replicas_in_sync))
             v = programs.convert_value(v)
-            values.append(_nest.map_structure(lambda x, r=r: Tensor(x, self._devices[r])
+            # TF leaves value_fn's results on the host's CPU:0 until a run uses them.
+            values.append(_nest.map_structure(lambda x: Tensor(x, device_lib.host_device())
                                               if isinstance(x, (np.ndarray, np.generic)) else x, v))
         return PerReplica(values, self)
 
-    def _mirror(self, value: np.ndarray, destinations: Any) -> Mirrored:
+    def _mirror(self, value: np.ndarray, destinations: Any) -> Any:
+        """``value`` on ``destinations``: one device string gives a single value, else a ``Mirrored``."""
+        if isinstance(destinations, str):
+            return Tensor(value, device_lib.canonicalize(destinations))
         return Mirrored([Tensor(value, d) for d in self._devices], self)
 
     # -- variables -------------------------------------------------------------------
@@ -481,6 +497,11 @@ class Strategy:
                 "creating them inside strategy.run is not supported yet")
         a = normalize_args(initial_value, name, trainable, dtype, synchronization,
                            VariableAggregation.NONE if aggregation is None else aggregation)
+        if a["synchronization"] == VariableSynchronization.AUTO and self._kind != "central_storage":
+            a["synchronization"] = VariableSynchronization.ON_WRITE
+        if a["aggregation"].name == "MEAN" and a["value"].dtype.kind not in "fc":
+            raise ValueError(f"Cannot create variable {a['name']!r} of dtype {a['value'].dtype.name} with "
+                             "tf.VariableAggregation.MEAN: MEAN aggregation needs a floating dtype")
         var_id = next(self._var_ids)
         kind = self._variable_kind(a)
         meta = {"name": a["name"], "trainable": a["trainable"], "synchronization": a["synchronization"].name,
@@ -513,6 +534,10 @@ class Strategy:
         # In the notebook a strategy's variables are always read in cross-replica context.
         if isinstance(var, SyncOnReadVariable):
             agg = var.aggregation.name
+            if agg == "NONE":
+                raise ValueError("Could not convert from `tf.VariableAggregation` VariableAggregation.NONE to "
+                                 "`tf.distribute.ReduceOp` type (reading a sync-on-read variable in cross-replica "
+                                 "context needs SUM, MEAN or ONLY_FIRST_REPLICA aggregation)")
             if agg in ("SUM", "MEAN"):
                 copies = [np.asarray(c) for c in var.values]
                 total = copies[0].copy()
@@ -526,18 +551,20 @@ class Strategy:
 
         if _context.get_replica_context() is not None and not _context.is_default(_context.get_strategy()):
             raise RuntimeError("a distributed variable was assigned in the notebook inside a replica context")
-        if isinstance(value, PerReplica):
-            raise ValueError(f"Cannot assign a PerReplica value to the variable {var._name!r} in cross-replica "
-                             "context; reduce it first (strategy.extended.reduce_to) or use a Mirrored value")
-        if isinstance(value, DistributedValues):
-            value = np.asarray(value.values[0])
-        elif isinstance(value, (Variable, ArrayValue)):
-            value = np.asarray(value)
         if isinstance(var, SyncOnReadVariable) and var.aggregation.name == "SUM" and op != "assign":
             raise ValueError(f"SyncOnReadVariable does not support `{op}` in cross-replica context when "
                              "aggregation is set to `tf.VariableAggregation.SUM`.")
-        checked = convert_for_variable(value, var.dtype, var.shape, var._name)  # raises before any replica changes
-        self._system(programs.assign_variable, var._var_id, op, checked)
+        n = self.num_replicas_in_sync
+        if isinstance(value, PerReplica) and n > 1:
+            # TF 2.21 (unlike its docs) gives each copy its replica's component; the copies may diverge.
+            parts = [np.asarray(c) for c in self._select_values(value)]
+        else:
+            if isinstance(value, DistributedValues):
+                value = value.values[0]
+            parts = [np.asarray(value) if isinstance(value, (Variable, ArrayValue)) else value] * n
+        # Every replica's value is checked before any replica changes.
+        checked = [convert_for_variable(p, var.dtype, var.shape, var._name) for p in parts]
+        self._system(programs.assign_variable, per_rank=[(var._var_id, op, c) for c in checked])
 
     def _update(self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                 group: bool) -> Any:

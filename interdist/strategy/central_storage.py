@@ -10,24 +10,31 @@ from __future__ import annotations
 from typing import Any
 
 from .. import device as device_lib
-from .base import Strategy
+from .base import Strategy, StrategyExtended
 from .mirrored import resolve_devices
+
+
+class _CentralExtended(StrategyExtended):
+    experimental_between_graph = True  # as TF 2.21 reports it for CentralStorageStrategy
 
 
 class CentralStorageStrategy(Strategy):
     """A one-machine strategy that puts all variables on a single device."""
 
+    _extended_class = _CentralExtended
+
     _kind = "central_storage"
 
     def __init__(self, compute_devices: Any = None, parameter_device: str | None = None, cluster: Any = None) -> None:
-        devices = resolve_devices(compute_devices)
+        devices = resolve_devices(compute_devices, allow_duplicates=True)
         if parameter_device is None:
             parameter_device = devices[0] if len(devices) == 1 else device_lib.host_device()
+        self._parameter_device_as_given = parameter_device  # TF reports parameter_devices as given
         self._parameter_device = device_lib.canonicalize(parameter_device)
         super().__init__(devices, cluster, spec={"parameter_devices": [self._parameter_device]})
 
     def _parameter_devices(self) -> list[str]:
-        return [self._parameter_device]
+        return [self._parameter_device_as_given]
 
     def _variable_kind(self, args: dict[str, Any]) -> str:
         return "central"

@@ -10,20 +10,27 @@ from ..runtime.cluster import visible_gpus
 from .base import Strategy
 
 
-def resolve_devices(devices: Any) -> list[str]:
-    """Canonical device strings; ``None`` means every GPU, else the logical CPU devices."""
+def resolve_devices(devices: Any, allow_duplicates: bool = False) -> list[str]:
+    """Canonical device strings; ``None`` (or ``[]``, as TF) means every GPU, else the logical CPU devices."""
+    if isinstance(devices, str):
+        raise ValueError(f"`devices` must be a list of device strings such as ['CPU:0'], but got the string "
+                         f"{devices!r}")
+    if devices is not None and not list(devices):
+        devices = None
     if devices is None:
         n_gpu = visible_gpus()
         devices = [f"GPU:{i}" for i in range(n_gpu)] if n_gpu else \
             [f"CPU:{i}" for i in range(get_logical_cpu_devices())]
-    if isinstance(devices, str):
-        devices = [devices]
     devices = list(devices)
-    if not devices:
-        raise ValueError("`devices` must be a non-empty list of device strings such as ['CPU:0', 'CPU:1']")
+    qualified = {isinstance(d, str) and d.strip().startswith("/job:") for d in devices}
+    if len(qualified) > 1:
+        # TF reads job-qualified and unqualified names as devices of two workers.
+        raise RuntimeError("In-graph multi-worker training with MirroredStrategy is not supported in eager mode: "
+                           f"the devices {devices} mix job-qualified and unqualified names")
     canon = [device_lib.canonicalize(d) for d in devices]
-    if len(set(canon)) != len(canon):
-        raise ValueError(f"No duplicates allowed in `devices` argument: {devices}")
+    if not allow_duplicates and len(set(canon)) != len(canon):
+        # TF 2.21 fails an internal assert here (AssertionError), also for different spellings.
+        raise AssertionError(f"No duplicates allowed in `devices` argument: {devices}")
     kinds = {device_lib.parse(d).device_type for d in canon}
     if len(kinds) > 1:
         raise ValueError(f"interdist replicas must all be CPU or all be GPU devices, but got {devices}")

@@ -21,7 +21,7 @@ class OneDeviceStrategy(Strategy):
 
     def __init__(self, device: str, cluster: Any = None) -> None:
         if not isinstance(device, str):
-            raise ValueError(f"OneDeviceStrategy requires one device string such as 'CPU:0', but got {device!r}")
+            raise TypeError(f"OneDeviceStrategy requires one device string such as 'CPU:0', but got {device!r}")
         super().__init__(resolve_devices([device]), cluster)
 
     def _variable_kind(self, args: dict[str, Any]) -> str:

@@ -73,10 +73,6 @@ def normalize_args(initial_value: Any, name: str | None, trainable: bool | None,
     agg = _enum(VariableAggregation, aggregation, "aggregation")
     if trainable is None:
         trainable = sync != VariableSynchronization.ON_READ
-    elif trainable and sync == VariableSynchronization.ON_READ:
-        raise ValueError("Synchronization value can be set to VariableSynchronization.ON_READ only for "
-                         "non-trainable variables. You have specified trainable=True and "
-                         "synchronization=VariableSynchronization.ON_READ.")
     value = np.array(as_array(initial_value, dtype=np.dtype(dtype) if dtype is not None else None), copy=True)
     return {"value": value, "name": name or "Variable", "trainable": bool(trainable), "synchronization": sync,
             "aggregation": agg}

@@ -13,30 +13,6 @@ from .runner import RECORDED, SHARED, load, run_case
 
 # id -> why interdist differs from the recording (kept short and honest).
 KNOWN_DIVERGENCES: dict[str, str] = {
-    "run.replica_ids.mirrored3": "the TF twin returns tf.constant(n); interdist returns the Python int, which TF "
-                                 "would collapse to one value as well",
-    "values_from_function.component_devices": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
-    "all_reduce.enum_sum.float32.mirrored3": "replica_id_in_sync_group is an int32 scalar as in TF; NumPy promotes float32 * int32 to float64 where the TF twin casts",
-    "all_reduce.enum_mean.float32.mirrored3": "replica_id_in_sync_group is an int32 scalar as in TF; NumPy promotes float32 * int32 to float64 where the TF twin casts",
-    "all_reduce.str_sum.float32.mirrored3": "replica_id_in_sync_group is an int32 scalar as in TF; NumPy promotes float32 * int32 to float64 where the TF twin casts",
-    "all_reduce.str_Mean.float32.mirrored3": "replica_id_in_sync_group is an int32 scalar as in TF; NumPy promotes float32 * int32 to float64 where the TF twin casts",
-    "replica_context.devices_and_strategy": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
-    "context.functions.one_device": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
-    "merge_call.merge_fn_sees_per_replica": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
-    "merge_call.same_python_value_collapsed": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
-    "merge_call.run_inside_merge_fn": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
-    "merge_call.one_device": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
-    "merge_call.mirrored1_per_replica": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
-    "merge_call.result_returned_unchanged_collapsed": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
-    "merge_call.captured_context_after_run": "merge_fn and replica functions run in the replicas' worker processes: side effects on notebook objects (lists appended to) are not seen, and captured contexts differ (DESIGN.md)",
-    "all_reduce.captured_context_after_run": "not yet aligned with the recorded TF behaviour",
-    "variables.cross_replica_assign_per_replica_raises": "not yet aligned with the recorded TF behaviour",
-    "variables.assign_dtype_mismatch": "not yet aligned with the recorded TF behaviour",
-    "variables.sync_on_read.int_mean_read": "not yet aligned with the recorded TF behaviour",
-    "variables.attributes.mirrored": "not yet aligned with the recorded TF behaviour",
-    "variables.attributes.trainable_false": "not yet aligned with the recorded TF behaviour",
-    "variables.attributes.sync_on_read_trainable_true": "not yet aligned with the recorded TF behaviour",
-    "variables.created_inside_run": "not yet aligned with the recorded TF behaviour",
 }
 
 SEED = load(SHARED)
