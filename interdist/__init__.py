@@ -5,7 +5,8 @@ This module only re-exports; the code lives in the subpackages.
 
 from __future__ import annotations
 
-from . import cluster_resolver, config, data, experimental, optimizers
+from . import cluster_resolver, config, data, experimental, metrics, optimizers
+from .checkpoint import Checkpoint
 from .cross_device_ops import CrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce, ReductionToOneDevice
 from .distribute_lib import (experimental_set_strategy, get_cross_replica_context, get_replica_context, get_strategy,
                              has_strategy, in_cross_replica_context)
@@ -26,12 +27,12 @@ from .values.variables import Variable, VariableAggregation, VariableSynchroniza
 __version__ = "0.1.0"
 
 __all__ = [
-    "CollectiveAbortedError", "CollectiveTimeoutError", "CrossDeviceOps", "DistributedValues",
+    "Checkpoint", "CollectiveAbortedError", "CollectiveTimeoutError", "CrossDeviceOps", "DistributedValues",
     "HierarchicalCopyAllReduce", "InputContext", "InputOptions", "InputReplicationMode", "InterdistError",
     "Mirrored", "MirroredStrategy", "MirroredVariable", "NcclAllReduce", "NoGPUError", "OneDeviceStrategy",
     "PerReplica", "ReduceOp", "ReductionToOneDevice", "RemoteValue", "ReplicaContext", "ReplicaError",
     "RunOptions", "Strategy", "StrategyExtended", "SyncOnReadVariable", "Tensor", "ValueContext", "Variable",
     "VariableAggregation", "VariableSynchronization", "WorkerLostError", "__version__", "cluster_resolver",
     "config", "data", "experimental", "experimental_set_strategy", "get_cross_replica_context",
-    "get_replica_context", "get_strategy", "has_strategy", "in_cross_replica_context", "optimizers",
+    "get_replica_context", "get_strategy", "has_strategy", "in_cross_replica_context", "metrics", "optimizers",
 ]

@@ -7,14 +7,14 @@ import interdist as idist
 
 def test_all_is_pinned() -> None:
     assert sorted(idist.__all__) == sorted([
-        "CollectiveAbortedError", "CollectiveTimeoutError", "CrossDeviceOps", "DistributedValues",
+        "Checkpoint", "CollectiveAbortedError", "CollectiveTimeoutError", "CrossDeviceOps", "DistributedValues",
         "HierarchicalCopyAllReduce", "InputContext", "InputOptions", "InputReplicationMode", "InterdistError",
         "Mirrored", "MirroredStrategy", "MirroredVariable", "NcclAllReduce", "NoGPUError", "OneDeviceStrategy",
         "PerReplica", "ReduceOp", "ReductionToOneDevice", "RemoteValue", "ReplicaContext", "ReplicaError",
         "RunOptions", "Strategy", "StrategyExtended", "SyncOnReadVariable", "Tensor", "ValueContext", "Variable",
         "VariableAggregation", "VariableSynchronization", "WorkerLostError", "__version__", "cluster_resolver",
         "config", "data", "experimental", "experimental_set_strategy", "get_cross_replica_context",
-        "get_replica_context", "get_strategy", "has_strategy", "in_cross_replica_context", "optimizers",
+        "get_replica_context", "get_strategy", "has_strategy", "in_cross_replica_context", "metrics", "optimizers",
     ])
     for name in idist.__all__:
         assert hasattr(idist, name), name

@@ -47,6 +47,8 @@ class DaskGroup:
         self._lock = threading.RLock()
         self.closed = False
         self.lost: dict[int, str] = {}
+        self.on_events: Callable[[Any], None] | None = None  # the strategy's event log
+        self.on_recover: Callable[[list[int]], None] | None = None  # restores state on replaced replicas
         ensure_plugin(client)
         self._join()
 
@@ -77,6 +79,48 @@ class DaskGroup:
         except Exception:  # noqa: BLE001 - closing must not fail because a worker is gone
             pass
 
+    def _recover(self, timeout: float = 30.0) -> None:
+        """Rejoin replicas whose worker was restarted (same Dask worker name, new address)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        replacements: dict[int, str] = {}
+        while time.monotonic() < deadline:
+            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            by_name = {w.get("name"): addr for addr, w in workers.items()}
+            replacements = {r: by_name[self.names[r]] for r in self.lost
+                            if self.names[r] in by_name and by_name[self.names[r]] != self.lost[r]}
+            if len(replacements) == len(self.lost):
+                break
+            time.sleep(0.2)
+        if len(replacements) != len(self.lost):
+            lost = ", ".join(f"replica {r} ({a})" for r, a in sorted(self.lost.items()))
+            raise WorkerLostError(
+                f"{lost} of this strategy was lost with its worker and no replacement worker came up within "
+                f"{timeout:g} s; the state it held is gone: create a new strategy")
+        for r, addr in replacements.items():
+            self.addresses[r] = addr
+        spec = cloudpickle.dumps(self.spec)
+
+        async def go() -> None:
+            await asyncio.gather(*[
+                self.client.rpc(self.addresses[r]).interdist_join(group=self.group_id, rank=r, spec=spec,
+                                                                  peers=self.addresses) for r in replacements])
+            await asyncio.gather(*[
+                self.client.rpc(self.addresses[r]).interdist_set_peers(group=self.group_id, peers=self.addresses)
+                for r in range(self.world_size) if r not in replacements])
+
+        self.client.sync(go)
+        ranks = sorted(replacements)
+        self.lost = {}
+        self._release = {r: [] for r in range(self.world_size)}
+        if self.on_recover is not None:
+            self.on_recover(ranks)
+
+    def restore_variable(self, rank: int, var_id: int, meta: dict[str, Any], value: Any) -> None:
+        self.client.sync(lambda: self.client.rpc(self.addresses[rank]).interdist_restore_var(
+            group=self.group_id, var_id=var_id, meta=cloudpickle.dumps(meta), value=cloudpickle.dumps(value)))
+
     # -- execution -------------------------------------------------------------
     def execute(self, fn: Any, per_rank_args: list[tuple[tuple[Any, ...], dict[str, Any]]], system: bool,
                 what: str) -> list[Any]:
@@ -84,10 +128,7 @@ class DaskGroup:
         if self.closed:
             raise RuntimeError("this strategy was closed; create a new one")
         if self.lost:
-            lost = ", ".join(f"replica {r} ({a})" for r, a in sorted(self.lost.items()))
-            raise WorkerLostError(
-                f"{lost} of this strategy was lost with its worker, and the state it held (variables, values) "
-                "with it; create a new strategy")
+            self._recover()
         with self._lock:
             self.step += 1
             step = self.step
@@ -99,6 +140,9 @@ class DaskGroup:
             release = {r: self._release[r] for r in range(self.world_size)}
             self._release = {r: [] for r in range(self.world_size)}
             replies = self.client.sync(self._execute_async, step, fn_bytes, args_bytes, system, release)
+        if self.on_events is not None:
+            for r in replies:
+                self.on_events(r.get("events", ()))
         self._raise_for(replies, step, what)
         for r in replies:
             for w in r.get("warnings", ()):

@@ -121,7 +121,8 @@ class Replica:
         self.device: str = self.devices[rank]
         self.collectives = Collectives(transport, lambda: float(spec.get("timeout") or settings.collective_timeout))
         self.transport = transport
-        self.emit = emit
+        self._sink = emit
+        self.step_events: list[dict[str, Any]] = []
         self._abort_peers = abort_peers
         self.store: dict[str, Any] = {}
         self.variables: dict[int, Any] = {}
@@ -136,6 +137,12 @@ class Replica:
 
         self.view = ReplicaStrategyView(self)
         self.context = ReplicaContext(self)
+
+    def emit(self, event: events.Event) -> None:
+        """Record an event: it travels back with this step's reply, and to the sink (Dask's event log)."""
+        msg = event.to_msg()
+        self.step_events.append(msg)
+        self._sink(msg)
 
     # -- collectives ---------------------------------------------------------
     def next_seq(self) -> int:
@@ -203,6 +210,7 @@ class Replica:
                                          "run" if not system else fn_name, time.time() - t0, reply["ok"]))
             if self.warnings:
                 reply["warnings"] = list(self.warnings)
+            reply["events"], self.step_events = self.step_events, []
             return reply
 
     def _deref(self, x: Any) -> Any:

@@ -21,6 +21,7 @@ from .._convert import as_array, same_object_across
 from ..reduce_op import ReduceOp, resolve
 from ..runtime import cluster as cluster_lib
 from ..runtime import programs
+from ..errors import WorkerLostError
 from ..runtime.group import DaskGroup
 from ..runtime.replica import ArgRef, StoreRef, ValueMeta, VarRef
 from ..runtime.resolve import register_strategy
@@ -50,6 +51,10 @@ class EventLog:
         self._cond = threading.Condition()
         self.listeners: list[Callable[[events.Event], None]] = []
 
+    def add_msgs(self, msgs: Any) -> None:
+        for m in msgs:
+            self.add(events.from_msg(m))
+
     def add(self, event: events.Event) -> None:
         with self._cond:
             self.events.append(event)
@@ -64,30 +69,6 @@ class EventLog:
         with self._cond:
             self._cond.wait_for(lambda: predicate(list(self.events)), timeout)
             return list(self.events)
-
-
-class _EventHub:
-    """One subscription per Dask client, dispatching events to the strategies' logs by group."""
-
-    def __init__(self) -> None:
-        self.logs: weakref.WeakValueDictionary[str, EventLog] = weakref.WeakValueDictionary()
-
-    def __call__(self, event: tuple[float, dict[str, Any]]) -> None:
-        _, msg = event
-        log = self.logs.get(msg.get("group", ""))
-        if log is not None:
-            log.add(events.from_msg(msg))
-
-
-_hubs: weakref.WeakKeyDictionary[Any, _EventHub] = weakref.WeakKeyDictionary()
-
-
-def _hub_for(client: Any) -> _EventHub:
-    hub = _hubs.get(client)
-    if hub is None:
-        hub = _hubs[client] = _EventHub()
-        client.subscribe_topic(events.TOPIC, hub)
-    return hub
 
 
 class StrategyExtended:
@@ -206,6 +187,7 @@ class Strategy:
         self._closed = False
         self._colocate_with: Any = None
         self._var_ids = iter(range(1, 1 << 62))
+        self._var_metas: dict[int, dict[str, Any]] = {}
         self.extended = self._extended_class(self)
         specs = [device_lib.parse(d) for d in devices]
         self._lease = cluster_lib.acquire(specs, cluster)
@@ -215,7 +197,8 @@ class Strategy:
         self._group_id = self._group.group_id
         register_strategy(self._group_id, self)
         self.events = EventLog()
-        _hub_for(self._lease.client).logs[self._group_id] = self.events
+        self._group.on_events = self.events.add_msgs
+        self._group.on_recover = self._restore_replicas
         self._finalizer = weakref.finalize(self, _close_group, self._group, self._lease)
 
     # -- lifecycle ---------------------------------------------------------------
@@ -507,9 +490,32 @@ class Strategy:
         meta = {"name": a["name"], "trainable": a["trainable"], "synchronization": a["synchronization"].name,
                 "aggregation": a["aggregation"].name, "kind": kind, "strategy_kind": self._kind}
         self._system(programs.create_variable, var_id, meta, a["value"])
+        self._var_metas[var_id] = meta
         cls: Any = {"mirrored": self._variable_class, "sync_on_read": SyncOnReadVariable,
                     "central": CentralVariable}[kind]
         return cls(self, var_id, a, self._variable_devices(kind))
+
+    def _restore_replicas(self, ranks: list[int]) -> None:
+        """After a worker restart: give the new replicas the variables, copied from a survivor."""
+        self._lease.addresses = list(self._group.addresses)
+        survivors = [r for r in range(self.num_replicas_in_sync) if r not in ranks]
+        if not survivors:
+            raise WorkerLostError("every replica of this strategy was lost; its variables are gone")
+        source = survivors[0]
+        restored = []
+        for var_id, meta in list(self._var_metas.items()):
+            if self._variable_by_id(var_id) is None:
+                continue
+            value = self._group.read_variable(source, var_id)
+            if meta["kind"] == "sync_on_read" and meta["aggregation"] == "SUM":
+                value = np.zeros_like(value)  # a lost replica's share of a sum is lost, not duplicated
+            for r in ranks:
+                self._group.restore_variable(r, var_id, meta, value)
+            restored.append(meta["name"])
+        warnings.warn(
+            f"replica(s) {ranks} of {self!r} were restarted on new workers; {len(restored)} variable(s) were copied "
+            f"there from replica {source}. Values the lost replicas held (run results, dataset iterators) are gone.",
+            UserWarning, stacklevel=4)
 
     def _variable_kind(self, args: dict[str, Any]) -> str:
         return variable_kind(args["synchronization"])
