@@ -123,15 +123,15 @@ class DaskGroup:
 
     # -- execution -------------------------------------------------------------
     def execute(self, fn: Any, per_rank_args: list[tuple[tuple[Any, ...], dict[str, Any]]], system: bool,
-                what: str) -> list[Any]:
+                what: str, steps: int = 1) -> list[Any]:
         """Run ``fn`` on every replica; the decoded results in rank order, or one exception."""
         if self.closed:
             raise RuntimeError("this strategy was closed; create a new one")
         if self.lost:
             self._recover()
         with self._lock:
-            self.step += 1
-            step = self.step
+            step = self.step + 1
+            self.step += steps  # a fused program numbers its inner steps step .. step + steps - 1
             fn_bytes = cloudpickle.dumps(fn)
             first = per_rank_args[0]
             same = all(a is first for a in per_rank_args)

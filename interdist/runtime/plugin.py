@@ -17,7 +17,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import events
 from ..collectives.mailbox import Mailbox
-from .dask_transport import DaskTransport
+from .dask_transport import answer_probe, make_transport, packet_from_payload
 from .replica import Replica
 
 logger = logging.getLogger("interdist")
@@ -44,6 +44,7 @@ class ReplicaRuntime(WorkerPlugin):
             "interdist_release": self.release,
             "interdist_coll": self.coll,
             "interdist_abort": self.abort,
+            "interdist_shm_probe": self.shm_probe,
             "interdist_ping": self.ping,
             "interdist_read_var": self.read_var,
             "interdist_set_peers": self.set_peers,
@@ -90,18 +91,26 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def join(self, group: str, rank: int, spec: bytes, peers: list[str]) -> str:
         spec_d: dict[str, Any] = cloudpickle.loads(spec)
-        transport = DaskTransport(self.worker, group, rank, list(peers), self._mailbox(group))
+        old = self.replicas.get(group)
+        if old is not None:
+            _close_transport(old)
+        transport = make_transport(self.worker, group, rank, list(peers), self._mailbox(group))
         self.replicas[group] = Replica(group, rank, spec_d, transport, self._emit, transport.abort_peers)
         if group not in self.executors:
             self.executors[group] = ThreadPoolExecutor(1, thread_name_prefix=f"interdist-replica-{rank}")
         return "OK"
 
     async def leave(self, group: str) -> str:
-        self.replicas.pop(group, None)
+        replica = self.replicas.pop(group, None)
         self.mailboxes.pop(group, None)
         ex = self.executors.pop(group, None)
         if ex is not None:
             ex.shutdown(wait=False, cancel_futures=True)
+        if replica is not None:
+            # After the replica's thread is done: its shared memory is unmapped and unlinked.
+            if ex is not None:
+                await asyncio.get_running_loop().run_in_executor(None, ex.shutdown, True)
+            _close_transport(replica)
         return "OK"
 
     def _replica(self, group: str) -> Replica:
@@ -130,8 +139,10 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def set_peers(self, group: str, peers: list[str]) -> str:
         """A peer's worker was replaced (restarted by its nanny): talk to the new address."""
-        transport = self._replica(group).transport
-        transport._peers[:] = list(peers)  # type: ignore[attr-defined]
+        transport: Any = self._replica(group).transport
+        while not hasattr(transport, "_peers") and hasattr(transport, "inner"):
+            transport = transport.inner  # a wrapping transport (shared memory) carries control over Dask comms
+        transport._peers[:] = list(peers)
         return "OK"
 
     async def restore_var(self, group: str, var_id: int, meta: bytes, value: bytes) -> str:
@@ -148,8 +159,18 @@ class ReplicaRuntime(WorkerPlugin):
             replica.release(keys)
         return "OK"
 
-    async def coll(self, group: str, step: int, seq: int, src: int, payload: bytes) -> None:
-        self._mailbox(group).put(step, seq, src, payload)
+    async def coll(self, group: str, step: int, seq: int, src: int, payload: Any) -> None:
+        self._mailbox(group).put(step, seq, src, packet_from_payload(payload))
+
+    async def shm_probe(self, name: str, token: str) -> bool:
+        return answer_probe(name, token)
 
     async def abort(self, group: str, step: int, reason: str) -> None:
         self._mailbox(group).abort(step, reason)
+
+
+def _close_transport(replica: Replica) -> None:
+    try:
+        replica.transport.close()
+    except Exception:  # noqa: BLE001 - closing must not fail because a peer is gone
+        logger.exception("interdist: could not close the transport of replica %s", replica.rank)
