@@ -21,8 +21,9 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_run.py
-	$(PY) benchmarks/bench_all_reduce.py
+	cd benchmarks && ../$(PY) bench_run.py
+	cd benchmarks && ../$(PY) bench_all_reduce.py
+	cd benchmarks && ../$(PY) bench_input.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -206,5 +206,6 @@ _END = object()
 
 
 def _next_batch(replica: Any, it_key: str) -> Any:
-    value = next(replica.store[it_key], _END)
+    buffer = replica.store.get(it_key + ":buffer")
+    value = buffer.pop(0) if buffer else next(replica.store[it_key], _END)
     return None if value is _END else value

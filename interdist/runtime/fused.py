@@ -20,21 +20,25 @@ _END = object()
 def fused_steps(replica: Replica, fn: Callable[..., Any], source: tuple[str, Any], steps: int) -> Any:
     """Run ``fn(batch)`` for up to ``steps`` batches; the last step's result and how many ran."""
     kind, payload = source
+    if kind == "remote":
+        # Pull this call's batches first, then agree once on how many steps every replica can
+        # take (one exchange per call, not per step: per step it cost ~1 ms, measured).
+        it, buffer = replica.store[payload], replica.store.setdefault(payload + ":buffer", [])
+        while len(buffer) < steps:
+            batch = next(it, _END)
+            if batch is _END:
+                break
+            buffer.append(batch)
+        common = min(replica.exchange("fused_count", len(buffer)))
+        kind, payload = "shipped", [buffer.pop(0) for _ in range(common)]
     first = replica.step
     out: Any = None
     done = 0
     name = getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
     for k in range(steps):
-        if kind == "shipped":
-            if k >= len(payload):
-                break
-            batch = payload[k]
-        else:  # "remote": the replica's own iterator (distribute_datasets_from_function)
-            batch = next(replica.store[payload], _END)
-            # Every replica must agree to go on, or a collective would wait for a finished peer.
-            have = replica.exchange("fused_continue", batch is not _END)
-            if not all(have):
-                break
+        if k >= len(payload):
+            break
+        batch = payload[k]
         step = first + k
         if k:
             replica.step, replica.seq = step, 0

@@ -340,7 +340,9 @@ class Strategy:
                                           what=f"run_steps of {_fn_name(fn)}", steps=steps)
         done = results[0][1].value
         if done == 0:
-            raise StopIteration("run_steps: the iterator has no batch left")
+            # Uneven ends: some replicas still hold batches. One plain step gives the others
+            # empty batches, as TF does; nothing left at all ends the iteration.
+            return self.run(fn, args=(next(iterator),))
         return self._regroup([r[0] for r in results])
 
     def _system(self, program: Callable[..., Any], *args: Any, per_rank: list[Any] | None = None) -> list[Any]:
