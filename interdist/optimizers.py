@@ -28,6 +28,11 @@ class Optimizer:
         self.name = name or type(self).__name__
         self._id = uuid.uuid4().hex
         self._local_slots: dict[Any, dict[str, Any]] = {}
+        from .values.variables import Variable, VariableAggregation
+
+        # How many times apply_gradients ran (once per call, not per replica), as Keras counts.
+        self.iterations = Variable(np.int64(0), name="iteration", trainable=False,
+                                   aggregation=VariableAggregation.ONLY_FIRST_REPLICA)
 
     def apply_gradients(self, grads_and_vars: Any) -> None:
         """Apply gradients: in replica context they are summed across replicas first."""
@@ -38,13 +43,20 @@ class Optimizer:
         strategy = _context.get_strategy()
         if ctx is not None and not _context.is_default(strategy):
             ctx.merge_call(self._distributed_apply, args=(pairs,))
+            return
+        # In the notebook: the strategy the variables belong to, scope entered or not.
+        owner = getattr(pairs[0][1], "_strategy", None)
+        if owner is not None and _context.is_default(strategy):
+            with owner.scope():
+                self._distributed_apply(owner, pairs, from_notebook=True)
         else:
-            self._distributed_apply(strategy, pairs)
+            self._distributed_apply(strategy, pairs, from_notebook=True)
 
-    def _distributed_apply(self, strategy: Any, pairs: list[tuple[Any, Any]]) -> None:
+    def _distributed_apply(self, strategy: Any, pairs: list[tuple[Any, Any]], from_notebook: bool = False) -> None:
         reduced = strategy.extended.batch_reduce_to(ReduceOp.SUM, [(g, v) for g, v in pairs])
         for (_, var), grad in zip(pairs, reduced):
-            strategy.extended.update(var, self._update_one, args=(grad,), group=False)
+            strategy.extended.update(var, self._update_one, args=(grad, from_notebook), group=False)
+        self.iterations.assign_add(np.int64(1))
 
     def _slots(self, var: Any) -> dict[str, Any]:
         strategy = _context.get_strategy()
@@ -54,8 +66,16 @@ class Optimizer:
             return store.setdefault(var.var_id, {})  # type: ignore[no-any-return]
         return self._local_slots.setdefault(id(var), {})
 
-    def _update_one(self, var: Any, grad: Any) -> Any:
+    _has_slots = False  # optimizers with per-variable state (momentum, moments)
+
+    def _update_one(self, var: Any, grad: Any, from_notebook: bool = False) -> Any:
         slots = self._slots(var)
+        replicas = getattr(_context.get_strategy(), "num_replicas_in_sync", 1)
+        if from_notebook and self._has_slots and "iterations" not in slots and replicas > 1:
+            # As Keras under a multi-replica strategy: slot variables are made on the first apply,
+            # which must happen in replica context (inside strategy.run), not in the notebook.
+            raise RuntimeError(f"{type(self).__name__} must create its slot variables for {var.meta['name']!r} "
+                               "in replica context: call apply_gradients inside strategy.run first")
         slots["iterations"] = slots.get("iterations", 0) + 1
         g = np.asarray(grad, dtype=np.asarray(var).dtype)
         return self._apply_dense(var, g, slots, slots["iterations"])
@@ -79,6 +99,7 @@ class SGD(Optimizer):
             raise ValueError(f"`momentum` must be between [0, 1], but got {momentum!r}")
         self.momentum = float(momentum)
         self.nesterov = nesterov
+        self._has_slots = self.momentum != 0
 
     def _apply_dense(self, var: Any, grad: np.ndarray, slots: dict[str, Any], step: int) -> Any:
         lr = np.asarray(self.learning_rate, dtype=grad.dtype)
@@ -99,6 +120,7 @@ class Adam(Optimizer):
                  epsilon: float = 1e-7, name: str | None = None) -> None:
         super().__init__(learning_rate, name)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self._has_slots = True
 
     def _apply_dense(self, var: Any, grad: np.ndarray, slots: dict[str, Any], step: int) -> Any:
         dt = grad.dtype

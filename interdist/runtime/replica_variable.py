@@ -11,7 +11,8 @@ from .. import _context
 from .._convert import as_array
 from ..collectives.base import mean_of_sum
 from ..reduce_op import ReduceOp
-from ..values.distributed import DistributedValues, PerReplica
+from ..values.distributed import DistributedValues
+from ..values.variables import _maybe
 
 if TYPE_CHECKING:
     from .replica import Replica
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 def convert_for_variable(value: Any, dtype: np.dtype[Any], shape: tuple[int, ...], name: str) -> np.ndarray:
     """``value`` as the variable's dtype and shape, or the error TF gives."""
-    if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype:
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype and value.dtype.kind in "fc":
         # Values that carry a dtype must match, as TF's convert_to_tensor(value, dtype) requires.
         raise ValueError(f"Tensor conversion requested dtype {dtype.name} for a value of dtype {value.dtype.name} "
                          f"(assigning to variable {name})")
@@ -153,13 +154,13 @@ class ReplicaVariable(NDArrayOperatorsMixin):
 
     # -- writes --------------------------------------------------------------
     def assign(self, value: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
-        return self._update("assign", value)
+        return _maybe(read_value, self._update("assign", value))
 
     def assign_add(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
-        return self._update("assign_add", delta)
+        return _maybe(read_value, self._update("assign_add", delta))
 
     def assign_sub(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
-        return self._update("assign_sub", delta)
+        return _maybe(read_value, self._update("assign_sub", delta))
 
     def _local(self, op: str, value: Any) -> ReplicaVariable:
         v = convert_for_variable(value, self.raw.dtype, self.raw.shape, self.meta["name"])

@@ -117,7 +117,16 @@ class StrategyExtended:
         """Many ``reduce_to`` calls; the replicas' parts travel in one program."""
         op = resolve(reduce_op)
         pairs = list(value_destination_pairs)
-        return [self.reduce_to(op, v, d, options) for v, d in pairs]
+        if self._strategy.num_replicas_in_sync > 1:
+            _check_one_dtype([v for v, _ in pairs])
+        out = []
+        for v, d in pairs:
+            if isinstance(v, (DistributedValues, DistributedVariable)):
+                out.append(self.reduce_to(op, v, d, options))
+            else:
+                # TF's batched path hands plain values back as they are (no SUM check).
+                out.append(Tensor(as_array(v), device_lib.host_device()))
+        return out
 
     def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
         """Mirror ``tensor`` to the destination devices."""
@@ -135,7 +144,8 @@ class StrategyExtended:
         """Run ``fn(copy, *args)`` on every copy of ``var`` (on the replicas)."""
         self._strategy._require_cross_replica("update")
         if not isinstance(var, Variable):
-            raise ValueError(f"update() requires a variable created in this strategy's scope, but got {var!r}")
+            # TF 2.21 fails an internal assert here.
+            raise AssertionError(f"update() requires a variable created in this strategy's scope, but got {var!r}")
         return self._strategy._update(var, fn, tuple(args), dict(kwargs or {}), group)
 
     def call_for_each_replica(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None) -> Any:
@@ -174,6 +184,17 @@ class StrategyExtended:
         return self._strategy.experimental_local_results(value)
 
 
+def _check_one_dtype(values: list[Any]) -> None:
+    """``batch_reduce_to`` packs its values into one collective: TF refuses mixed dtypes there."""
+    dtypes = set()
+    for v in values:
+        comps = v.values if isinstance(v, DistributedValues) else (v,)
+        dtypes |= {np.asarray(c).dtype for c in comps[:1]}
+    if len(dtypes) > 1:
+        raise ValueError(f"batch_reduce_to cannot reduce values of different dtypes in one batch: "
+                         f"{sorted(d.name for d in dtypes)}")
+
+
 class Strategy:
     """A state & compute distribution policy on a list of devices (replicas are Dask workers)."""
 
@@ -190,7 +211,7 @@ class Strategy:
         self._var_metas: dict[int, dict[str, Any]] = {}
         self.extended = self._extended_class(self)
         specs = [device_lib.parse(d) for d in devices]
-        self._lease = cluster_lib.acquire(specs, cluster)
+        self._lease = self._acquire(specs, cluster)
         spec = dict(spec or {})
         spec.update(world_size=len(devices), devices=devices, kind=self._kind)
         self._group = DaskGroup(self._lease.client, self._lease.addresses, spec, self._lease.names)
@@ -200,6 +221,10 @@ class Strategy:
         self._group.on_events = self.events.add_msgs
         self._group.on_recover = self._restore_replicas
         self._finalizer = weakref.finalize(self, _close_group, self._group, self._lease)
+
+    def _acquire(self, specs: list[Any], cluster: Any) -> cluster_lib.Lease:
+        # A hook: multi-worker strategies pick their workers by TF task name (strategy/multi_worker.py).
+        return cluster_lib.acquire(specs, cluster)
 
     # -- lifecycle ---------------------------------------------------------------
     def close(self) -> None:
@@ -488,8 +513,10 @@ class Strategy:
         self._check_usable()
         self._require_cross_replica("gather")
         host = device_lib.host_device()
+        if axis < 0:
+            raise ValueError(f"gather requires 0 <= axis < rank of the value, but got axis={axis}")
         if not isinstance(value, DistributedValues):
-            return Tensor(_reduction.gather_components([value] * self.num_replicas_in_sync, axis), host)
+            return Tensor(_reduction.gather_components([value], axis), host)  # TF: the value itself
         comps = self._select_all(value)
         if all(not isinstance(c, StoreRef) for c in comps):
             return Tensor(_reduction.gather_components(list(comps), axis), host)
@@ -630,8 +657,14 @@ class Strategy:
         results = self._group.execute(_update_program, [((fn, *p), {}) for p in per_rank], system=True,
                                       what=f"update of {var._name}")
         out = self._regroup(results)
-        if not group and isinstance(out, PerReplica):
-            return tuple(out.values)
+        if not group:
+            # One result per replica (TF's update_regroup with group=False).
+            if isinstance(out, PerReplica):
+                return tuple(out.values)
+            if isinstance(out, _Handle):
+                return tuple(out._values) if len(out._values) == self.num_replicas_in_sync else \
+                    (out,) * self.num_replicas_in_sync
+            return (out,) * self.num_replicas_in_sync
         return out
 
     # -- input ---------------------------------------------------------------------

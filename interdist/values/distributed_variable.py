@@ -107,6 +107,14 @@ class DistributedVariable(_Handle, DistributedValues, Variable):  # type: ignore
 
     kind = "mirrored"
 
+    def __float__(self) -> float:
+        # TF 2.21's distributed variables do not convert to Python numbers; use np.asarray(v).
+        raise TypeError(f"float() argument must be a string or a real number, not '{type(self).__name__}'")
+
+    def __int__(self) -> int:
+        raise TypeError(f"int() argument must be a string, a bytes-like object or a real number, "
+                        f"not '{type(self).__name__}'")
+
 
 class OneDeviceVariable(_Handle, Variable):  # type: ignore[misc]
     """A regular (not distributed) variable of ``OneDeviceStrategy``, held by its one worker."""

@@ -21,6 +21,11 @@ from .distributed import DistributedValues, PerReplica
 from .tensor import ArrayValue
 
 
+def _maybe(read_value: bool, variable: Any) -> Any:
+    """TF's ``assign(..., read_value=False)`` returns nothing to read (None in eager mode)."""
+    return variable if read_value else None
+
+
 class VariableSynchronization(enum.Enum):
     """When a distributed variable is aggregated: on write (mirrored) or on read."""
 
@@ -179,13 +184,13 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
         return self
 
     def assign(self, value: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
-        return self._apply("assign", value)
+        return _maybe(read_value, self._apply("assign", value))
 
     def assign_add(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
-        return self._apply("assign_add", delta)
+        return _maybe(read_value, self._apply("assign_add", delta))
 
     def assign_sub(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
-        return self._apply("assign_sub", delta)
+        return _maybe(read_value, self._apply("assign_sub", delta))
 
     def _repr_numpy(self) -> str:
         a = self.read_value()
