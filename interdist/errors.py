@@ -33,5 +33,13 @@ class WorkerLostError(InterdistError):
     """The Dask worker that ran a replica is gone."""
 
 
+class NotADatasetError(TypeError, AttributeError):
+    """Something that is not a Dataset was given where one is needed.
+
+    A ``TypeError``, and also an ``AttributeError`` because that is what TensorFlow
+    raises there (it looks for a dataset attribute and fails).
+    """
+
+
 class NoGPUError(InterdistError):
     """GPU devices were asked for on a machine where none can be used."""

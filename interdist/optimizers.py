@@ -44,6 +44,11 @@ class Optimizer:
         if ctx is not None and not _context.is_default(strategy):
             ctx.merge_call(self._distributed_apply, args=(pairs,))
             return
+        if ctx is None:
+            # Keras calls get_replica_context().merge_call(...): inside a strategy's scope, in
+            # cross-replica context, the replica context is None (checked with TF 2.21).
+            raise AttributeError("'NoneType' object has no attribute 'merge_call' (apply_gradients was called in "
+                                 "cross-replica context inside strategy.scope(); call it inside strategy.run)")
         # In the notebook: the strategy the variables belong to, scope entered or not.
         owner = getattr(pairs[0][1], "_strategy", None)
         if owner is not None and _context.is_default(strategy):

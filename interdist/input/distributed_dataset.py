@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import _nest
+from ..errors import NotADatasetError
 from .. import device as device_lib
 from ..values.distributed import PerReplica
 from ..values.tensor import Tensor
@@ -40,8 +41,8 @@ class DistributedDataset(_NoTransformations):
 
     def __init__(self, strategy: Any, dataset: Any, options: InputOptions | None = None) -> None:
         if not isinstance(dataset, Dataset):
-            raise TypeError(f"experimental_distribute_dataset requires an interdist.data.Dataset, "
-                            f"but got {type(dataset).__name__}")
+            raise NotADatasetError(f"experimental_distribute_dataset requires an interdist.data.Dataset, "
+                                   f"but got {type(dataset).__name__}")
         if options is not None and not isinstance(options, InputOptions):
             raise TypeError(f"options must be a tf.distribute.InputOptions, but got {type(options).__name__}")
         check_options_for_distribute_dataset(options)
@@ -131,7 +132,7 @@ class DistributedDatasetsFromFunction(_NoTransformations):
             raise TypeError(f"dataset_fn must be callable, but got {type(dataset_fn).__name__}")
         if options is not None and not isinstance(options, InputOptions):
             raise TypeError(f"options must be a tf.distribute.InputOptions, but got {type(options).__name__}")
-        check_options_for_datasets_from_function(options)
+        check_options_for_datasets_from_function(options, per_replica_supported=strategy._kind == "mirrored")
         self._strategy = strategy
         self._key = f"dataset:{next(_ids)}"
         per_replica = options is not None and options.experimental_replication_mode == InputReplicationMode.PER_REPLICA
@@ -164,6 +165,9 @@ class _RemoteIterator(DistributedIterator):
         if all(r is None for r in results):
             self._done = True
             raise StopIteration
+        if any(r is None for r in results) and self._strategy._kind == "central_storage":
+            self._done = True  # TF's CentralStorageStrategy stops instead of padding (checked with TF 2.21)
+            raise StopIteration
         if any(r is None for r in results):
             # TF: a replica whose pipeline ran out while others still had a batch gets an empty batch.
             template = next(r for r in results if r is not None)
@@ -191,7 +195,8 @@ def _make_dataset(replica: Any, key: str, dataset_fn: Callable[[InputContext], A
         ctx = InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=n)
     dataset = dataset_fn(ctx)
     if not isinstance(dataset, Dataset):
-        raise TypeError(f"dataset_fn must return an interdist.data.Dataset, but it returned {type(dataset).__name__}")
+        raise NotADatasetError(f"dataset_fn must return an interdist.data.Dataset, but it returned "
+                               f"{type(dataset).__name__}")
     if not per_replica and n > 1:
         dataset = dataset.shard(n, rank)
     replica.store[key] = dataset

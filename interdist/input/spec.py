@@ -70,7 +70,8 @@ class TensorSpec:
         object.__setattr__(self, "name", name)
 
     def __repr__(self) -> str:
-        return f"TensorSpec(shape={self.shape!r}, dtype={self.dtype.name}, name={self.name!r})"
+        # As TF prints it (dtype=tf.float32), so element_spec strings read the same.
+        return f"TensorSpec(shape={self.shape!r}, dtype=tf.{self.dtype.name}, name={self.name!r})"
 
     @property
     def rank(self) -> int:

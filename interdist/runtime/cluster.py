@@ -51,6 +51,9 @@ _reaper: threading.Thread | None = None
 def _start_local_cpu(n: int) -> Lease:
     from distributed import Client, LocalCluster
 
+    from ..dashboard.pages import register_pages
+
+    register_pages()  # the scheduler reads its dashboard pages once, as it starts
     cluster = LocalCluster(
         n_workers=n,
         threads_per_worker=1,
@@ -86,7 +89,8 @@ def _start_local_gpu(n: int) -> Lease:
 
 
 def _lease_from(client: Any, cluster: Any, n: int, embedded: bool, key: Any = None) -> Lease:
-    client.wait_for_workers(n, timeout=120)
+    if embedded:
+        client.wait_for_workers(n, timeout=120)
     workers = client.scheduler_info(n_workers=-1)["workers"]
     ordered = sorted(workers.items(), key=lambda kv: _name_key(kv[1].get("name"), kv[0]))
     if len(ordered) < n:

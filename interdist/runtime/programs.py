@@ -60,7 +60,8 @@ def delete_variables(replica: Replica, var_ids: list[int]) -> None:
 def assign_variable(replica: Replica, var_id: int, op: str, value: Any) -> None:
     """A cross-replica write from the notebook (the value was checked there)."""
     with _context.enter(replica.view, None):
-        replica.variables[var_id]._update(op, value)
+        var = replica.variables[var_id]._update(op, value)
+    return np.array(var.raw, copy=True)  # what the assign returns: the value right after it
 
 
 def read_variable(replica: Replica, var_id: int) -> Any:

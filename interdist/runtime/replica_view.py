@@ -223,8 +223,15 @@ class ReplicaStrategyView:
         return _regroup_local(self._replica.exchange("run", out), self.num_replicas_in_sync)
 
     def experimental_distribute_values_from_function(self, value_fn: Callable[..., Any]) -> Any:
-        raise RuntimeError("experimental_distribute_values_from_function must be called in the notebook, "
-                           "not inside a replica function")
+        from .programs import ValueContext, convert_value
+
+        n = self.num_replicas_in_sync
+        return PerReplica([convert_value(value_fn(ValueContext(r, n))) for r in range(n)])
+
+    def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
+        from ..input.distributed_dataset import DistributedDataset
+
+        return DistributedDataset(self, dataset, options)
 
     def __repr__(self) -> str:
         return f"<interdist strategy view: replica {self._replica.rank} of group {self._replica.group_id}>"

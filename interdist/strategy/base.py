@@ -463,6 +463,10 @@ class Strategy:
         ``axis=None`` reduces across replicas only; ``axis=0`` also across the batch
         (MEAN divides by the true number of elements, also for uneven last batches).
         """
+        if not isinstance(reduce_op, (str, ReduceOp)) and type(reduce_op).__name__ != "VariableAggregation":
+            # TF 2.21 fails an internal assert for anything that is neither a string nor a ReduceOp.
+            raise AssertionError(f"reduce_op must be a tf.distribute.ReduceOp or one of 'SUM', 'MEAN', "
+                                 f"but got {reduce_op!r}")
         op = resolve(reduce_op)
         self._check_usable()
         self._require_cross_replica("reduce")
@@ -557,6 +561,9 @@ class Strategy:
                 "creating them inside strategy.run is not supported yet")
         a = normalize_args(initial_value, name, trainable, dtype, synchronization,
                            VariableAggregation.NONE if aggregation is None else aggregation)
+        if a["synchronization"] == VariableSynchronization.NONE and a["trainable"]:
+            raise ValueError("Synchronization value NONE is not supported for trainable variables in a "
+                             f"distribution strategy (variable {a['name']!r}); set trainable=False")
         if a["synchronization"] == VariableSynchronization.AUTO and self._kind != "central_storage":
             a["synchronization"] = VariableSynchronization.ON_WRITE
         if a["aggregation"].name == "MEAN" and a["value"].dtype.kind not in "fc":
@@ -629,7 +636,7 @@ class Strategy:
                 return total if agg == "SUM" else np.asarray(total / len(copies), dtype=total.dtype)
         return self._read_copy(var, 0)
 
-    def _assign_variable(self, var: Any, op: str, value: Any) -> None:
+    def _assign_variable(self, var: Any, op: str, value: Any) -> Any:
         from ..runtime.replica_variable import convert_for_variable
 
         if _context.get_replica_context() is not None and not _context.is_default(_context.get_strategy()):
@@ -647,7 +654,11 @@ class Strategy:
             parts = [np.asarray(value) if isinstance(value, (Variable, ArrayValue)) else value] * n
         # Every replica's value is checked before any replica changes.
         checked = [convert_for_variable(p, var.dtype, var.shape, var._name) for p in parts]
-        self._system(programs.assign_variable, per_rank=[(var._var_id, op, c) for c in checked])
+        after = self._system(programs.assign_variable, per_rank=[(var._var_id, op, c) for c in checked])
+        if isinstance(var, MirroredVariable) and n > 1:
+            # TF returns the values as they are right after this assign (a snapshot), not the live variable.
+            return Mirrored([self._remote(r, m) for r, m in enumerate(after)], self)
+        return None
 
     def _update(self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                 group: bool) -> Any:
@@ -657,6 +668,8 @@ class Strategy:
         results = self._group.execute(_update_program, [((fn, *p), {}) for p in per_rank], system=True,
                                       what=f"update of {var._name}")
         out = self._regroup(results)
+        if not group and self._kind == "central_storage":
+            return (out.values[0] if isinstance(out, DistributedValues) else out,)  # one copy, one result
         if not group:
             # One result per replica (TF's update_regroup with group=False).
             if isinstance(out, PerReplica):

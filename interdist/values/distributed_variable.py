@@ -94,8 +94,8 @@ class _Handle:
         return getattr(ufunc, method)(*conv, **kwargs)
 
     def _apply(self, op: str, value: Any) -> Any:
-        self._strategy._assign_variable(self, op, value)
-        return self
+        snapshot = self._strategy._assign_variable(self, op, value)
+        return self if snapshot is None else snapshot
 
     def __repr__(self) -> str:
         body = ",\n".join(f"  {i}: {v!r}" for i, v in enumerate(self._values))

@@ -45,11 +45,11 @@ class VariableAggregation(enum.Enum):
 
 
 def _enum(cls: Any, value: Any, what: str) -> Any:
+    # TF accepts only the enum members (a string such as "sum" is refused).
     if isinstance(value, cls):
         return value
-    if isinstance(value, str) and value.upper() in cls.__members__:
-        return cls[value.upper()]
-    raise ValueError(f"Invalid {what} {value!r}; choose one of {', '.join(cls.__members__)}")
+    raise ValueError(f"Invalid variable {what} mode: {value!r}; use one of "
+                     f"{', '.join(f'{cls.__name__}.{m}' for m in cls.__members__)}")
 
 
 _ids = itertools.count(1)

@@ -13,12 +13,6 @@ from .runner import RECORDED, SHARED, load, run_case
 
 # id -> why interdist differs from the recording (kept short and honest).
 KNOWN_DIVERGENCES: dict[str, str] = {
-    "optimizer.sgd.mirrored1": "TF 2.21's Keras optimizer fails on a one-device MirroredStrategy ('destinations must "
-                               "be one of ...'): a TF bug interdist does not copy",
-    "optimizer.adam.mirrored1": "the same TF bug as optimizer.sgd.mirrored1",
-    "variables.cross_replica_assign_return.M2": "TF fails to convert the value a cross-replica assign returns "
-                                                "('__array__ method not producing an array'); interdist returns "
-                                                "the variable",
 }
 
 SEED = load(SHARED)

@@ -376,7 +376,7 @@ def test_options_defaults_merge_and_validation() -> None:
 def test_tensor_spec() -> None:
     spec = TensorSpec([None, 3], "float32")
     assert spec.shape == (None, 3) and spec.dtype == np.float32
-    assert repr(spec) == "TensorSpec(shape=(None, 3), dtype=float32, name=None)"
+    assert repr(spec) == "TensorSpec(shape=(None, 3), dtype=tf.float32, name=None)"
     assert spec == TensorSpec((None, 3), np.float32) and hash(spec) == hash(
         TensorSpec((None, 3), np.float32)
     )

@@ -183,9 +183,17 @@ def main() -> int:
     ap.add_argument("-j", type=int, default=2, help="parallel TF processes")
     ap.add_argument("--fresh", action="store_true", help="ignore the cache")
     ap.add_argument("--show", action="store_true", help="print each selected outcome")
+    ap.add_argument("--round2", action="store_true",
+                    help="record the round-2 cases (cases2.py) into recorded_cases_2.json / tf_raw_2.json")
     a = ap.parse_args()
 
-    import cases  # noqa: F401  (fills CASES)
+    global OUT, RAW
+    if a.round2:
+        OUT = HERE.parent / "recorded_cases_2.json"
+        RAW = HERE / "tf_raw_2.json"
+        import cases2  # noqa: F401  (fills CASES)
+    else:
+        import cases  # noqa: F401  (fills CASES)
 
     raw = json.loads(RAW.read_text()) if RAW.exists() else {}
     sel = [c for c in CASES if a.k in c["id"]]

@@ -1,0 +1,64 @@
+"""What every dashboard view shares: a ``source``, a ``root``, ``update(model)`` and two filters.
+
+The shape is Dask's dashboard components' (``distributed/dashboard/components``),
+so a view works the same inline (through ``jupyter_bokeh``) and as a Dask page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bokeh.models.layouts import LayoutDOM
+from bokeh.models.sources import ColumnDataSource
+
+from ..model import DashboardModel
+
+
+class View:
+    """Base of the views: skips redraws when neither the model nor a filter changed."""
+
+    name = "view"
+    title = "interdist"
+    source: ColumnDataSource
+    root: LayoutDOM
+
+    def __init__(self) -> None:
+        # Filters set by the inline dashboard's selectors; None shows everything.
+        self.replica: int | None = None
+        self.variable: str | None = None
+        self._seen: tuple[Any, ...] | None = None
+
+    def update(self, model: DashboardModel, force: bool = False) -> bool:
+        """Redraw from ``model``; False when nothing changed since the last call."""
+        key = (id(model), model.version, self.replica, self.variable, self._clock_key(model))
+        if key == self._seen and not force:
+            return False
+        self._seen = key
+        self._update(model)
+        return True
+
+    def _clock_key(self, model: DashboardModel) -> Any:
+        """Extra state that makes a redraw due without a new event (the watchdog's clock)."""
+        return None
+
+    def _update(self, model: DashboardModel) -> None:
+        raise NotImplementedError
+
+    def shows_replica(self, replica: int) -> bool:
+        return self.replica is None or self.replica == replica
+
+
+def set_data(source: ColumnDataSource, data: dict[str, list[Any]]) -> None:
+    """Replace the source's columns, but only when they differ: every assignment goes to the browser."""
+    old = source.data
+    if set(old) == set(data) and all(list(old[k]) == list(v) for k, v in data.items()):
+        return
+    source.data = data
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"

@@ -1,0 +1,46 @@
+"""Run progress: finished steps over time and steps per second."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bokeh.layouts import column
+from bokeh.models.sources import ColumnDataSource
+from bokeh.models.widgets import Div
+from bokeh.plotting import figure
+
+from ..model import DashboardModel
+from ._base import View, set_data
+
+COLUMNS = ["time", "step", "count"]
+SHOWN = 2000
+
+
+class Progress(View):
+    """A status line (steps, steps/s, running function) and a plot of finished steps."""
+
+    name = "progress"
+    title = "interdist: progress"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        self.source = ColumnDataSource({c: [] for c in COLUMNS}, name=f"interdist-{self.name}")  # found by tests in the browser
+        self.status = Div(text="no steps yet")
+        fig = figure(height=kwargs.pop("height", 180), sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset",
+                     x_axis_label="seconds since first event", y_axis_label="steps finished")
+        fig.line(x="time", y="count", source=self.source)
+        self.figure = fig
+        self.root = column(self.status, fig, sizing_mode="stretch_width", **kwargs)
+
+    def _update(self, model: DashboardModel) -> None:
+        t0 = model.t0 or 0.0
+        done = list(model.steps_done)
+        first = max(0, len(done) - SHOWN)
+        shown = done[first:]
+        set_data(self.source, {"time": [t - t0 for t, _ in shown], "step": [s for _, s in shown],
+                               "count": list(range(first + 1, first + len(shown) + 1))})
+        running = f", running step {model.running_step} ({model.last_fn})" if model.running_step is not None else ""
+        self.status.text = (f"<b>{len(done)}</b> step(s) finished on <b>{model.world_size}</b> replica(s), "
+                            f"<b>{model.steps_per_second():.1f}</b> steps/s{running}"
+                            + (f", <span style='color:red'>{len(model.failures)} failure(s)</span>"
+                               if model.failures else ""))

@@ -1,0 +1,74 @@
+"""Replica values: one row per replica per variable, with a divergence marker.
+
+Divergence (mirrored copies whose checksums differ) is the thing a user of
+``MirroredStrategy`` most needs to see, so diverged rows are red and say since
+which step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bokeh.layouts import column
+from bokeh.models.sources import ColumnDataSource
+from bokeh.models.widgets import DataTable, Div, NumberFormatter, StringFormatter, TableColumn
+
+from ..model import DashboardModel
+from ._base import View, set_data
+
+COLUMNS = ["var_id", "variable", "replica", "shape", "dtype", "device", "norm", "checksum", "step",
+           "status", "color"]
+
+
+class ReplicaValues(View):
+    """Table of every variable's copy on every replica."""
+
+    name = "replica-values"
+    title = "interdist: replica values"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        self.source = ColumnDataSource({c: [] for c in COLUMNS}, name=f"interdist-{self.name}")  # found by tests in the browser
+        text = StringFormatter(text_color="color")  # red for diverged rows, from the "color" column
+        num = NumberFormatter(format="0.000000", text_color="color")
+        cols = [
+            TableColumn(field="variable", title="variable", formatter=text, width=120),
+            TableColumn(field="replica", title="replica", width=60),
+            TableColumn(field="shape", title="shape", width=80),
+            TableColumn(field="dtype", title="dtype", width=70),
+            TableColumn(field="device", title="device", width=330),
+            TableColumn(field="norm", title="norm", formatter=num),
+            TableColumn(field="checksum", title="checksum", formatter=num),
+            TableColumn(field="step", title="step", width=50),
+            TableColumn(field="status", title="status", formatter=text),
+        ]
+        self.summary = Div(text="no variables yet")
+        self.table = DataTable(source=self.source, columns=cols, index_position=None,
+                               sizing_mode="stretch_width", height=kwargs.pop("height", 300))
+        self.root = column(self.summary, self.table, sizing_mode="stretch_width", **kwargs)
+
+    def _update(self, model: DashboardModel) -> None:
+        data: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+        for (var_id, replica), c in sorted(model.copies.items()):
+            info = model.variables.get(var_id)
+            name = info.name if info is not None else f"var {var_id}"
+            if not self.shows_replica(replica) or (self.variable is not None and name != self.variable):
+                continue
+            since = model.diverged_since.get(var_id)
+            if since is not None:
+                status, color = f"DIVERGED since step {since}", "red"
+            elif info is not None and info.synchronization == "ON_READ":
+                status, color = "on-read (per replica)", "black"
+            else:
+                status, color = "ok", "black"
+            row = {"var_id": var_id, "variable": name, "replica": replica,
+                   "shape": str(tuple(info.shape)) if info is not None else "?",
+                   "dtype": info.dtype if info is not None else "?", "device": c.device,
+                   "norm": c.norm, "checksum": c.checksum, "step": c.step, "status": status, "color": color}
+            for k in COLUMNS:
+                data[k].append(row[k])
+        set_data(self.source, data)
+        n_div = len(model.diverged_since)
+        self.summary.text = (f"<b>{len(model.variables)}</b> variable(s) on <b>{len(model.replicas)}</b> replica(s)"
+                             + (f" &mdash; <span style='color:red'><b>{n_div} diverged</b></span>" if n_div else
+                                " &mdash; copies agree"))

@@ -1,0 +1,70 @@
+"""Collective timeline: per replica, each collective as a bar split into wait and transfer.
+
+Wait (grey) is time spent for the slowest peer to arrive; transfer (colour) is
+moving and combining data. A long grey bar on one replica and none on another
+names the straggler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bokeh.models.sources import ColumnDataSource
+from bokeh.models.tickers import SingleIntervalTicker
+from bokeh.models.tools import HoverTool
+from bokeh.plotting import figure
+
+from ..model import DashboardModel
+from ._base import View, fmt_bytes, set_data
+
+COLUMNS = ["replica", "op", "step", "seq", "start", "mid", "end", "wait_ms", "transfer_ms", "nbytes", "bytes",
+           "algorithm", "backend"]
+# The newest collectives only: a plot of thousands of bars is unreadable and slow to send.
+SHOWN = 300
+
+
+class Timeline(View):
+    """Horizontal bars on a time axis (seconds since the first event), one row per replica."""
+
+    name = "timeline"
+    title = "interdist: collective timeline"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        self.source = ColumnDataSource({c: [] for c in COLUMNS}, name=f"interdist-{self.name}")  # found by tests in the browser
+        fig = figure(title="collectives per replica: wait (grey) vs transfer (blue)",
+                     x_axis_label="seconds since first event", y_axis_label="replica",
+                     tools="xpan,xwheel_zoom,reset", height=kwargs.pop("height", 260),
+                     sizing_mode="stretch_width", **kwargs)
+        fig.hbar(y="replica", left="start", right="mid", height=0.6, source=self.source,
+                 color="#bbbbbb", legend_label="wait")
+        fig.hbar(y="replica", left="mid", right="end", height=0.6, source=self.source,
+                 color="#1f77b4", legend_label="transfer")
+        fig.yaxis.ticker = SingleIntervalTicker(interval=1)
+        fig.add_layout(fig.legend[0], "right")  # outside the plot: inside, it hides the first bars
+        fig.add_tools(HoverTool(tooltips=[("op", "@op #@seq (step @step)"), ("wait", "@wait_ms{0.000} ms"),
+                                          ("transfer", "@transfer_ms{0.000} ms"), ("bytes", "@bytes"),
+                                          ("algorithm", "@algorithm / @backend")]))
+        self.figure = fig
+        self.root = fig
+
+    def _update(self, model: DashboardModel) -> None:
+        t0 = model.t0 or 0.0
+        rows = [e for e in model.timeline if self.shows_replica(e.replica)][-SHOWN:]
+        data: dict[str, list[Any]] = {
+            "replica": [e.replica for e in rows],
+            "op": [e.op for e in rows],
+            "step": [e.step for e in rows],
+            "seq": [e.seq for e in rows],
+            "start": [e.start - t0 for e in rows],
+            "mid": [e.start - t0 + e.wait_s for e in rows],
+            # the bar ends where the replica left, which also covers the bookkeeping around the transfer
+            "end": [max(e.end - t0, e.start - t0 + e.wait_s + e.transfer_s) for e in rows],
+            "wait_ms": [e.wait_s * 1e3 for e in rows],
+            "transfer_ms": [e.transfer_s * 1e3 for e in rows],
+            "nbytes": [e.nbytes for e in rows],
+            "bytes": [fmt_bytes(e.nbytes) for e in rows],
+            "algorithm": [e.algorithm for e in rows],
+            "backend": [e.backend for e in rows],
+        }
+        set_data(self.source, data)

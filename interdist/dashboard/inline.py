@@ -1,0 +1,176 @@
+"""``strategy.dashboard()``: the views in a notebook, as ipywidgets through ``jupyter_bokeh``.
+
+Events reach the notebook with each step's reply and are handed to
+``strategy.events.listeners`` on the step's own thread. The listener here only
+appends to a deque (O(1), thread-safe): the model is fed and the views redrawn by
+a pump thread at most ``1 / interval`` times a second, so a fast training loop
+pays almost nothing for a live dashboard (measured in benchmarks/bench_dashboard.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import weakref
+from collections import deque
+from typing import Any
+
+from .. import events
+from .components import VIEWS, View
+from .model import DashboardModel
+
+logger = logging.getLogger("interdist")
+
+
+class InlineDashboard:
+    """The model, the views, the controls and the pump thread of one strategy's dashboard."""
+
+    def __init__(self, strategy: Any, interval: float = 0.2, threshold_s: float = 5.0) -> None:
+        self.model = DashboardModel()
+        self.interval = interval
+        self.updates = 0  # redraws done, for the status line and tests
+        self.paused = False
+        self._pending: deque[events.Event] = deque()
+        self._lock = threading.Lock()  # the pump thread and widget callbacks both redraw
+        self._stop = threading.Event()
+        self._strategy = weakref.ref(strategy)
+        devices = list(strategy.extended.worker_devices)
+        for r, address in enumerate(strategy._lease.addresses):
+            self.model.note_worker(r, address, devices[r] if r < len(devices) else None)
+        self.views: dict[str, View] = {name: cls() for name, cls in VIEWS.items()}
+        self.views["watchdog"].threshold_s = threshold_s  # type: ignore[attr-defined]
+        log = strategy.events
+        self._listener = self._pending.append
+        # Snapshot and subscribe under the log's lock so no event is missed; an event
+        # being delivered at that moment may arrive twice, so the first drain skips it.
+        with log._cond:
+            seed = list(log.events)
+            log.listeners.append(self._listener)
+        self._seed_ids = {id(e) for e in seed}
+        self.model.feed_many(seed)
+        self.widget = self._build_widgets()
+        self.refresh(force=True)
+        self._thread = threading.Thread(target=self._run, name="interdist-dashboard", daemon=True)
+        self._thread.start()
+
+    # -- the loop ------------------------------------------------------------------
+    def pump(self) -> int:
+        """Feed the model with the events that arrived since the last call; how many."""
+        n = 0
+        while self._pending:
+            e = self._pending.popleft()
+            if self._seed_ids and id(e) in self._seed_ids:
+                continue
+            self.model.feed(e)
+            n += 1
+        if n:
+            self._seed_ids = set()
+        return n
+
+    def refresh(self, force: bool = False) -> None:
+        """Redraw every view whose data changed (all of them with ``force``)."""
+        with self._lock:
+            self.pump()
+            self._sync_selectors()
+            changed = [v.update(self.model, force) for v in self.views.values()]
+            if any(changed):
+                self.updates += 1
+            self._status.value = (f"{self.model.version} events, {self.updates} updates"
+                                  + (" (paused)" if self.paused else ""))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            strategy = self._strategy()
+            closed = strategy is None or getattr(strategy, "_closed", False)
+            del strategy
+            try:
+                if self.paused:
+                    self.pump()
+                else:
+                    self.refresh()
+            except Exception:
+                logger.debug("interdist dashboard: redraw failed", exc_info=True)
+            if closed:
+                self.close()
+
+    def close(self) -> None:
+        """Stop updating and unsubscribe (the widgets stay, showing the last state)."""
+        self._stop.set()
+        strategy = self._strategy()
+        if strategy is not None and self._listener in strategy.events.listeners:
+            strategy.events.listeners.remove(self._listener)
+
+    # -- widgets -------------------------------------------------------------------
+    def _build_widgets(self) -> Any:
+        import ipywidgets as w
+        from jupyter_bokeh import BokehModel
+
+        self._replica = w.Dropdown(description="replica", options=[("all", -1)], value=-1)
+        self._variable = w.Dropdown(description="variable", options=["all"], value="all")
+        self._pause = w.ToggleButton(description="pause", icon="pause", value=False)
+        self._refresh = w.Button(description="refresh", icon="refresh")
+        self._status = w.Label(value="")
+        self._replica.observe(self._on_filter, names="value")
+        self._variable.observe(self._on_filter, names="value")
+        self._pause.observe(self._on_pause, names="value")
+        self._refresh.on_click(lambda _: self.refresh(force=True))
+        controls = w.HBox([self._replica, self._variable, self._pause, self._refresh, self._status])
+        self.bokeh_models = {name: BokehModel(v.root) for name, v in self.views.items()}
+        box = DashboardBox([controls, *self.bokeh_models.values()])
+        box.dashboard = self
+        return box
+
+    def _sync_selectors(self) -> None:
+        replicas = [("all", -1)] + [(f"replica {r}", r) for r in self.model.replicas]
+        if list(self._replica.options) != replicas:
+            self._replica.options = replicas
+        names = ["all"] + sorted({v.name for v in self.model.variables.values()})
+        if list(self._variable.options) != names:
+            self._variable.options = names
+
+    def _on_filter(self, _: Any) -> None:
+        replica = self._replica.value
+        variable = self._variable.value
+        for v in self.views.values():
+            v.replica = None if replica in (-1, None) else int(replica)
+            v.variable = None if variable in ("all", None) else str(variable)
+        self.refresh(force=True)
+
+    def _on_pause(self, change: Any) -> None:
+        self.paused = bool(change["new"])
+        self._pause.description = "resume" if self.paused else "pause"
+        if not self.paused:
+            self.refresh(force=True)
+
+
+@functools.cache
+def _box_class() -> Any:
+    import ipywidgets as w
+
+    class _DashboardBox(w.VBox):  # type: ignore[misc]  # ipywidgets is untyped
+        """A VBox that keeps its dashboard alive (``box.dashboard``) as long as it is shown."""
+
+        dashboard: InlineDashboard | None = None
+
+    return _DashboardBox
+
+
+def DashboardBox(children: list[Any]) -> Any:
+    return _box_class()(children)
+
+
+def show(strategy: Any, interval: float = 0.2, threshold_s: float = 5.0) -> Any:
+    """A live dashboard of ``strategy``'s replicas, as an ipywidgets layout.
+
+    ``interval`` (seconds) throttles redraws (0.2: five a second); ``threshold_s``
+    is how long a collective may stay open before the watchdog lists it.
+
+    >>> import interdist as idist
+    >>> s = idist.MirroredStrategy(["CPU:0", "CPU:1"])
+    >>> box = s.dashboard()
+    >>> sorted(box.dashboard.views)
+    ['placement', 'progress', 'replica-values', 'timeline', 'timings', 'watchdog']
+    >>> box.dashboard.close(); s.close()
+    """
+    return InlineDashboard(strategy, interval, threshold_s).widget

@@ -1,0 +1,350 @@
+"""The dashboard's state, built from events alone.
+
+Every view (inline in a notebook, or a page of the Dask dashboard) reads one
+``DashboardModel``; the model reads nothing but ``interdist.events`` (plus, as an
+envelope, which worker sent a batch). So a recorded event stream rebuilds exactly
+what a live run showed, which is how the views are tested.
+
+The model is not thread-safe on purpose: each owner feeds it from one thread (the
+scheduler's event loop, or the inline dashboard's pump thread), and taking a lock
+per event would cost time on the step path for no reader that needs it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from .. import events
+
+# Checksums are float64 sums computed on each worker; mirrored copies updated by the
+# same all-reduced values agree to rounding, so only a real difference may show.
+DEFAULT_RTOL = 1e-6
+DEFAULT_ATOL = 1e-9
+# Bounded history: a long training run must not grow the notebook's memory.
+MAX_TIMELINE = 2000
+MAX_TIMINGS = 5000
+MAX_STEPS = 5000
+MAX_PENDING_STEPS = 64  # steps of checksums kept while waiting for a late replica's batch
+
+# NCCL's convention: bus bandwidth = algorithm bandwidth x this factor, so that the
+# numbers of different collectives compare against the link's speed.
+def _bus_factor(op: str, n: int) -> float:
+    if n <= 1:
+        return 1.0
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass
+class VariableInfo:
+    var_id: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    synchronization: str
+    aggregation: str
+    created_step: int
+
+
+@dataclass
+class CopySummary:
+    """One replica's copy of one variable, as its last event described it."""
+
+    device: str
+    norm: float
+    checksum: float
+    step: int
+    time: float
+
+
+@dataclass
+class TimelineEntry:
+    replica: int
+    step: int
+    seq: int
+    op: str
+    start: float  # when the replica entered the collective (wall clock, seconds)
+    wait_s: float
+    transfer_s: float
+    end: float
+    nbytes: int
+    algorithm: str
+    backend: str
+
+
+@dataclass
+class TimingPoint:
+    replica: int
+    time: float
+    step: int
+    op: str
+    latency_s: float
+    nbytes: int
+    bus_gbps: float
+
+
+@dataclass
+class OpenCollective:
+    """A collective some replicas entered: who arrived when, who already left."""
+
+    op: str
+    step: int
+    seq: int
+    entered: dict[int, float] = field(default_factory=dict)
+    exited: set[int] = field(default_factory=set)
+
+
+@dataclass
+class StuckCollective:
+    op: str
+    step: int
+    seq: int
+    arrived: dict[int, float]  # replica -> seconds it has been waiting
+    missing: list[int]
+
+
+class DashboardModel:
+    """Per-replica values, divergence, collectives, watchdog and progress, from events.
+
+    >>> from interdist import events
+    >>> m = DashboardModel()
+    >>> m.feed(events.RunStarted("g", 1, 0, 10.0, "step", "run"))
+    >>> m.replicas
+    [0]
+    """
+
+    def __init__(self, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> None:
+        self.rtol = rtol
+        self.atol = atol
+        self.group: str | None = None
+        self.version = 0  # bumped on every event: views skip redraws when it is unchanged
+        self.t0: float | None = None  # time of the first event: the time axes start there
+        self.last_time = 0.0
+        self._replicas: set[int] = set()
+        self.workers: dict[int, str] = {}  # replica -> worker address (envelope facts)
+        self.replica_devices: dict[int, str] = {}
+        self.variables: dict[int, VariableInfo] = {}
+        self.copies: dict[tuple[int, int], CopySummary] = {}  # (var_id, replica) -> summary
+        self.diverged_since: dict[int, int] = {}  # var_id -> step where copies began to differ
+        self._checks: dict[int, dict[int, dict[int, float]]] = {}  # var_id -> step -> replica -> checksum
+        self._judged: dict[int, int] = {}  # var_id -> last step compared
+        self.timeline: deque[TimelineEntry] = deque(maxlen=MAX_TIMELINE)
+        self.timings: deque[TimingPoint] = deque(maxlen=MAX_TIMINGS)
+        self.open: dict[tuple[int, int], OpenCollective] = {}  # (step, seq) -> state
+        self.failures: list[events.ReplicaFailed] = []
+        self.steps_done: deque[tuple[float, int]] = deque(maxlen=MAX_STEPS)  # (time, step) of finished run steps
+        self._starting: dict[int, set[int]] = {}  # step -> replicas that started it
+        self._finishing: dict[int, set[int]] = {}  # step -> replicas that finished it
+        self._counted: set[int] = set()  # steps already counted as finished
+        self.running_step: int | None = None
+        self.last_fn = ""
+
+    # -- facts about the replicas ------------------------------------------------
+    @property
+    def replicas(self) -> list[int]:
+        return sorted(self._replicas)
+
+    @property
+    def world_size(self) -> int:
+        return max(self._replicas) + 1 if self._replicas else 0
+
+    def note_worker(self, replica: int, address: str, device: str | None = None) -> None:
+        """Record where a replica runs (from a batch's envelope or the strategy's lease)."""
+        self._replicas.add(replica)
+        self.workers[replica] = address
+        if device is not None:
+            self.replica_devices[replica] = device
+
+    # -- feeding -------------------------------------------------------------------
+    def feed_many(self, evs: list[events.Event]) -> None:
+        for e in evs:
+            self.feed(e)
+
+    def feed(self, e: events.Event) -> None:
+        """Apply one event. Unknown kinds are ignored, so old dashboards survive new events."""
+        if self.group is None:
+            self.group = e.group
+        self.version += 1
+        self._replicas.add(e.replica)
+        if self.t0 is None or e.time < self.t0:
+            self.t0 = e.time
+        self.last_time = max(self.last_time, e.time)
+        if isinstance(e, events.CollectiveEntered):
+            self._entered(e)
+        elif isinstance(e, events.CollectiveExited):
+            self._exited(e)
+        elif isinstance(e, events.VariableUpdated):
+            self._copy(e.var_id, e.replica, CopySummary(e.device, e.norm, e.checksum, e.step, e.time))
+        elif isinstance(e, events.VariableCreated):
+            self._created(e)
+        elif isinstance(e, events.RunStarted):
+            self._started(e)
+        elif isinstance(e, events.RunFinished):
+            self._finished(e)
+        elif isinstance(e, events.ReplicaFailed):
+            self.failures.append(e)
+
+    def _created(self, e: events.VariableCreated) -> None:
+        self.variables[e.var_id] = VariableInfo(e.var_id, e.name, tuple(e.shape), e.dtype, e.synchronization,
+                                                e.aggregation, e.step)
+        self._copy(e.var_id, e.replica, CopySummary(e.device, e.norm, e.checksum, e.step, e.time))
+
+    def _copy(self, var_id: int, replica: int, summary: CopySummary) -> None:
+        self.copies[(var_id, replica)] = summary
+        info = self.variables.get(var_id)
+        if info is not None and info.synchronization == "ON_READ":
+            return  # sync-on-read copies differ by design; they are aggregated on read
+        # Each worker's events come in its own batches, so replica 0 may report steps
+        # 3..6 before replica 1 reports step 3. Checksums are therefore kept per step
+        # and compared once every copy has reported that step: the divergence then
+        # begins at the right step whatever order the batches came in.
+        per_step = self._checks.setdefault(var_id, {})
+        seen = per_step.setdefault(summary.step, {})
+        seen[replica] = summary.checksum
+        holders = {r for (v, r) in self.copies if v == var_id}
+        if len(holders) >= 2 and holders <= set(seen):
+            self._judge(var_id, summary.step, list(seen.values()))
+            for old in [st for st in per_step if st <= summary.step]:
+                del per_step[old]
+        while len(per_step) > MAX_PENDING_STEPS:
+            del per_step[min(per_step)]
+
+    def _judge(self, var_id: int, step: int, checksums: list[float]) -> None:
+        if step <= self._judged.get(var_id, -1 << 62):
+            return  # an older step, completed late: the newer verdict stands
+        self._judged[var_id] = step
+        lo, hi = min(checksums), max(checksums)
+        if hi - lo > self.atol + self.rtol * max(abs(lo), abs(hi)):
+            self.diverged_since.setdefault(var_id, step)
+        else:
+            self.diverged_since.pop(var_id, None)
+
+    def _entered(self, e: events.CollectiveEntered) -> None:
+        oc = self.open.get((e.step, e.seq))
+        if oc is None:
+            oc = self.open[(e.step, e.seq)] = OpenCollective(e.op, e.step, e.seq)
+        oc.entered[e.replica] = e.time
+
+    def _exited(self, e: events.CollectiveExited) -> None:
+        key = (e.step, e.seq)
+        oc = self.open.get(key)
+        start = oc.entered.get(e.replica) if oc is not None else None
+        if start is None:
+            start = e.time - e.wait_s - e.transfer_s
+        self.timeline.append(TimelineEntry(e.replica, e.step, e.seq, e.op, start, e.wait_s, e.transfer_s, e.time,
+                                           e.nbytes, e.algorithm, e.backend))
+        n = max(self.world_size, 1)
+        factor = _bus_factor(e.op, n)
+        # Bandwidth from the transfer time only: waiting for a late peer says nothing about the link.
+        bus = e.nbytes * factor / e.transfer_s / 1e9 if e.transfer_s > 0 else 0.0
+        self.timings.append(TimingPoint(e.replica, e.time, e.step, e.op, e.time - start, e.nbytes, bus))
+        if oc is not None:
+            oc.exited.add(e.replica)
+            # Done once everyone known has left. A replica not heard of yet (its worker's
+            # batch is late) may re-open the entry; everyone in it has left, so the
+            # watchdog never lists it, and the clean-up below drops it.
+            if len(oc.exited) >= n and set(oc.entered) <= oc.exited:
+                del self.open[key]
+        # A new step means the collectives of older steps were finished or aborted.
+        for k in [k for k in self.open if k[0] < e.step - 1]:
+            del self.open[k]
+
+    def _started(self, e: events.RunStarted) -> None:
+        if e.program != "run":
+            return
+        self.last_fn = e.fn
+        if e.step not in self._counted:
+            self._starting.setdefault(e.step, set()).add(e.replica)
+            self.running_step = e.step
+
+    def _finished(self, e: events.RunFinished) -> None:
+        # A failed step aborts its collectives: they are not stuck, they are over.
+        if not e.ok:
+            for k in [k for k in self.open if k[0] == e.step]:
+                del self.open[k]
+        if e.program != "run" or e.step in self._counted:
+            return
+        done = self._finishing.setdefault(e.step, set())
+        done.add(e.replica)
+        # Finished when every replica known to exist, and every one that started it, has
+        # finished it. On a scheduler a replica is known once its first batch came, so
+        # the first steps may count with fewer; a step is counted once.
+        if done >= self._starting.get(e.step, set()) and len(done) >= self.world_size:
+            self._counted.add(e.step)
+            self._finishing.pop(e.step, None)
+            self._starting.pop(e.step, None)
+            self.steps_done.append((e.time, e.step))
+            if self.running_step == e.step:
+                self.running_step = None
+        for s in [s for s in self._counted if s < e.step - MAX_PENDING_STEPS]:
+            self._counted.discard(s)
+        for d in (self._finishing, self._starting):
+            for s in [s for s in d if s < e.step - MAX_PENDING_STEPS]:
+                del d[s]
+
+    def waiting(self) -> int:
+        """Open collectives that someone is still inside."""
+        return sum(1 for oc in self.open.values() if set(oc.entered) - oc.exited)
+
+    # -- questions the views ask -------------------------------------------------------
+    def stuck(self, threshold_s: float = 5.0, now: float | None = None) -> list[StuckCollective]:
+        """Collectives entered by some replicas and not left after ``threshold_s``: who waits, who is missing."""
+        now = time.time() if now is None else now
+        out = []
+        for oc in sorted(self.open.values(), key=lambda o: (o.step, o.seq)):
+            waiting = {r: now - t for r, t in oc.entered.items() if r not in oc.exited}
+            if not waiting or max(waiting.values()) < threshold_s:
+                continue
+            missing = [r for r in range(self.world_size) if r not in oc.entered]
+            out.append(StuckCollective(oc.op, oc.step, oc.seq, dict(sorted(waiting.items())), missing))
+        return out
+
+    def steps_per_second(self, window: int = 20) -> float:
+        """Finished steps per second over the last ``window`` steps (0 before two have finished)."""
+        recent = list(self.steps_done)[-window:]
+        if len(recent) < 2 or recent[-1][0] <= recent[0][0]:
+            return 0.0
+        return (len(recent) - 1) / (recent[-1][0] - recent[0][0])
+
+    def devices_of(self, replica: int) -> str:
+        """The replica's own device: given by the owner, else read off its mirrored variables."""
+        if replica in self.replica_devices:
+            return self.replica_devices[replica]
+        for (var_id, r), c in self.copies.items():
+            if r == replica and self.copies_of(var_id) > 1:
+                return c.device
+        return ""
+
+    def copies_of(self, var_id: int) -> int:
+        return sum(1 for (v, _) in self.copies if v == var_id)
+
+
+class ModelHub:
+    """One model per replica group, for a scheduler that serves many strategies in turn."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self.models: dict[str, DashboardModel] = {}
+        self.latest: str | None = None
+
+    def feed(self, e: events.Event, worker: str | None = None) -> None:
+        m = self.models.get(e.group)
+        if m is None:
+            m = self.models[e.group] = DashboardModel()
+            while len(self.models) > self.keep:  # drop the oldest group: a pooled cluster serves many
+                del self.models[next(iter(self.models))]
+        if worker is not None and m.workers.get(e.replica) != worker:
+            m.note_worker(e.replica, worker)
+        m.feed(e)
+        self.latest = e.group
+
+    def current(self) -> DashboardModel:
+        """The group that spoke last (an empty model before any event)."""
+        if self.latest is None or self.latest not in self.models:
+            return DashboardModel()
+        return self.models[self.latest]

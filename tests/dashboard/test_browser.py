@@ -1,0 +1,126 @@
+"""The Dask dashboard pages in a real browser (Debian's chromium, headless, driven by Playwright).
+
+A short training runs on an embedded cluster; each ``/individual-interdist-*``
+page is opened on that cluster's dashboard, checked for what a user should see,
+and saved as a screenshot in ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--no-first-run"]
+
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium chromium-driver)"),
+    pytest.mark.timeout(180),
+]
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+    with playwright.sync_playwright() as p:
+        # A persistent context is how Playwright takes a (fresh) --user-data-dir.
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
+            args=FLAGS, viewport={"width": 1200, "height": 800})
+        yield ctx
+        ctx.close()
+
+
+@pytest.fixture(scope="module")
+def trained() -> Iterator[Any]:
+    import interdist as idist
+
+    from ._training import train
+
+    s = idist.MirroredStrategy(["CPU:0", "CPU:1"])
+    train(s, steps=4)
+    # the workers send their events to the scheduler every 250 ms
+    sched = s._lease.cluster.scheduler
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        msgs = [m for _, b in sched.get_events("interdist") for m in b.get("batch", ())
+                if m.get("group") == s._group_id]
+        if sum(m["kind"] == "run-finished" and m["fn"] == "step" for m in msgs) >= 8:
+            break
+        time.sleep(0.1)
+    yield s
+    s.close()
+
+
+def source_rows(page: Any, view: str, column: str) -> list[Any]:
+    return list(page.evaluate(
+        "([name, col]) => { const s = Bokeh.documents[0].get_model_by_name(name);"
+        " return s ? Array.from(s.data.get ? s.data.get(col) : s.data[col]) : null }",
+        [f"interdist-{view}", column]) or [])
+
+
+def open_page(browser: Any, strategy: Any, view: str, column: str, ready: int) -> Any:
+    base = strategy.dashboard_link.rsplit("/", 1)[0]
+    page = browser.new_page()
+    page.goto(f"{base}/individual-interdist-{view}", wait_until="load")
+    page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0", timeout=20_000)
+    deadline = time.monotonic() + 20
+    while len(source_rows(page, view, column)) < ready and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+    page.wait_for_timeout(300)  # let the canvas paint before the screenshot
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"interdist-{view}.png"), full_page=True)
+    return page
+
+
+def test_replica_values_page(browser: Any, trained: Any) -> None:
+    page = open_page(browser, trained, "replica-values", "variable", 4)
+    # what a user reads: replica ids, variable names, devices
+    names = source_rows(page, "replica-values", "variable")
+    replicas = source_rows(page, "replica-values", "replica")
+    # w and b, and the optimizer's own variables (its step counter), on both replicas
+    assert sorted(r for n, r in zip(names, replicas) if n in ("w", "b")) == [0, 0, 1, 1]
+    assert page.get_by_text("DIVERGED").count() == 0
+    assert page.get_by_text("copies agree").count() == 1
+    for text in ("w", "b", "/job:localhost/replica:0/task:0/device:CPU:1"):
+        assert page.get_by_text(text, exact=True).count() >= 1, text
+    page.close()
+
+
+def test_placement_page(browser: Any, trained: Any) -> None:
+    page = open_page(browser, trained, "placement", "replica", 2)
+    assert source_rows(page, "placement", "replica") == ["0", "1"]
+    assert source_rows(page, "placement", "worker") == list(trained._lease.addresses)
+    assert all("w, b" in v for v in source_rows(page, "placement", "variables"))
+    assert page.get_by_text("w, b").count() == 2
+    page.close()
+
+
+def test_timeline_page_is_not_empty(browser: Any, trained: Any) -> None:
+    page = open_page(browser, trained, "timeline", "op", 16)
+    ops = source_rows(page, "timeline", "op")
+    assert len(ops) >= 16 and set(ops) == {"all_reduce", "merge_call"}  # 4 steps x 2 collectives x 2 replicas
+    assert set(source_rows(page, "timeline", "replica")) == {0, 1}
+    assert page.locator("canvas").count() >= 1
+    page.close()
+
+
+@pytest.mark.parametrize("view,column,ready", [("timings", "latency_ms", 16), ("progress", "step", 4),
+                                               ("watchdog", "op", 0)])
+def test_other_pages(browser: Any, trained: Any, view: str, column: str, ready: int) -> None:
+    page = open_page(browser, trained, view, column, ready)
+    assert len(source_rows(page, view, column)) >= ready
+    if view == "watchdog":
+        assert page.get_by_text("OK", exact=True).count() == 1
+    if view == "progress":
+        assert page.get_by_text("steps/s", exact=False).count() >= 1
+    page.close()

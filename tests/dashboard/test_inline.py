@@ -1,0 +1,63 @@
+"""``strategy.dashboard()``: ipywidgets with the Bokeh views, updated live and throttled."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import interdist as idist
+
+from ._training import train
+
+
+def test_inline_dashboard_follows_a_training_run(mirrored2: idist.MirroredStrategy) -> None:
+    s = mirrored2
+    box = s.dashboard(interval=0.05)
+    d = box.dashboard
+    try:
+        assert type(box).__mro__[1].__name__ == "VBox"
+        controls, *plots = box.children
+        assert [type(c).__name__ for c in controls.children] == ["Dropdown", "Dropdown", "ToggleButton", "Button",
+                                                                "Label"]
+        assert [type(p).__name__ for p in plots] == ["BokehModel"] * 6
+        train(s, steps=4)
+        deadline = time.monotonic() + 10
+        while len(d.views["timeline"].source.data["op"]) < 16 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(d.views["timeline"].source.data["op"]) >= 16
+        rows = d.views["replica-values"].source.data
+        assert set(rows["variable"]) >= {"b", "w"} and set(rows["replica"]) == {0, 1}
+        assert d.views["placement"].source.data["worker"] == list(s._lease.addresses)
+        # the selectors list what the events named; choosing one filters every view
+        assert [v for _, v in controls.children[0].options] == [-1, 0, 1]
+        assert {"w", "b"} <= set(controls.children[1].options)
+        controls.children[0].value = 1
+        assert set(d.views["timeline"].source.data["replica"]) == {1}
+        controls.children[1].value = "w"
+        assert set(d.views["replica-values"].source.data["variable"]) == {"w"}
+        # pause: events still reach the model, the views stop moving
+        controls.children[2].value = True
+        before = list(d.views["progress"].source.data["step"])
+        s.run(lambda: np.float32(1.0))
+        time.sleep(0.3)
+        assert list(d.views["progress"].source.data["step"]) == before
+        controls.children[2].value = False
+        assert len(d.views["progress"].source.data["step"]) == len(before) + 1
+    finally:
+        d.close()
+    assert d._listener not in s.events.listeners
+
+
+def test_redraws_are_throttled(mirrored2: idist.MirroredStrategy) -> None:
+    box = mirrored2.dashboard(interval=0.2)
+    d = box.dashboard
+    try:
+        start, t0 = d.updates, time.monotonic()
+        while time.monotonic() - t0 < 1.0:
+            mirrored2.run(lambda: np.float32(1.0))
+        elapsed = time.monotonic() - t0
+        # at most one redraw per interval (plus the one in flight), and the view keeps up (>= 2 per second)
+        assert 2 <= d.updates - start <= elapsed / 0.2 + 2
+    finally:
+        d.close()

@@ -1,0 +1,200 @@
+"""Each view built from an event stream, with its data sources asserted exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bokeh.document import Document
+
+from interdist import events as ev
+from interdist.dashboard.components import Placement, Progress, ReplicaValues, Timeline, Timings, Watchdog
+from interdist.dashboard.model import DashboardModel
+from interdist.dashboard.pages import _page, ensure_plugin, page_names, register_pages
+
+from .streams import CPU, G, created, hang_stream, training_stream
+
+RECORDED = Path(__file__).with_name("recorded_events.json")
+
+
+def model_of(stream: list[ev.Event]) -> DashboardModel:
+    m = DashboardModel()
+    m.note_worker(0, "tcp://10.0.0.1:4000", CPU.format(0))
+    m.note_worker(1, "tcp://10.0.0.2:4000", CPU.format(1))
+    m.feed_many(stream)
+    return m
+
+
+def data(view: Any) -> dict[str, list[Any]]:
+    return {k: list(v) for k, v in view.source.data.items()}
+
+
+def test_replica_values_one_row_per_replica_per_variable_with_divergence() -> None:
+    v = ReplicaValues()
+    v.update(model_of(training_stream()))
+    assert data(v) == {
+        "var_id": [1, 1, 2, 2],
+        "variable": ["w", "w", "s", "s"],
+        "replica": [0, 1, 0, 1],
+        "shape": ["(2,)"] * 4,
+        "dtype": ["float32"] * 4,
+        "device": [CPU.format(0), CPU.format(1)] * 2,
+        "norm": [2.0, 2.5, 3.0, 4.0],
+        "checksum": [2.0, 2.5, 3.0, 4.0],
+        "step": [3, 3, 3, 3],
+        "status": ["DIVERGED since step 3"] * 2 + ["on-read (per replica)"] * 2,
+        "color": ["red", "red", "black", "black"],
+    }
+    assert "1 diverged" in v.summary.text
+    v.replica, v.variable = 1, "w"
+    v.update(model_of(training_stream()))
+    assert data(v)["replica"] == [1] and data(v)["variable"] == ["w"]
+
+
+def test_placement_hosts_workers_devices_and_parameter_devices_apart() -> None:
+    v = Placement()
+    v.update(model_of(training_stream()))
+    assert data(v) == {"host": ["10.0.0.1", "10.0.0.2"],
+                       "worker": ["tcp://10.0.0.1:4000", "tcp://10.0.0.2:4000"],
+                       "device": [CPU.format(0), CPU.format(1)],
+                       "replica": ["0", "1"], "variables": ["w, s", "w, s"]}
+    assert {k: list(x) for k, x in v.param_source.data.items()} == {k: [] for k in data(v)}
+    # central storage: one copy of v, held by replica 0's worker on the parameter device
+    central = [ev.RunStarted(G, 1, 1, 100.0, "create_variable", "create_variable"),
+               created(0, 5, "v", 1.0, 100.0, sync="AUTO", device="/job:localhost/replica:0/task:0/device:CPU:0")]
+    v.update(model_of(central))
+    assert {k: list(x) for k, x in v.param_source.data.items()} == {
+        "host": ["10.0.0.1"], "worker": ["tcp://10.0.0.1:4000"], "device": ["/job:localhost/replica:0/task:0/device:CPU:0"],
+        "replica": ["held by 0"], "variables": ["v"]}
+    assert data(v)["variables"] == ["", ""]
+
+
+def test_timeline_bars_split_wait_and_transfer() -> None:
+    v = Timeline()
+    v.update(model_of(training_stream()))
+    d = data(v)
+    assert {k: d[k] for k in ("replica", "op", "step", "seq", "nbytes", "bytes", "algorithm", "backend")} == {
+        "replica": [0, 1, 0, 1], "op": ["all_reduce"] * 4, "step": [2, 2, 3, 3], "seq": [1] * 4,
+        "nbytes": [1000] * 4, "bytes": ["1.0 kB"] * 4, "algorithm": ["ring"] * 4, "backend": ["dask"] * 4}
+    assert d["start"] == pytest.approx([1.1, 1.2, 2.1, 2.2])
+    assert d["mid"] == pytest.approx([1.2, 1.2, 2.2, 2.2])
+    assert d["end"] == pytest.approx([1.25, 1.25, 2.25, 2.25])
+    assert d["wait_ms"] == pytest.approx([100.0, 0.0, 100.0, 0.0])
+    assert d["transfer_ms"] == pytest.approx([50.0] * 4)
+
+
+def test_timings_per_op_latency_bytes_bandwidth() -> None:
+    v = Timings()
+    v.update(model_of(training_stream()))
+    d = data(v)
+    assert {k: d[k] for k in ("op", "step", "replica", "nbytes", "color")} == {
+        "op": ["all_reduce"] * 4, "step": [2, 2, 3, 3], "replica": [0, 1, 0, 1], "nbytes": [1000] * 4,
+        "color": ["#1f77b4"] * 4}
+    assert d["time"] == pytest.approx([1.25, 1.25, 2.25, 2.25])
+    assert d["latency_ms"] == pytest.approx([150.0, 50.0, 150.0, 50.0])
+    assert d["bus_gbps"] == pytest.approx([2e-5] * 4)
+
+
+def test_watchdog_names_the_missing_replica() -> None:
+    v = Watchdog(threshold_s=5.0, clock=lambda: 110.0)
+    v.update(model_of(hang_stream()))
+    assert data(v) == {"op": ["all_gather"], "step": [7], "seq": [1], "arrived": ["0 (10.0), 2 (9.0)"],
+                       "waiting_s": [10.0], "missing": ["1"]}
+    assert "1 collective(s) stuck" in v.status.text
+    v = Watchdog(threshold_s=5.0, clock=lambda: 103.0)
+    v.update(model_of(hang_stream()))
+    assert data(v)["op"] == []
+
+
+def test_progress_steps_and_rate() -> None:
+    v = Progress()
+    v.update(model_of(training_stream()))
+    d = data(v)
+    assert d["step"] == [2, 3] and d["count"] == [1, 2] and d["time"] == pytest.approx([1.5, 2.5])
+    assert "<b>2</b> step(s) finished on <b>2</b> replica(s), <b>1.0</b> steps/s" in v.status.text
+
+
+def test_update_skips_when_nothing_changed() -> None:
+    m, v = model_of(training_stream()), Timeline()
+    assert v.update(m) and not v.update(m)
+    m.feed(ev.RunStarted(G, 4, 0, 104.0, "step", "run"))
+    assert v.update(m)
+
+
+def recorded() -> list[ev.Event]:
+    return [ev.from_msg(m) for m in json.loads(RECORDED.read_text())]
+
+
+def test_views_from_a_recorded_training_run() -> None:
+    stream = recorded()
+    m = model_of(stream)
+    last: dict[tuple[int, int], Any] = {}
+    for e in stream:
+        if isinstance(e, (ev.VariableCreated, ev.VariableUpdated)):
+            last[(e.var_id, e.replica)] = e
+    exits = [e for e in stream if isinstance(e, ev.CollectiveExited)]
+    views: dict[str, Any] = {cls.__name__: cls() for cls in (ReplicaValues, Placement, Timeline, Timings, Progress)}
+    for v in views.values():
+        v.update(m)
+    rv = data(views["ReplicaValues"])
+    keys = sorted(last)
+    names = {e.var_id: e.name for e in stream if isinstance(e, ev.VariableCreated)}
+    assert rv["variable"] == [names[k[0]] for k in keys] == ["w", "w", "b", "b"]
+    assert rv["replica"] == [0, 1, 0, 1]
+    assert rv["checksum"] == [last[k].checksum for k in keys] and rv["status"] == ["ok"] * 4
+    assert data(views["Placement"])["variables"] == ["w, b", "w, b"]
+    tl = data(views["Timeline"])
+    assert tl["op"] == [e.op for e in exits] and tl["replica"] == [e.replica for e in exits]
+    assert tl["wait_ms"] == pytest.approx([e.wait_s * 1e3 for e in exits])
+    assert tl["transfer_ms"] == pytest.approx([e.transfer_s * 1e3 for e in exits])
+    assert set(tl["op"]) == {"all_reduce", "merge_call"}
+    assert data(views["Timings"])["nbytes"] == [e.nbytes for e in exits]
+    assert len(data(views["Progress"])["step"]) == 3  # three training steps, each finished by both replicas
+
+
+class FakeScheduler:
+    """What the pages use of a scheduler: plugins, the event topic, add_plugin."""
+
+    def __init__(self, logged: list[tuple[float, Any]]) -> None:
+        self.plugins: dict[str, Any] = {}
+        self.logged = logged
+
+    def get_events(self, topic: str) -> tuple[tuple[float, Any], ...]:
+        return tuple(self.logged) if topic == "interdist" else ()
+
+    def add_plugin(self, plugin: Any, name: str) -> None:
+        self.plugins[name] = plugin
+
+
+def test_pages_are_registered_and_read_the_scheduler_topic() -> None:
+    from distributed.dashboard.scheduler import applications
+
+    register_pages()
+    assert set(page_names()) <= set(applications)
+    stream = recorded()
+    half = len(stream) // 2
+    worker_of = {0: "tcp://127.0.0.1:4001", 1: "tcp://127.0.0.1:4002"}
+
+    def batches(evs: list[ev.Event]) -> list[dict[str, Any]]:
+        return [{"batch": [e.to_msg() for e in evs if e.replica == r], "worker": worker_of[r]} for r in (0, 1)]
+
+    sched = FakeScheduler([(0.0, b) for b in batches(stream[:half])])
+    plugin = ensure_plugin(sched)  # catches up on what was logged before it existed
+    assert ensure_plugin(sched) is plugin
+    for b in batches(stream[half:]):
+        plugin.log_event("interdist", b)
+    plugin.log_event("other-topic", {"batch": [{"kind": "nonsense"}]})
+    m = plugin.model()
+    assert m.group == "recorded" and m.workers == worker_of
+    assert sorted(m.copies) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    doc = Document()
+    _page("placement", sched, {}, doc)
+    (root,) = doc.roots
+    assert doc.title == "interdist: placement"
+    tables = [x for x in root.children if type(x).__name__ == "DataTable"]
+    assert list(tables[0].source.data["worker"]) == [worker_of[0], worker_of[1]]
+    assert list(tables[0].source.data["host"]) == ["127.0.0.1", "127.0.0.1"]
+
+
