@@ -1,19 +1,29 @@
-"""The collectives seam: a ``Transport`` moves bytes between ranks; ``Collectives`` builds the ops.
+"""The collectives seam: a ``Transport`` moves packets between ranks; ``Collectives`` builds the ops.
 
-Every backend passes the same contract tests (tests/collectives). The algorithms
-here are all-gather based: each rank sends its contribution to every peer and
-reduces what it received in rank order. That makes every rank's result bitwise
-identical (mirrored copies never drift through float rounding), which a ring
-all-reduce does not give for free.
+Every backend passes the same contract tests (tests/collectives). Every
+algorithm here keeps one property: each element of a reduced array is computed
+by exactly one rank (or by every rank the same way), adding the ranks'
+contributions in rank order, so every rank's result is bitwise identical and
+mirrored copies never drift through float rounding (a ring all-reduce does not
+give that for free). Batches are all-gathered and reduced on every rank, or,
+when large and the group spans hosts, reduce-scattered then all-gathered
+(``algorithms.py``).
+
+A message is a ``Packet``: a pickle (protocol 5) header plus the raw buffers of
+the arrays in it, out of band. Moving arrays as buffers instead of one pickled
+``bytes`` saves a copy on each side (measured 16 MB: pickle.dumps 10 ms and
+pickle.loads 10 ms inside a worker) and lets Dask send them as frames
+(``to_serialize``: 0.04 ms to frame 16 MB against 2.35 ms for ``bytes``
+through msgpack) and the shared-memory transport write them straight into a
+segment.
 """
 
 from __future__ import annotations
 
 import pickle
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,8 +32,59 @@ from ..reduce_op import ReduceOp
 from .mailbox import Mailbox
 
 
+@dataclass
+class Packet:
+    """One message: a pickle header and its out-of-band buffers.
+
+    ``shm`` is private to the shared-memory transport (where the buffers wait);
+    ``shared`` says the buffers are views of memory the sender will reuse, so a
+    receiver that keeps the objects must copy them first.
+    """
+
+    header: bytes
+    buffers: list[Any] = field(default_factory=list)
+    shm: Any = None
+    shared: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.header) + sum(memoryview(b).nbytes for b in self.buffers)
+
+
+# Arrays smaller than this stay inside the pickle: a separate Dask frame costs more than
+# copying a few KB (4 KB all_reduce on 2 workers: 1.4 ms in-band vs 2.1 ms as frames).
+INBAND_MAX = 16 << 10
+
+
+def pack(obj: Any) -> Packet:
+    """``obj`` as a header and the raw (contiguous) buffers of its arrays, without copying them."""
+    buffers: list[memoryview] = []
+
+    def out_of_band(b: pickle.PickleBuffer) -> bool:
+        raw = b.raw()
+        if raw.nbytes < INBAND_MAX:
+            return True  # pickled in-band
+        buffers.append(raw)
+        return False
+
+    header = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+    return Packet(header, buffers)
+
+
+def unpack(packet: Packet, buffers: list[Any] | None = None, copy: bool = False) -> Any:
+    """Rebuild the object of a packet; ``copy`` gives it private, writable arrays."""
+    bufs = packet.buffers if buffers is None else buffers
+    if copy:
+        bufs = [bytearray(b) for b in bufs]
+    else:
+        # Arrays that come back read-only (a received frame, a shared view) are copied on
+        # write only by numpy's own operations; in-place user code needs writable ones.
+        bufs = [b if not memoryview(b).readonly else bytearray(b) for b in bufs]
+    return pickle.loads(packet.header, buffers=bufs)
+
+
 class Transport(ABC):
-    """Point-to-point messages between the ranks of one replica group."""
+    """Point-to-point packets between the ranks of one replica group."""
 
     name = "abstract"
 
@@ -33,12 +94,41 @@ class Transport(ABC):
         self.mailbox = mailbox
 
     @abstractmethod
-    def send(self, dst: int, step: int, seq: int, payload: bytes) -> None:
-        """Deliver ``payload`` into rank ``dst``'s mailbox under (step, seq, self.rank)."""
+    def send_packet(self, dsts: list[int], step: int, seq: int, packet: Packet,
+                    on_error: Callable[[BaseException], None] | None = None, detached: bool = False) -> None:
+        """Deliver ``packet`` into each of ``dsts``' mailboxes under (step, seq, self.rank).
 
-    def send_many(self, dsts: list[int], step: int, seq: int, payload: bytes) -> None:
-        for dst in dsts:
-            self.send(dst, step, seq, payload)
+        May return before delivery; :meth:`flush` waits for it. Until then the
+        buffers of ``packet`` must stay unchanged. ``on_error`` is called (from any
+        thread) when a packet sent asynchronously could not be delivered. A ``detached``
+        packet (no buffers of the caller's) is not waited for by :meth:`flush`.
+        """
+
+    def send(self, dst: int, step: int, seq: int, payload: bytes) -> None:
+        """A bytes message (the packet has no buffers)."""
+        self.send_packet([dst], step, seq, Packet(payload))
+        self.flush()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every packet sent so far was delivered (raises if one could not be)."""
+
+    def peer_id(self, dst: int) -> str:
+        """Who ``dst`` is now (changes when a replica's worker is replaced)."""
+        return str(dst)
+
+    def spans_hosts(self) -> bool:
+        """Whether some peer is on another host (the same answer on every rank)."""
+        return False
+
+    def forget(self) -> None:
+        """A collective failed: stop tracking its sends (their errors would blame the next one)."""
+
+    def view(self, packet: Packet) -> list[Any]:
+        """The buffers of a received packet (views: valid until :meth:`release`)."""
+        return packet.buffers
+
+    def release(self, packet: Packet) -> None:
+        """The receiver is done with ``packet`` (its buffers may be reused by the sender)."""
 
     def abort_peers(self, step: int, reason: str) -> None:
         """Release every peer waiting in ``step`` (this rank failed)."""
@@ -54,72 +144,13 @@ class Timing:
     wait_s: float
     transfer_s: float
     nbytes: int
-
-
-def _dumps(obj: Any) -> bytes:
-    return pickle.dumps(obj, protocol=5)
-
-
-class Collectives:
-    """The ops a replica uses, on top of a transport. One instance per replica."""
-
-    def __init__(self, transport: Transport, timeout: Callable[[], float]) -> None:
-        self.transport = transport
-        self.timeout = timeout
-        self.last_timing = Timing(0.0, 0.0, 0)
-
-    @property
-    def rank(self) -> int:
-        return self.transport.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.transport.world_size
-
-    def exchange(self, step: int, seq: int, obj: Any, what: str) -> list[Any]:
-        """All-gather of any picklable object: element ``r`` is rank ``r``'s ``obj``."""
-        t0 = time.perf_counter()
-        peers = [r for r in range(self.world_size) if r != self.rank]
-        payload = _dumps(obj) if peers else b""
-        if peers:
-            self.transport.send_many(peers, step, seq, payload)
-        t1 = time.perf_counter()
-        got = self.transport.mailbox.take(step, seq, peers, self.timeout(), what) if peers else {}
-        t2 = time.perf_counter()
-        out = [obj if r == self.rank else pickle.loads(got[r]) for r in range(self.world_size)]
-        t3 = time.perf_counter()
-        self.last_timing = Timing(wait_s=t2 - t1, transfer_s=(t1 - t0) + (t3 - t2), nbytes=len(payload))
-        return out
-
-    def all_reduce(self, step: int, seq: int, arrays: list[np.ndarray], op: ReduceOp, what: str) -> list[np.ndarray]:
-        """Reduce a batch of arrays across ranks; every rank gets the same result."""
-        gathered = self.exchange(step, seq, arrays, what)
-        return [reduce_arrays([g[i] for g in gathered], op) for i in range(len(arrays))]
-
-    def broadcast(self, step: int, seq: int, obj: Any, root: int, what: str) -> Any:
-        """Rank ``root``'s ``obj`` on every rank."""
-        t0 = time.perf_counter()
-        if self.rank == root:
-            peers = [r for r in range(self.world_size) if r != root]
-            payload = _dumps(obj)
-            self.transport.send_many(peers, step, seq, payload)
-            self.last_timing = Timing(0.0, time.perf_counter() - t0, len(payload))
-            return obj
-        got = self.transport.mailbox.take(step, seq, [root], self.timeout(), what)
-        t1 = time.perf_counter()
-        out = pickle.loads(got[root])
-        self.last_timing = Timing(t1 - t0, time.perf_counter() - t1, len(got[root]))
-        return out
+    algorithm: str = ""
 
 
 def reduce_arrays(values: list[Any], op: ReduceOp) -> np.ndarray:
     """SUM or MEAN of same-shaped arrays, added in rank order (deterministic)."""
     arrays = [np.asarray(v) for v in values]
-    shapes = {a.shape for a in arrays}
-    if len(shapes) > 1:
-        raise ValueError(
-            f"Cannot reduce values of different shapes across replicas: {[a.shape for a in arrays]}"
-        )
+    check_shapes([a.shape for a in arrays])
     dtype = np.result_type(*arrays)
     total = np.array(arrays[0], dtype=dtype, copy=True)
     for a in arrays[1:]:
@@ -130,6 +161,11 @@ def reduce_arrays(values: list[Any], op: ReduceOp) -> np.ndarray:
     return total
 
 
+def check_shapes(shapes: list[tuple[int, ...]]) -> None:
+    if len(set(shapes)) > 1:
+        raise ValueError(f"Cannot reduce values of different shapes across replicas: {list(shapes)}")
+
+
 def mean_of_sum(total: np.ndarray, n: int) -> np.ndarray:
     """``total / n`` as TF's ``_simple_reduce`` computes it for MEAN.
 
@@ -138,3 +174,10 @@ def mean_of_sum(total: np.ndarray, n: int) -> np.ndarray:
     if not np.issubdtype(total.dtype, np.inexact):
         return np.asarray(total / n, dtype=np.float64)
     return np.asarray(total / np.asarray(n, dtype=total.dtype), dtype=total.dtype)
+
+
+# The ops live next door (they need the names above); this import path is kept.
+from .algorithms import Collectives
+
+__all__ = ["INBAND_MAX", "Collectives", "Packet", "Timing", "Transport", "check_shapes", "mean_of_sum", "pack",
+           "reduce_arrays", "unpack"]

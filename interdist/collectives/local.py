@@ -5,7 +5,9 @@ Used by the default strategy and by the contract tests; needs nothing but the st
 
 from __future__ import annotations
 
-from .base import Transport
+from collections.abc import Callable
+
+from .base import Packet, Transport
 from .mailbox import Mailbox
 
 
@@ -16,8 +18,12 @@ class LocalTransport(Transport):
         super().__init__(rank, world_size, mailboxes[rank])
         self._mailboxes = mailboxes
 
-    def send(self, dst: int, step: int, seq: int, payload: bytes) -> None:
-        self._mailboxes[dst].put(step, seq, self.rank, payload)
+    def send_packet(self, dsts: list[int], step: int, seq: int, packet: Packet,
+                    on_error: Callable[[BaseException], None] | None = None, detached: bool = False) -> None:
+        for dst in dsts:
+            # Each receiver gets its own writable copy, as if the bytes had crossed a process.
+            copy = Packet(packet.header, [bytearray(b) for b in packet.buffers], packet.shm, packet.shared)
+            self._mailboxes[dst].put(step, seq, self.rank, copy)
 
     def abort_peers(self, step: int, reason: str) -> None:
         for r, box in enumerate(self._mailboxes):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import CollectiveAbortedError, CollectiveTimeoutError
@@ -21,6 +22,10 @@ class Mailbox:
         self._cond = threading.Condition()
         self._messages: dict[tuple[int, int, int], Any] = {}
         self._aborted: dict[int, str] = {}
+        # Called (outside the lock) with each message dropped unread: a step moved on, a take
+        # timed out or was aborted half-way. The shared-memory transport frees the sender's
+        # segment there, so an abandoned message never pins or leaks one.
+        self.on_drop: Callable[[Any], None] | None = None
 
     def put(self, step: int, seq: int, src: int, payload: Any) -> None:
         with self._cond:
@@ -39,15 +44,39 @@ class Mailbox:
     def begin_step(self, step: int) -> None:
         """Forget what belongs to steps before ``step`` (later steps may already have messages)."""
         with self._cond:
-            for key in [k for k in self._messages if k[0] < step]:
-                del self._messages[key]
+            dropped = [self._messages.pop(k) for k in [k for k in self._messages if k[0] < step]]
             for s in [s for s in self._aborted if s < step]:
                 del self._aborted[s]
+        self._drop(dropped)
+
+    def drain(self) -> None:
+        """Drop every message (the group is closing)."""
+        with self._cond:
+            dropped = list(self._messages.values())
+            self._messages.clear()
+        self._drop(dropped)
+
+    def _drop(self, messages: list[Any]) -> None:
+        if self.on_drop is None:
+            return
+        for m in messages:
+            try:
+                self.on_drop(m)
+            except Exception:  # noqa: BLE001, S110 - cleanup of an abandoned message must not fail a step
+                pass
 
     def take(self, step: int, seq: int, srcs: list[int], timeout: float, what: str) -> dict[int, Any]:
         """Wait until a message from every rank in ``srcs`` has arrived for (step, seq)."""
-        deadline = time.monotonic() + timeout
         out: dict[int, Any] = {}
+        try:
+            return self._take(step, seq, srcs, timeout, what, out)
+        except BaseException:
+            self._drop(list(out.values()))
+            raise
+
+    def _take(self, step: int, seq: int, srcs: list[int], timeout: float, what: str,
+              out: dict[int, Any]) -> dict[int, Any]:
+        deadline = time.monotonic() + timeout
         with self._cond:
             while True:
                 for src in srcs:

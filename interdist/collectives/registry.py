@@ -7,6 +7,7 @@ from typing import Any
 _BACKENDS: dict[str, str] = {
     "local": "interdist.collectives.local:LocalTransport",
     "dask": "interdist.runtime.dask_transport:DaskTransport",
+    "shm": "interdist.collectives.shared_memory:SharedMemoryTransport",
 }
 
 

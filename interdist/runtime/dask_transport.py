@@ -1,14 +1,30 @@
-"""Worker-to-worker messages over Dask's own comms (TLS/UCX/auth come with them)."""
+"""Worker-to-worker messages over Dask's own comms (TLS/UCX/auth come with them).
+
+``make_transport`` is what a worker uses: Dask comms, with packets of at least
+``SHM_THRESHOLD`` bytes to peers on the same host going through shared memory
+(``collectives/shared_memory.py``). Whether a peer shares this host is probed
+once, on the first large packet to it: the peer must be able to open a segment
+this process created (a container with its own /dev/shm cannot).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import os
+import secrets
+from collections.abc import Callable
+from multiprocessing import shared_memory
 from typing import Any
 
+import numpy as np
+from distributed.protocol.serialize import to_serialize
 from distributed.utils import sync
 
-from ..collectives.base import Transport
+from ..collectives.base import Packet, Transport
 from ..collectives.mailbox import Mailbox
+from ..collectives.shared_memory import PREFIX, SharedMemoryTransport, _unlink, _untracked
+from ..errors import CollectiveTimeoutError
 
 
 class DaskTransport(Transport):
@@ -19,19 +35,89 @@ class DaskTransport(Transport):
         self._worker = worker
         self._group_id = group_id
         self._peers = peers
+        self._pending: list[concurrent.futures.Future[Any]] = []
+        self._local: dict[str, bool] = {}
 
-    def send(self, dst: int, step: int, seq: int, payload: bytes) -> None:
-        self.send_many([dst], step, seq, payload)
+    def send_packet(self, dsts: list[int], step: int, seq: int, packet: Packet,
+                    on_error: Callable[[BaseException], None] | None = None, detached: bool = False) -> None:
+        # Buffers travel as frames of their own (``to_serialize``): no copy into the msgpack
+        # body (16 MB: 0.04 ms against 2.35 ms for ``bytes``) and none out of it on arrival.
+        payload = {"h": packet.header, "s": packet.shm,
+                   "b": [to_serialize(np.frombuffer(b, np.uint8)) for b in packet.buffers]}  # type: ignore[no-untyped-call]
 
-    def send_many(self, dsts: list[int], step: int, seq: int, payload: bytes) -> None:
-        async def go() -> None:
-            await asyncio.gather(*[
-                self._worker.rpc(self._peers[d]).interdist_coll(
+        async def one(dst: int) -> None:
+            try:
+                await self._worker.rpc(self._peers[dst]).interdist_coll(
                     group=self._group_id, step=step, seq=seq, src=self.rank, payload=payload)
-                for d in dsts
-            ])
+            except Exception as exc:
+                # Release our own waiter at once (the peer will never answer this step),
+                # and let the shared-memory layer remove the segment it had written.
+                self.mailbox.abort(step, f"could not deliver to replica {dst} ({self._peers[dst]}): {exc!r}")
+                if on_error is not None:
+                    on_error(exc)
+                raise
 
-        sync(self._worker.loop, go)
+        # Sent without waiting for the reply: the sender starts waiting for its peers while the
+        # message travels (a 2-worker round trip is ~0.7 ms); ``flush`` waits for delivery.
+        loop = self._worker.loop.asyncio_loop
+        futures = [asyncio.run_coroutine_threadsafe(one(d), loop) for d in dsts]
+        if packet.buffers and not detached:
+            # Frames read from the caller's arrays: they must not change until delivered. A
+            # packet of bytes only (small, pickled in-band) holds nothing of the caller's.
+            self._pending.extend(futures)
+
+    def flush(self, timeout: float | None = None) -> None:
+        # A delivery slower than the collective timeout means the peer is wedged: raise.
+        timeout = 60.0 if timeout is None else timeout
+        pending, self._pending = self._pending, []
+        done, not_done = concurrent.futures.wait(pending, timeout=timeout)
+        for f in not_done:
+            f.cancel()
+        for f in pending:
+            if f in done and f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
+        if not_done:
+            raise CollectiveTimeoutError(f"a collective message was not delivered within {timeout:g} s")
+
+    def spans_hosts(self) -> bool:
+        return True  # without shared memory every peer is reached over the network
+
+    def forget(self) -> None:
+        self._pending = []
+
+    def is_local(self, dst: int) -> bool:
+        """Whether ``dst`` can map this process's shared memory (probed once per peer)."""
+        addr = self._peers[dst]  # keyed by address: a replaced worker may be elsewhere
+        known = self._local.get(addr)
+        if known is None:
+            known = self._local[addr] = self._probe(dst)
+        return known
+
+    def peer_id(self, dst: int) -> str:
+        return str(self._peers[dst])
+
+    def _probe(self, dst: int) -> bool:
+        token = secrets.token_hex(8)
+        try:
+            shm = _untracked(shared_memory.SharedMemory(
+                name=f"{PREFIX}{os.getpid()}-probe-{token[:6]}", create=True, size=16))
+        except OSError:
+            return False  # no usable /dev/shm here
+        try:
+            buf = shm.buf
+            assert buf is not None
+            buf[:16] = token.encode()
+
+            async def ask() -> bool:
+                return bool(await asyncio.wait_for(
+                    self._worker.rpc(self._peers[dst]).interdist_shm_probe(name=shm.name, token=token), 10))
+
+            return bool(sync(self._worker.loop, ask))
+        except Exception:  # noqa: BLE001 - an old peer without the handler, or unreachable: use comms
+            return False
+        finally:
+            _unlink(shm)
+            shm.close()
 
     def abort_peers(self, step: int, reason: str) -> None:
         async def go() -> None:
@@ -43,5 +129,33 @@ class DaskTransport(Transport):
 
         try:
             sync(self._worker.loop, go)
-        except Exception:  # noqa: BLE001 - a peer that is gone needs no release
+        except Exception:  # noqa: BLE001, S110 - a peer that is gone needs no release
             pass
+
+
+def answer_probe(name: str, token: str) -> bool:
+    """The peer's side of ``DaskTransport._probe``: can this process read that segment?"""
+    try:
+        shm = _untracked(shared_memory.SharedMemory(name=name))
+    except OSError:
+        return False
+    try:
+        buf = shm.buf
+        return buf is not None and bytes(buf[:16]) == token.encode()
+    finally:
+        shm.close()
+
+
+def packet_from_payload(payload: Any) -> Any:
+    """What ``interdist_coll`` puts into the mailbox: a ``Packet`` (or old-style bytes as they came)."""
+    if not isinstance(payload, dict):
+        return payload
+    return Packet(payload["h"], [memoryview(b).cast("B") for b in payload["b"]], payload.get("s"))
+
+
+def make_transport(worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox) -> Transport:
+    """Dask comms, with shared memory for large packets to peers on this host."""
+    inner = DaskTransport(worker, group_id, rank, peers, mailbox)
+    transport = SharedMemoryTransport(inner, inner.is_local)
+    transport.name = inner.name  # the backend is still Dask; shared memory is its same-host path
+    return transport

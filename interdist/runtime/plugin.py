@@ -107,9 +107,8 @@ class ReplicaRuntime(WorkerPlugin):
         if ex is not None:
             ex.shutdown(wait=False, cancel_futures=True)
         if replica is not None:
-            # After the replica's thread is done: its shared memory is unmapped and unlinked.
-            if ex is not None:
-                await asyncio.get_running_loop().run_in_executor(None, ex.shutdown, True)
+            # Unlinks what no peer mapped yet and unmaps the rest (safe while the replica's
+            # thread still runs: a mapping in use goes when its last view does).
             _close_transport(replica)
         return "OK"
 
@@ -172,5 +171,5 @@ class ReplicaRuntime(WorkerPlugin):
 def _close_transport(replica: Replica) -> None:
     try:
         replica.transport.close()
-    except Exception:  # noqa: BLE001 - closing must not fail because a peer is gone
+    except Exception:  # closing must not fail because a peer is gone
         logger.exception("interdist: could not close the transport of replica %s", replica.rank)

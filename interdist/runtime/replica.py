@@ -160,7 +160,7 @@ class Replica:
         t = self.collectives.last_timing
         self.emit(events.CollectiveExited(
             self.group_id, self.step, self.rank, time.time(), op, seq, max(nbytes, t.nbytes),
-            "all-gather-reduce" if op == "all_reduce" else op, self.transport.name, t.wait_s, t.transfer_s,
+            t.algorithm or op, self.transport.name, t.wait_s, t.transfer_s,
         ))
         return result
 
@@ -199,7 +199,7 @@ class Replica:
                 secondary = isinstance(exc, CollectiveAbortedError)
                 tb = traceback.format_exc()
                 if not secondary:
-                    self._abort_peers(step, f"replica {self.rank} raised {type(exc).__name__}: {exc}")
+                    self._abort_peers(self.step, f"replica {self.rank} raised {type(exc).__name__}: {exc}")
                 self.emit(events.ReplicaFailed(self.group_id, step, self.rank, time.time(),
                                                f"{type(exc).__name__}: {exc}", tb))
                 reply = {"ok": False, "secondary": secondary, "error": _dump_exception(exc), "traceback": tb,

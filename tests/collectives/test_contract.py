@@ -105,5 +105,5 @@ def test_reduce_arrays_rejects_shape_mismatch() -> None:
 def test_unknown_backend_lists_known() -> None:
     from interdist.collectives.registry import get_backend
 
-    with pytest.raises(ValueError, match="known backends: dask, local"):
+    with pytest.raises(ValueError, match="known backends: dask, local, shm"):
         get_backend("carrier-pigeon")

@@ -1,0 +1,56 @@
+"""Where all_reduce's time goes, path against path, measured inside one strategy.run.
+
+For each size, the replicas alternate two settings collective by collective (interleaved
+A/B, so a busy machine slows both alike) and report medians: shared memory against Dask
+comms (``SharedMemoryTransport.threshold``), and all-gather-reduce against reduce-scatter
++ all-gather (``algorithms.RS_MIN_ELEMENTS*``). The thresholds in interdist/collectives
+cite numbers from this script.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+import interdist as idist
+import interdist.collectives.algorithms as al
+
+SIZES = (4_096, 16_000, 256_000, 1_000_000, 4_000_000)
+
+
+def _paths(v: Any, reps: int) -> dict[str, float]:
+    rep = idist.get_replica_context()._replica  # type: ignore[union-attr]
+    coll, transport = rep.collectives, rep.transport
+    arrays = [np.asarray(v)]
+    settings: dict[str, tuple[int, int]] = {  # (shm threshold, RS_MIN_ELEMENTS_ONE_HOST)
+        "shm": (0, 1 << 62), "comms": (-1, 1 << 62), "shm+rs": (0, 0)}
+    times: dict[str, list[float]] = {k: [] for k in settings}
+    saved = transport.threshold, al.RS_MIN_ELEMENTS, al.RS_MIN_ELEMENTS_ONE_HOST
+    try:
+        for i in range(reps):
+            for j, (name, (threshold, rs)) in enumerate(settings.items()):
+                transport.threshold, al.RS_MIN_ELEMENTS, al.RS_MIN_ELEMENTS_ONE_HOST = threshold, 0, rs
+                t0 = time.perf_counter()
+                coll.all_reduce(rep.step, 1000 + i * len(settings) + j, arrays, idist.ReduceOp.SUM, "bench")
+                times[name].append(time.perf_counter() - t0)
+    finally:
+        transport.threshold, al.RS_MIN_ELEMENTS, al.RS_MIN_ELEMENTS_ONE_HOST = saved
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main() -> None:
+    for n in [int(a) for a in sys.argv[1:]] or [2, 4]:
+        with idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s:
+            for size in SIZES:
+                dv = s.run(lambda size=size: np.ones(size, np.float32))
+                r = s.experimental_local_results(s.run(_paths, args=(dv, 20)))[0]
+                print(f"n={n} {size * 4 / 1e6:7.3f} MB: " + ", ".join(f"{k} {t * 1e3:7.2f} ms" for k, t in r.items()),
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,288 @@
+"""The collectives contract on the shared-memory transport, and its segment hygiene.
+
+Ranks are threads here (the control messages go through the in-process transport),
+but every packet over the threshold really goes through a POSIX shared-memory
+segment, mapped and unlinked exactly as between worker processes.
+"""
+
+from __future__ import annotations
+
+import glob
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from interdist.collectives import algorithms
+from interdist.collectives.base import Collectives, Packet, reduce_arrays
+from interdist.collectives.local import LocalTransport, local_group
+from interdist.collectives.shared_memory import PREFIX, SharedMemoryTransport, sweep_stale
+from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
+from interdist.reduce_op import ReduceOp
+
+THRESHOLD = 1024  # bytes: anything bigger goes through a segment
+
+
+def _segments() -> set[str]:
+    return set(glob.glob(f"/dev/shm/{PREFIX}*"))
+
+
+@pytest.fixture(autouse=True)
+def _no_segment_leaked() -> Iterator[None]:
+    before = _segments()
+    yield
+    assert _segments() - before == set(), "a shared-memory segment outlived its test"
+
+
+def _group(world: int, threshold: int = THRESHOLD) -> list[SharedMemoryTransport]:
+    return [SharedMemoryTransport(t, threshold=threshold) for t in local_group(world)]
+
+
+def _run(transports: list[SharedMemoryTransport], body: Any, timeout: float = 5.0,
+         close: bool = True) -> list[Any]:
+    colls = [Collectives(t, lambda: timeout) for t in transports]
+    out: list[Any] = [None] * len(transports)
+
+    def go(r: int) -> None:
+        try:
+            out[r] = body(r, colls[r])
+        except BaseException as e:  # noqa: BLE001 - returned to the test
+            out[r] = e
+
+    threads = [threading.Thread(target=go, args=(r,)) for r in range(len(transports))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    if close:
+        for tr in transports:
+            tr.close()
+    return out
+
+
+@pytest.fixture(params=["all-gather", "reduce-scatter"])
+def algorithm(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "reduce-scatter":
+        monkeypatch.setattr(algorithms, "RS_MIN_ELEMENTS", 0)
+        monkeypatch.setattr(algorithms, "RS_MIN_ELEMENTS_ONE_HOST", 0)
+    return str(request.param)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.MEAN])
+@pytest.mark.parametrize("size", [3, 50_001])  # in-band / through a segment
+def test_all_reduce_closed_form(world: int, dtype: Any, op: ReduceOp, size: int, algorithm: str) -> None:
+    base = np.arange(size) % 7
+    out = _run(_group(world), lambda r, c: c.all_reduce(1, 1, [(base * (r + 1)).astype(dtype)], op, "t")[0])
+    total = world * (world + 1) // 2 * base
+    expected = total if op == ReduceOp.SUM else total / world
+    want_dtype = np.dtype(dtype) if op == ReduceOp.SUM or np.dtype(dtype).kind == "f" else np.float64
+    for r in range(world):
+        assert not isinstance(out[r], BaseException), out[r]
+        assert out[r].dtype == want_dtype and out[r].shape == (size,)
+        assert np.allclose(out[r], expected)
+        assert out[r].tobytes() == out[0].tobytes()
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_bitwise_identical_to_reduce_arrays(world: int, algorithm: str) -> None:
+    # Rounding-sensitive data, odd sizes (not divisible by world, smaller than world), a batch.
+    rng = np.random.default_rng(0)
+    data = [[rng.standard_normal(s).astype(np.float32) * np.float32(10.0) ** rng.integers(-3, 4, s).astype(np.float32) for s in (1, 2, 40_001)]
+            + [rng.standard_normal((3, 5, 7))] for _ in range(world)]
+    for op in (ReduceOp.SUM, ReduceOp.MEAN):
+        out = _run(_group(world), lambda r, c, op=op: c.all_reduce(1, 1, data[r], op, "t"))
+        for i in range(len(data[0])):
+            want = reduce_arrays([d[i] for d in data], op)
+            for r in range(world):
+                assert out[r][i].dtype == want.dtype and out[r][i].shape == want.shape
+                assert out[r][i].tobytes() == want.tobytes()
+
+
+def test_mixed_dtypes_across_ranks_follow_result_type(algorithm: str) -> None:
+    arrays = [np.ones(30_000, np.float32), np.full(30_000, 2, np.float64)]
+    out = _run(_group(2), lambda r, c: c.all_reduce(1, 1, [arrays[r]], ReduceOp.SUM, "t")[0])
+    assert all(o.dtype == np.float64 and np.all(o == 3) for o in out)
+
+
+def test_shape_mismatch_raises_on_every_rank(algorithm: str) -> None:
+    out = _run(_group(2), lambda r, c: c.all_reduce(1, 1, [np.ones(30_000 + r)], ReduceOp.SUM, "t"))
+    assert all(isinstance(o, ValueError) and "different shapes" in str(o) for o in out)
+
+
+def test_large_exchange_and_broadcast_are_private_copies() -> None:
+    transports = _group(3)
+
+    def body(r: int, c: Collectives) -> Any:
+        got = c.exchange(1, 1, np.full(20_000, r, np.float64), "x")
+        b = c.broadcast(1, 2, np.full(20_000, 7.0), root=1, what="b")
+        # the senders' segments are reused by the next collective: what we got must not change
+        c.exchange(1, 3, np.full(20_000, -1.0), "x")
+        return got, b
+
+    out = _run(transports, body)
+    for got, b in out:
+        assert [float(g[0]) for g in got] == [0.0, 1.0, 2.0] and all(g.flags.writeable for g in got)
+        assert np.all(b == 7.0)
+
+
+def test_segments_are_reused_not_created_per_message() -> None:
+    transports = _group(2)
+    _run(transports, lambda r, c: [c.all_reduce(1, s, [np.ones(50_000)], ReduceOp.SUM, "t") for s in range(20)],
+         close=False)
+    assert all(len(slots) <= 2 for t in transports for slots in t._slots.values())
+    assert _segments() == set() or all(not p.endswith("probe") for p in _segments())
+    for t in transports:
+        t.close()
+
+
+def test_delivered_segments_are_unlinked_at_once() -> None:
+    # The receiver removes the name the first time it maps a segment: nothing is left in
+    # /dev/shm even while the group is open (and so nothing after a crash).
+    before = _segments()
+    transports = _group(2)
+    _run(transports, lambda r, c: c.all_reduce(1, 1, [np.ones(50_000)], ReduceOp.SUM, "t"), close=False)
+    assert _segments() - before == set()
+    for t in transports:
+        t.close()
+
+
+def test_timeout_while_a_segment_is_pending() -> None:
+    before = _segments()
+    transports = _group(2)
+
+    def body(r: int, c: Collectives) -> Any:
+        if r == 1:
+            return "absent"
+        return c.all_reduce(1, 1, [np.ones(50_000)], ReduceOp.SUM, "all_reduce #1 of step 1")
+
+    t0 = time.monotonic()
+    out = _run(transports, body, timeout=0.3, close=False)
+    assert isinstance(out[0], CollectiveTimeoutError) and "[1]" in str(out[0])
+    assert time.monotonic() - t0 < 5
+    assert len(_segments() - before) == 1  # rank 0's segment waits, unread, in rank 1's mailbox
+    transports[1].mailbox.begin_step(2)  # the step moved on: the receiver drops it
+    assert _segments() - before == set()
+    for t in transports:
+        t.close()
+
+
+def test_abort_while_segments_are_pending() -> None:
+    before = _segments()
+    transports = _group(3)
+    colls = [Collectives(t, lambda: 30.0) for t in transports]
+    errors: list[BaseException] = []
+
+    def wait(r: int) -> None:
+        try:
+            colls[r].all_reduce(7, 1, [np.ones(50_000)], ReduceOp.SUM, "all_reduce")
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=wait, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    transports[2].abort_peers(7, "replica 2 raised ValueError: boom")
+    for t in threads:
+        t.join(5)
+    assert time.monotonic() - t0 < 1.0
+    assert len(errors) == 2 and all(isinstance(e, CollectiveAbortedError) for e in errors)
+    # rank 2 never took its messages from ranks 0 and 1; closing drops them and frees the names
+    transports[2].mailbox.begin_step(8)
+    assert _segments() - before == set()
+    # the group stays usable after the aborted step
+    out = _run(transports, lambda r, c: c.all_reduce(8, 1, [np.ones(50_000) * r], ReduceOp.SUM, "t")[0])
+    assert all(np.all(o == 3.0) for o in out)
+
+
+def test_closing_the_sender_unlinks_what_nobody_mapped() -> None:
+    before = _segments()
+    transports = _group(2)
+    transports[0].send_packet([1], 1, 1, Packet(b"", [np.ones(10_000).data]))
+    assert len(_segments() - before) == 1
+    transports[0].close()
+    assert _segments() - before == set()
+    transports[1].close()
+
+
+class _Broken(LocalTransport):
+    def send_packet(self, *args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("peer gone")
+
+
+def test_failed_send_unlinks_its_own_segment() -> None:
+    before = _segments()
+    t = SharedMemoryTransport(_Broken(0, 2, local_group(2)[0]._mailboxes), threshold=THRESHOLD)
+    with pytest.raises(ConnectionError):
+        t.send_packet([1], 1, 1, Packet(b"", [np.ones(10_000).data]))
+    assert _segments() - before == set()
+    t.close()
+
+
+def test_small_packets_keep_the_normal_path() -> None:
+    transports = _group(2, threshold=1 << 20)
+    _run(transports, lambda r, c: c.all_reduce(1, 1, [np.ones(50_000)], ReduceOp.SUM, "t"), close=False)
+    assert all(not t._slots for t in transports)
+    for t in transports:
+        t.close()
+
+
+def test_sweep_removes_segments_of_dead_processes() -> None:
+    from multiprocessing import shared_memory
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    name = f"{PREFIX}{int(dead.stdout)}-stale"
+    shm = shared_memory.SharedMemory(name=name, create=True, size=64)
+    from multiprocessing import resource_tracker
+
+    resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+    shm.close()
+    assert f"/dev/shm/{name}" in _segments()
+    sweep_stale()
+    assert f"/dev/shm/{name}" not in _segments()
+
+
+class _Replaceable(LocalTransport):
+    generation = 0
+
+    def peer_id(self, dst: int) -> str:
+        return f"{dst}.{self.generation}"
+
+
+def test_a_replaced_peer_gets_new_segments() -> None:
+    # A restarted worker never mapped the old segments (their names are gone): fresh ones.
+    boxes = local_group(2)[0]._mailboxes
+    inners = [_Replaceable(r, 2, boxes) for r in range(2)]
+    transports = [SharedMemoryTransport(t, threshold=THRESHOLD) for t in inners]
+    old: list[Any] = []
+    for seq in (1, 2):
+        out = _run(transports, lambda r, c, seq=seq: c.all_reduce(1, seq, [np.ones(50_000) * r], ReduceOp.SUM, "t")[0],
+                   close=False)
+        assert all(np.all(o == 1.0) for o in out)
+        if seq == 1:
+            old = list(transports[0]._slots[1])
+            inners[0].generation = 1
+    assert transports[0]._slots[1] and not set(transports[0]._slots[1]) & set(old)
+    for t in transports:
+        t.close()
+
+
+def test_broadcast_root_running_ahead_of_slow_receivers() -> None:
+    # The root needs nothing back, so it may send many messages before a receiver maps any:
+    # none of its segments may be taken back in the meantime.
+    def body(r: int, c: Collectives) -> Any:
+        if r != 0:
+            time.sleep(0.3)
+        return [float(c.broadcast(1, s, np.full(50_000, float(s)), root=0, what="b")[-1]) for s in range(12)]
+
+    out = _run(_group(3), body)
+    assert out == [[float(s) for s in range(12)]] * 3
