@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[dev]'
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -e '.[dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -24,6 +24,7 @@ bench: $(STAMP)
 	cd benchmarks && ../$(PY) bench_run.py
 	cd benchmarks && ../$(PY) bench_all_reduce.py
 	cd benchmarks && ../$(PY) bench_input.py
+	cd benchmarks && ../$(PY) bench_ps.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -17,7 +17,9 @@ from .reduce_op import ReduceOp
 from .runtime.programs import ValueContext
 from .runtime.replica_view import ReplicaContext
 from .strategy.base import RunOptions, Strategy, StrategyExtended
+from .server import Server
 from .strategy.mirrored import MirroredStrategy
+from .strategy.multi_worker import MultiWorkerMirroredStrategy
 from .strategy.one_device import OneDeviceStrategy
 from .values.distributed import DistributedValues, Mirrored, PerReplica
 from .values.distributed_variable import MirroredVariable, SyncOnReadVariable
@@ -29,7 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Checkpoint", "CollectiveAbortedError", "CollectiveTimeoutError", "CrossDeviceOps", "DistributedValues",
     "HierarchicalCopyAllReduce", "InputContext", "InputOptions", "InputReplicationMode", "InterdistError",
-    "Mirrored", "MirroredStrategy", "MirroredVariable", "NcclAllReduce", "NoGPUError", "OneDeviceStrategy",
+    "Mirrored", "MirroredStrategy", "MirroredVariable", "MultiWorkerMirroredStrategy", "Server", "NcclAllReduce", "NoGPUError", "OneDeviceStrategy",
     "PerReplica", "ReduceOp", "ReductionToOneDevice", "RemoteValue", "ReplicaContext", "ReplicaError",
     "RunOptions", "Strategy", "StrategyExtended", "SyncOnReadVariable", "Tensor", "ValueContext", "Variable",
     "VariableAggregation", "VariableSynchronization", "WorkerLostError", "__version__", "cluster_resolver",

@@ -9,9 +9,9 @@ def test_all_is_pinned() -> None:
     assert sorted(idist.__all__) == sorted([
         "Checkpoint", "CollectiveAbortedError", "CollectiveTimeoutError", "CrossDeviceOps", "DistributedValues",
         "HierarchicalCopyAllReduce", "InputContext", "InputOptions", "InputReplicationMode", "InterdistError",
-        "Mirrored", "MirroredStrategy", "MirroredVariable", "NcclAllReduce", "NoGPUError", "OneDeviceStrategy",
+        "Mirrored", "MirroredStrategy", "MirroredVariable", "MultiWorkerMirroredStrategy", "NcclAllReduce", "NoGPUError", "OneDeviceStrategy",
         "PerReplica", "ReduceOp", "ReductionToOneDevice", "RemoteValue", "ReplicaContext", "ReplicaError",
-        "RunOptions", "Strategy", "StrategyExtended", "SyncOnReadVariable", "Tensor", "ValueContext", "Variable",
+        "RunOptions", "Server", "Strategy", "StrategyExtended", "SyncOnReadVariable", "Tensor", "ValueContext", "Variable",
         "VariableAggregation", "VariableSynchronization", "WorkerLostError", "__version__", "cluster_resolver",
         "config", "data", "experimental", "experimental_set_strategy", "get_cross_replica_context",
         "get_replica_context", "get_strategy", "has_strategy", "in_cross_replica_context", "metrics", "optimizers",

@@ -1,0 +1,147 @@
+"""Handles to variables held by parameter-server tasks (``ParameterServerStrategy``).
+
+A handle carries everything needed to find its shards (ps addresses, shard ids,
+row ranges), so it works unchanged when it travels inside a scheduled function
+to a worker: there it reads and writes through the worker's current step
+(``runtime/ps_step.py``); in the notebook it reads the ps tasks directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..runtime import ps_step
+from .variables import Variable, VariableAggregation, VariableSynchronization
+
+# (store id, variable id) -> the notebook's handle, so a handle coming back from a worker is the same object.
+_handles: dict[tuple[str, int], Any] = {}
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Rows ``start:stop`` (axis 0) of a variable, held by the ps task at ``address``."""
+
+    shard_id: int
+    address: str
+    device: str
+    start: int
+    stop: int
+
+
+class ShardView:
+    """One shard of a partitioned variable, as ``ShardedVariable.variables`` lists them."""
+
+    def __init__(self, var: PSVariable, index: int) -> None:
+        self._var, self._index = var, index
+
+    @property
+    def name(self) -> str:
+        return f"{self._var._name}/part_{self._index}:0"
+
+    @property
+    def device(self) -> str:
+        return self._var._shards[self._index].device
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        s = self._var._shards[self._index]
+        return (s.stop - s.start, *self._var._shape[1:])
+
+    def numpy(self) -> np.ndarray:
+        s = self._var._shards[self._index]
+        return np.asarray(self._var.read_value()[s.start:s.stop])
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        a = self.numpy()
+        return a.astype(dtype) if dtype is not None else a
+
+    def __repr__(self) -> str:
+        return f"<interdist.Variable '{self.name}' shape={self.shape} dtype={self._var.dtype.name} on {self.device}>"
+
+
+class PSVariable(Variable):
+    """A variable of ``ParameterServerStrategy``: one logical value, in shards on ps tasks."""
+
+    kind = "parameter_server"
+
+    def __init__(self, desc: dict[str, Any], strategy: Any = None) -> None:  # no Variable.__init__: the value lives on the ps
+        self._desc = desc
+        self._strategy = strategy
+        self._store: str = desc["store"]
+        self._var_id: int = desc["var_id"]
+        self._name: str = desc["name"]
+        self._shape: tuple[int, ...] = tuple(desc["shape"])
+        self._dtype = np.dtype(desc["dtype"])
+        self._trainable: bool = desc["trainable"]
+        self._synchronization = VariableSynchronization[desc["synchronization"]]
+        self._aggregation = VariableAggregation[desc["aggregation"]]
+        self._shards: tuple[Shard, ...] = tuple(Shard(*s) for s in desc["shards"])
+        self._id = self._var_id
+
+    def __reduce__(self) -> Any:
+        return (_rebuild, (self._desc,))
+
+    # -- attributes ------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return np.dtype(self._dtype)
+
+    @property
+    def device(self) -> str:
+        return self._shards[0].device
+
+    @property
+    def distribute_strategy(self) -> Any:
+        return self._strategy
+
+    @property
+    def variables(self) -> tuple[ShardView, ...]:
+        """The shards (one for an unpartitioned variable), as TF's ``ShardedVariable.variables``."""
+        return tuple(ShardView(self, i) for i in range(len(self._shards)))
+
+    # -- reads and writes ------------------------------------------------------------
+    def read_value(self) -> np.ndarray:
+        ctx = ps_step.current_step()
+        if ctx is not None and ctx.store == self._store:
+            return np.asarray(ctx.read(self))  # the value read at the step's start, with the step's own writes
+        if self._strategy is None:
+            raise RuntimeError(f"variable {self._name!r} of a ParameterServerStrategy was read on a worker outside "
+                               "a scheduled step")
+        return self._strategy._read_ps_variable(self)
+
+    def _apply(self, op: str, value: Any) -> Any:
+        v = self._check(value)
+        ctx = ps_step.current_step()
+        if ctx is not None and ctx.store == self._store:
+            ctx.update(self, op, v)  # sent to the ps tasks when the step ends
+        elif self._strategy is None:
+            raise RuntimeError(f"variable {self._name!r} of a ParameterServerStrategy was updated on a worker "
+                               "outside a scheduled step")
+        else:
+            self._strategy._write_ps_variable(self, op, v)
+        return self
+
+    def __repr__(self) -> str:
+        try:
+            body = np.array2string(self.read_value(), separator=", ")
+        except Exception as e:  # noqa: BLE001 - a repr must not fail because a ps is gone
+            body = f"<unreadable: {type(e).__name__}>"
+        return f"<interdist.Variable '{self._name}:0' shape={self._shape} dtype={self._dtype.name}, numpy={body}>"
+
+
+def _rebuild(desc: dict[str, Any]) -> PSVariable:
+    """Unpickling a handle: the notebook's own handle, or (on a worker) a new one bound to the step."""
+    own = _handles.get((desc["store"], desc["var_id"]))
+    ctx = ps_step.current_step()
+    if ctx is not None and ctx.store == desc["store"]:
+        var = ctx.vars.get(desc["var_id"]) or PSVariable(desc)
+        ctx.register(var)  # read at the step's start, with the step's other variables
+        return var
+    return own if own is not None else PSVariable(desc)

@@ -1,0 +1,98 @@
+"""``interdist.Server`` / ``python -m interdist.server`` from TF_CONFIG on 127.0.0.1 ports, and its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import interdist as idist
+from interdist.experimental import CommunicationOptions
+
+from .conftest import free_port
+
+
+@pytest.mark.slow
+def test_servers_form_a_cluster_for_multi_worker(monkeypatch: Any) -> None:
+    cluster = {"chief": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    chief = idist.Server(cluster, "chief", 0, config={"timeout": 20})
+    worker = idist.Server(cluster, "worker", 0, config={"timeout": 20})
+    try:
+        assert chief.target == f"tcp://{cluster['chief'][0]}" and chief.is_scheduler and chief.runs_worker
+        monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}}))
+        s = idist.MultiWorkerMirroredStrategy(communication_options=CommunicationOptions(timeout_seconds=20))
+        try:
+            assert s.extended.worker_devices == ("/job:chief/replica:0/task:0/device:CPU:0",
+                                                 "/job:worker/replica:0/task:0/device:CPU:0")
+            assert s._lease.names == ["chief", "worker-0"]
+            # The worker task's Dask worker listens on the address of its TF_CONFIG entry.
+            assert s._lease.addresses[1] == f"tcp://{cluster['worker'][0]}"
+            out = s.run(lambda: idist.get_replica_context().all_reduce(
+                "sum", np.float32(idist.get_replica_context().replica_id_in_sync_group + 1)))
+            assert [float(v) for v in s.experimental_local_results(out)] == [3.0, 3.0]
+        finally:
+            s.close()
+    finally:
+        worker.stop()
+        chief.stop()
+
+
+@pytest.mark.slow
+def test_python_m_server_starts_and_stops() -> None:
+    port = free_port()
+    env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": {"chief": [f"127.0.0.1:{port}"]},
+                                                 "task": {"type": "chief", "index": 0}}))
+    proc = subprocess.Popen([sys.executable, "-m", "interdist.server", "--timeout", "20"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+        assert line == {"task": "chief:0", "scheduler": f"tcp://127.0.0.1:{port}", "runs_worker": True}
+        s = idist.MultiWorkerMirroredStrategy(cluster=line["scheduler"])
+        try:
+            assert s.num_replicas_in_sync == 1
+            assert s._lease.names == ["chief"]
+        finally:
+            s.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+
+
+def test_task_index_out_of_range() -> None:
+    with pytest.raises(ValueError, match="task_index 3 is out of range"):
+        idist.Server({"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "worker", 3, start=False)
+    with pytest.raises(ValueError, match="job_name 'ps'"):
+        idist.Server({"worker": ["127.0.0.1:1"]}, "ps", 0, start=False)
+
+
+def test_worker_that_cannot_reach_the_chief_times_out() -> None:
+    cluster = {"chief": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"worker:0 could not reach the scheduler of task chief:0"):
+        idist.Server(cluster, "worker", 0, config={"timeout": 2})
+    assert time.monotonic() - t0 < 20
+
+
+def test_malformed_tf_config_names_the_field() -> None:
+    from interdist.server import main
+
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker"}})
+    try:
+        with pytest.raises(ValueError, match="'task' is missing 'index'"):
+            main([])
+    finally:
+        del os.environ["TF_CONFIG"]
+
+
+def test_chief_of_a_ps_cluster_runs_no_worker() -> None:
+    s = idist.Server({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "worker": ["127.0.0.1:3"]},
+                     "chief", 0, start=False)
+    assert s.is_scheduler and not s.runs_worker
+    w = idist.Server({"worker": ["127.0.0.1:3", "127.0.0.1:4"]}, "worker", 0, start=False)
+    assert w.is_scheduler and w.runs_worker and w.target == "tcp://127.0.0.1:3"
