@@ -24,6 +24,7 @@ bench: $(STAMP)
 	cd benchmarks && ../$(PY) bench_run.py
 	cd benchmarks && ../$(PY) bench_all_reduce.py
 	cd benchmarks && ../$(PY) bench_input.py
+	cd benchmarks && ../$(PY) bench_optimizer.py
 	cd benchmarks && ../$(PY) bench_ps.py
 
 clean:

@@ -5,7 +5,7 @@ This module only re-exports; the code lives in the subpackages.
 
 from __future__ import annotations
 
-from . import cluster_resolver, config, data, experimental, metrics, optimizers
+from . import cluster_resolver, config, data, debug, experimental, metrics, optimizers
 from .checkpoint import Checkpoint
 from .cross_device_ops import CrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce, ReductionToOneDevice
 from .distribute_lib import (experimental_set_strategy, get_cross_replica_context, get_replica_context, get_strategy,
@@ -35,6 +35,6 @@ __all__ = [
     "PerReplica", "ReduceOp", "ReductionToOneDevice", "RemoteValue", "ReplicaContext", "ReplicaError",
     "RunOptions", "Strategy", "StrategyExtended", "SyncOnReadVariable", "Tensor", "ValueContext", "Variable",
     "VariableAggregation", "VariableSynchronization", "WorkerLostError", "__version__", "cluster_resolver",
-    "config", "data", "experimental", "experimental_set_strategy", "get_cross_replica_context",
+    "config", "data", "debug", "experimental", "experimental_set_strategy", "get_cross_replica_context",
     "get_replica_context", "get_strategy", "has_strategy", "in_cross_replica_context", "metrics", "optimizers",
 ]

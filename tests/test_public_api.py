@@ -13,7 +13,7 @@ def test_all_is_pinned() -> None:
         "PerReplica", "ReduceOp", "ReductionToOneDevice", "RemoteValue", "ReplicaContext", "ReplicaError",
         "RunOptions", "Server", "Strategy", "StrategyExtended", "SyncOnReadVariable", "Tensor", "ValueContext", "Variable",
         "VariableAggregation", "VariableSynchronization", "WorkerLostError", "__version__", "cluster_resolver",
-        "config", "data", "experimental", "experimental_set_strategy", "get_cross_replica_context",
+        "config", "data", "debug", "experimental", "experimental_set_strategy", "get_cross_replica_context",
         "get_replica_context", "get_strategy", "has_strategy", "in_cross_replica_context", "metrics", "optimizers",
     ])
     for name in idist.__all__:

@@ -579,6 +579,10 @@ class Strategy:
                     "central": CentralVariable}[kind]
         return cls(self, var_id, a, self._variable_devices(kind))
 
+    def _live_variables(self) -> list[Any]:
+        """The variables created in this strategy's scope that still exist, in creation order."""
+        return [v for v in (self._variable_by_id(i) for i in sorted(self._var_metas)) if v is not None]
+
     def _restore_replicas(self, ranks: list[int]) -> None:
         """After a worker restart: give the new replicas the variables, copied from a survivor."""
         self._lease.addresses = list(self._group.addresses)
