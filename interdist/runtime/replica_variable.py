@@ -9,7 +9,7 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from .. import _context
 from .._convert import as_array
-from ..collectives.base import mean_of_sum
+from ..collectives.base import reduce_arrays
 from ..reduce_op import ReduceOp
 from ..values.distributed import DistributedValues
 from ..values.variables import _maybe
@@ -109,11 +109,7 @@ class ReplicaVariable(NDArrayOperatorsMixin):
                 raise ValueError("Could not convert from `tf.VariableAggregation` VariableAggregation.NONE to "
                                  "`tf.distribute.ReduceOp` type")
             if agg in ("SUM", "MEAN"):
-                copies = [np.asarray(c) for c in self._all_copies()]
-                total = copies[0].copy()
-                for c in copies[1:]:
-                    total = np.asarray(total + c, dtype=total.dtype)
-                return total if agg == "SUM" else mean_of_sum(total, len(copies)).astype(total.dtype)
+                return reduce_arrays(list(self._all_copies()), ReduceOp(agg))
         return np.array(self.raw, copy=True)
 
     def value(self) -> np.ndarray:

@@ -19,6 +19,7 @@ import numpy as np
 from .. import _context, _nest, _reduction, device as device_lib, events
 from .._convert import as_array, same_object_across
 from ..reduce_op import ReduceOp, resolve
+from ..collectives.base import reduce_arrays
 from ..runtime import cluster as cluster_lib
 from ..runtime import programs
 from ..errors import WorkerLostError
@@ -633,11 +634,7 @@ class Strategy:
                                  "`tf.distribute.ReduceOp` type (reading a sync-on-read variable in cross-replica "
                                  "context needs SUM, MEAN or ONLY_FIRST_REPLICA aggregation)")
             if agg in ("SUM", "MEAN"):
-                copies = [np.asarray(c) for c in var.values]
-                total = copies[0].copy()
-                for c in copies[1:]:
-                    total = np.asarray(total + c, dtype=total.dtype)
-                return total if agg == "SUM" else np.asarray(total / len(copies), dtype=total.dtype)
+                return reduce_arrays([np.asarray(c) for c in var.values], ReduceOp(agg))
         return self._read_copy(var, 0)
 
     def _assign_variable(self, var: Any, op: str, value: Any) -> Any:
