@@ -25,6 +25,8 @@ class _Settings:
     cluster_idle_timeout: float = float(os.environ.get("INTERDIST_CLUSTER_IDLE_TIMEOUT", "30"))
     # Collectives backend used between replicas of one group.
     collectives_backend: str = os.environ.get("INTERDIST_COLLECTIVES", "dask")
+    # After a replica failed, how long the notebook waits for the others before reporting them stuck.
+    stuck_grace: float = float(os.environ.get("INTERDIST_STUCK_GRACE", "10"))
     # Values at most this many bytes travel with the reply of ``run`` and are shown by repr.
     inline_bytes: int = 4096
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import cloudpickle
 
+from ..config import settings
 from ..errors import CollectiveAbortedError, ReplicaError, WorkerLostError
 from .plugin import PLUGIN_NAME, ReplicaRuntime
 
@@ -47,6 +48,7 @@ class DaskGroup:
         self._lock = threading.RLock()
         self.closed = False
         self.lost: dict[int, str] = {}
+        self.busy: dict[int, tuple[int, Any]] = {}  # rank -> (step, its pending reply) of a stuck replica
         self.on_events: Callable[[Any], None] | None = None  # the strategy's event log
         self.on_recover: Callable[[list[int]], None] | None = None  # restores state on replaced replicas
         ensure_plugin(client)
@@ -129,6 +131,13 @@ class DaskGroup:
             raise RuntimeError("this strategy was closed; create a new one")
         if self.lost:
             self._recover()
+        for rank, (busy_step, fut) in list(self.busy.items()):
+            if fut.done():
+                del self.busy[rank]
+            else:
+                raise RuntimeError(
+                    f"replica {rank} ({self.spec['devices'][rank]}) is still running step {busy_step}: its replica "
+                    "function has not returned. Wait for it, or close this strategy and create a new one")
         with self._lock:
             step = self.step + 1
             self.step += steps  # a fused program numbers its inner steps step .. step + steps - 1
@@ -139,7 +148,12 @@ class DaskGroup:
             args_bytes = [shared if same else cloudpickle.dumps(a) for a in per_rank_args]
             release = {r: self._release[r] for r in range(self.world_size)}
             self._release = {r: [] for r in range(self.world_size)}
-            replies = self.client.sync(self._execute_async, step, fn_bytes, args_bytes, system, release)
+            try:
+                replies = self.client.sync(self._execute_async, step, fn_bytes, args_bytes, system, release)
+            except KeyboardInterrupt:
+                # The notebook was interrupted: release every replica waiting in this step's collectives.
+                self._abort_all(step, "the notebook interrupted the step")
+                raise
         if self.on_events is not None:
             for r in replies:
                 self.on_events(r.get("events", ()))
@@ -155,7 +169,7 @@ class DaskGroup:
             try:
                 return dict(await self.client.rpc(self.addresses[rank]).interdist_execute(
                     group=self.group_id, step=step, fn=fn, args=args[rank], system=system,
-                    release=release[rank]))
+                    release=release[rank], timeout=self.spec.get("timeout") or settings.collective_timeout))
             except Exception as exc:  # noqa: BLE001 - the worker is gone or unreachable
                 return {"ok": False, "lost": True, "secondary": False, "error": None,
                         "type": type(exc).__name__, "message": str(exc), "traceback": ""}
@@ -165,7 +179,21 @@ class DaskGroup:
         pending = set(tasks)
         aborted = False
         while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            # Once a replica has failed, the others get a grace period to come back (released by
+            # the abort, or by their own collective timeout); one that still does not answer is
+            # running user code that never returns: report it instead of hanging the notebook.
+            failed = any(not rep["ok"] for rep in replies.values())
+            timeout = settings.stuck_grace if failed else None
+            done, pending = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                for t in pending:
+                    rank = tasks[t]
+                    self.busy[rank] = (step, t)
+                    replies[rank] = {"ok": False, "stuck": True, "secondary": True, "error": None,
+                                     "type": "TimeoutError", "traceback": "",
+                                     "message": f"replica {rank} did not finish step {step} within "
+                                                f"{settings.stuck_grace:g} s of its peers failing; it is still running"}
+                break
             for t in done:
                 rank = tasks[t]
                 replies[rank] = t.result()
@@ -179,6 +207,17 @@ class DaskGroup:
                         for r in range(self.world_size) if r != rank
                     ], return_exceptions=True)
         return [replies[r] for r in range(self.world_size)]
+
+    def _abort_all(self, step: int, reason: str) -> None:
+        async def go() -> None:
+            await asyncio.wait_for(asyncio.gather(*[
+                self.client.rpc(addr).interdist_abort(group=self.group_id, step=step, reason=reason)
+                for addr in self.addresses], return_exceptions=True), 5)
+
+        try:
+            self.client.sync(go)
+        except Exception:  # noqa: BLE001 - best effort: the workers may be gone
+            pass
 
     def _raise_for(self, replies: list[dict[str, Any]], step: int, what: str) -> None:
         failed = [(r, rep) for r, rep in enumerate(replies) if not rep["ok"]]
@@ -196,6 +235,10 @@ class DaskGroup:
         rank, rep = primary[0]
         note = (f"interdist: raised on replica {rank} ({self.spec['devices'][rank]}) in step {step} ({what})\n"
                 f"--- remote traceback (replica {rank}) ---\n{rep['traceback']}")
+        stuck = [r for r, rep2 in failed if rep2.get("stuck")]
+        if stuck:
+            note += (f"\ninterdist: replica(s) {stuck} did not return from step {step}: their replica function "
+                     "is still running (the strategy refuses new steps until it returns)")
         exc: BaseException | None = None
         if rep.get("error") is not None:
             try:
@@ -204,8 +247,6 @@ class DaskGroup:
                 exc = None
         if exc is None:
             exc = ReplicaError(f"replica {rank} raised {rep['type']}: {rep['message']}", rank, step)
-        if isinstance(exc, CollectiveAbortedError) and len(primary) < len(failed):
-            pass
         try:
             exc.add_note(note)
             exc.interdist_replica = rank  # type: ignore[attr-defined]

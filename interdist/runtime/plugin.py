@@ -120,8 +120,11 @@ class ReplicaRuntime(WorkerPlugin):
                            "(the worker was restarted, or the strategy was closed)") from None
 
     async def execute(self, group: str, step: int, fn: bytes, args: bytes, system: bool,
-                      release: list[str] | None = None) -> dict[str, Any]:
+                      release: list[str] | None = None, timeout: float | None = None) -> dict[str, Any]:
         replica = self._replica(group)
+        if timeout is not None:
+            # The notebook's interdist.config.set_collective_timeout travels with each program.
+            replica.spec["timeout"] = timeout
         if release:
             replica.release(release)
         loop = asyncio.get_running_loop()

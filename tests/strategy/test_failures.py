@@ -59,6 +59,35 @@ def test_mismatched_collectives_time_out_with_names() -> None:
         idist.config.set_collective_timeout(60.0)
 
 
+def test_replica_that_never_returns_is_reported_not_waited_for() -> None:
+    idist.config.set_collective_timeout(1.0)
+    idist.config.settings.stuck_grace = 1.0
+    try:
+        with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+            def fn() -> object:
+                ctx = idist.get_replica_context()
+                if int(ctx.replica_id_in_sync_group) == 1:
+                    end = time.time() + 5  # "forever" for the test: user code that does not return
+                    while time.time() < end:
+                        time.sleep(0.05)
+                    return np.float32(0.0)
+                return ctx.all_reduce("sum", np.float32(1.0))
+
+            t0 = time.monotonic()
+            with pytest.raises(idist.CollectiveTimeoutError) as info:
+                s.run(fn)
+            assert time.monotonic() - t0 < 4.0
+            assert "[1] did not return" in "\n".join(info.value.__notes__)
+            with pytest.raises(RuntimeError, match="replica 1 .* is still running step"):
+                s.run(lambda: 1)
+            time.sleep(4.5)  # the replica function returns; the strategy works again
+            out = s.run(lambda: idist.get_replica_context().all_reduce("sum", np.float32(2.0)))
+            assert [float(v) for v in s.experimental_local_results(out)] == [4.0, 4.0]
+    finally:
+        idist.config.set_collective_timeout(60.0)
+        idist.config.settings.stuck_grace = 10.0
+
+
 @pytest.mark.slow
 def test_worker_death_is_reported_then_the_replica_is_rebuilt() -> None:
     s = idist.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2"])

@@ -185,10 +185,16 @@ def main() -> int:
     ap.add_argument("--show", action="store_true", help="print each selected outcome")
     ap.add_argument("--round2", action="store_true",
                     help="record the round-2 cases (cases2.py) into recorded_cases_2.json / tf_raw_2.json")
+    ap.add_argument("--round3", action="store_true",
+                    help="record the round-3 cases (cases3.py) into recorded_cases_3.json / tf_raw_3.json")
     a = ap.parse_args()
 
     global OUT, RAW
-    if a.round2:
+    if a.round3:
+        OUT = HERE.parent / "recorded_cases_3.json"
+        RAW = HERE / "tf_raw_3.json"
+        import cases3  # noqa: F401  (fills CASES)
+    elif a.round2:
         OUT = HERE.parent / "recorded_cases_2.json"
         RAW = HERE / "tf_raw_2.json"
         import cases2  # noqa: F401  (fills CASES)
