@@ -184,7 +184,7 @@ class ReplicaVariable(NDArrayOperatorsMixin):
             return self._local(op, value)
         agg = self.meta["aggregation"]
         if agg == "NONE":
-            if self.meta.get("strategy_kind") == "central_storage":
+            if self.meta.get("strategy_kind") == "central_storage" and self._replica.world_size > 1:
                 raise ValueError(
                     "You must specify an aggregation method to update a variable in replica context "
                     f"(variable {self.meta['name']}, strategy CentralStorageStrategy)")

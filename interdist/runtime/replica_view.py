@@ -75,7 +75,18 @@ class ReplicaContext:
         """Reduce ``value`` (a nested structure) across replicas; every replica gets the result."""
         op = resolve(reduce_op)
         self._require_replica_context("all_reduce")
-        leaves = [as_array(_unwrap(v)) for v in _nest.flatten(value)]
+        raw = [_unwrap(v) for v in _nest.flatten(value)]
+        if self._replica.world_size > 1:
+            for v in raw:
+                if isinstance(v, (bool, int, float, complex)) and not isinstance(v, np.generic):
+                    # TF 2.21 needs tensors here: a Python number fails with this AttributeError.
+                    raise AttributeError(f"'{type(v).__name__}' object has no attribute 'dtype' (all_reduce needs "
+                                         "arrays, e.g. np.float32(x), not Python numbers)")
+        _check_cross_device_ops(self._replica)
+        leaves = [as_array(v) for v in raw]
+        if self._replica.world_size > 1 and any(a.dtype == np.bool_ for a in leaves):
+            raise ValueError(f"all_reduce cannot {op.value} boolean values (TF has no {op.value} kernel for bool); "
+                             "cast them to a number first")
         out = self._replica.collective(
             "all_reduce", _nbytes(leaves),
             lambda s, q, w: self._replica.collectives.all_reduce(s, q, leaves, op, w))
@@ -110,6 +121,22 @@ class ReplicaContext:
 
     def __repr__(self) -> str:
         return f"ReplicaContext(replica_id_in_sync_group={self.replica_id_in_sync_group})"
+
+
+def _check_cross_device_ops(replica: Replica) -> None:
+    """Fail as TF 2.21 does when a strategy's cross_device_ops cannot all-reduce here."""
+    cdo = replica.spec.get("cross_device_ops")
+    if not cdo or replica.world_size == 1:
+        return
+    kind, num_packs = cdo
+    if kind not in ("CrossDeviceOps", "ReductionToOneDevice", "HierarchicalCopyAllReduce", "NcclAllReduce"):
+        raise AttributeError(f"'{kind}' object has no attribute 'batch_reduce' (cross_device_ops must be a "
+                             "tf.distribute.CrossDeviceOps)")
+    if kind in ("HierarchicalCopyAllReduce", "NcclAllReduce") and num_packs and \
+            all("/device:CPU:" in d for d in replica.devices):
+        # TF packs the values for these algorithms and fails doing so for CPU devices (num_packs=0 works).
+        raise AttributeError(f"{kind}(num_packs={num_packs}) cannot all-reduce between CPU devices in replica "
+                             "context (as in TF 2.21); use num_packs=0 or ReductionToOneDevice")
 
 
 def _regroup_local(per_rank: list[Any], n: int) -> Any:

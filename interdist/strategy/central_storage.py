@@ -17,6 +17,10 @@ from .mirrored import resolve_devices
 class _CentralExtended(StrategyExtended):
     experimental_between_graph = True  # as TF 2.21 reports it for CentralStorageStrategy
 
+    @property
+    def worker_devices(self) -> Any:
+        return list(self._strategy._devices)  # a list here, not a tuple (as TF 2.21)
+
 
 class CentralStorageStrategy(Strategy):
     """A one-machine strategy that puts all variables on a single device."""
@@ -28,7 +32,8 @@ class CentralStorageStrategy(Strategy):
     def __init__(self, compute_devices: Any = None, parameter_device: str | None = None, cluster: Any = None) -> None:
         devices = resolve_devices(compute_devices, allow_duplicates=True)
         if parameter_device is None:
-            parameter_device = devices[0] if len(devices) == 1 else device_lib.host_device()
+            # TF's default with several compute devices is the host's CPU, spelled "/device:CPU:0".
+            parameter_device = devices[0] if len(devices) == 1 else "/device:CPU:0"
         self._parameter_device_as_given = parameter_device  # TF reports parameter_devices as given
         self._parameter_device = device_lib.canonicalize(parameter_device)
         super().__init__(devices, cluster, spec={"parameter_devices": [self._parameter_device]})

@@ -51,10 +51,9 @@ class MirroredStrategy(Strategy):
     """
 
     def __init__(self, devices: Any = None, cross_device_ops: Any = None, cluster: Any = None) -> None:
-        from ..cross_device_ops import CrossDeviceOps
-
-        if cross_device_ops is not None and not isinstance(cross_device_ops, CrossDeviceOps):
-            raise ValueError(f"cross_device_ops must be a tf.distribute.CrossDeviceOps, "
-                             f"but got {type(cross_device_ops).__name__}")
+        # TF accepts any object here and fails only when it is used; interdist's replicas choose
+        # the algorithm themselves, so the value is kept for inspection.
         self._cross_device_ops = cross_device_ops
-        super().__init__(resolve_devices(devices), cluster)
+        cdo = None if cross_device_ops is None else \
+            (type(cross_device_ops).__name__, getattr(cross_device_ops, "num_packs", None))
+        super().__init__(resolve_devices(devices), cluster, spec={"cross_device_ops": cdo})

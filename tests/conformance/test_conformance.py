@@ -13,10 +13,13 @@ from .runner import RECORDED, SHARED, load, run_case
 
 # id -> why interdist differs from the recording (kept short and honest).
 KNOWN_DIVERGENCES: dict[str, str] = {
+    "scope.reuse_scope_object.M2": "re-entering a used scope() object: TF raises AttributeError and then leaves the "
+                                   "strategy installed (has_strategy() stays True); interdist raises the same error "
+                                   "but leaves the context clean",
 }
 
 SEED = load(SHARED)
-OURS = load(RECORDED) + load(RECORDED.with_name("tf_cases_2.json"))
+OURS = load(RECORDED) + load(RECORDED.with_name("tf_cases_2.json")) + load(RECORDED.with_name("tf_cases_3.json"))
 
 
 @pytest.mark.parametrize("case", SEED, ids=[c["id"] for c in SEED])

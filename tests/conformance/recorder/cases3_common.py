@@ -18,6 +18,11 @@ def c3(id, seed, what, code, tf_code=AUTO, tf_sub=(), **kw):
         t = TFV + _CLS.sub(r"_tfv.\1", code)
         t = t.replace("idist.optimizers.Adam", "tf.keras.optimizers.Adam")
         tf_code = auto_tf(t)
+        # a caught tf.errors.InvalidArgumentError is recorded as ValueError (as record.EXC_MAP does)
+        tf_code = tf_code.replace("type(e).__name__", "_ename(e)")
+        if "_ename(e)" in tf_code:
+            tf_code = ("def _ename(e):\n    n = type(e).__name__\n"
+                       "    return 'ValueError' if n == 'InvalidArgumentError' else n\n") + tf_code
         for a, b in tf_sub:
             tf_code = tf_code.replace(a, b)
     c2(id, seed, what, code, tf_code, **kw)

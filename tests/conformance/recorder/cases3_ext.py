@@ -42,7 +42,7 @@ try:
         v = idist.Variable(np.float32(2.0))
     res = {"ok": [strategy.extended.variable_created_in_scope(v), len(L(v))]}
 except Exception as e:
-    res = {"raises": type(e).__name__}
+    res = {"err": type(e).__name__}
 result = res
 """)
 
@@ -108,6 +108,7 @@ for key in ["M1", "M2", "M3", "M4", "OD", "OD1", "CS2", "CS3"]:
 SPELL = {
     "mirrored_lower": ('idist.MirroredStrategy(["/cpu:0", "/cpu:1"])', "MirroredStrategy(['/cpu:0', '/cpu:1'])"),
     "mirrored_full": ('idist.MirroredStrategy(["/job:localhost/replica:0/task:0/device:CPU:0", "/device:CPU:1"])', "full device names"),
+    "mirrored_full_both": ('idist.MirroredStrategy(["/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"])', "full device names for both"),
     "mirrored_tuple": ('idist.MirroredStrategy(("CPU:1", "CPU:0"))', "tuple of devices in reverse order"),
     "od_lower": ('idist.OneDeviceStrategy("/cpu:0")', "OneDeviceStrategy('/cpu:0')"),
     "od_upper": ('idist.OneDeviceStrategy("CPU:0")', "OneDeviceStrategy('CPU:0')"),
@@ -203,7 +204,7 @@ try:
     o = {ctor}
     res = {{"ok": isinstance(o, idist.CrossDeviceOps)}}
 except Exception as e:
-    res = {{"raises": type(e).__name__}}
+    res = {{"err": type(e).__name__}}
 result = res
 """, strategy=None, helper=False)
 
@@ -231,7 +232,7 @@ try:
     finally:
         s.close()
 except Exception as e:
-    res = {"raises": type(e).__name__}
+    res = {"err": type(e).__name__}
 result = res
 """, tf_sub=[("        s.close()\n", "        pass\n")], strategy=None, helper=False)
 

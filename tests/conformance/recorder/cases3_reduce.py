@@ -43,7 +43,7 @@ try:
     r = strategy.run(fn)
     res = {"v": L(r), "dtype": D(r)}
 except Exception as e:
-    res = {"raises": type(e).__name__}
+    res = {"err": type(e).__name__}
 result = res
 """, strategy=key)
 
@@ -55,7 +55,7 @@ try:
     r = strategy.run(fn)
     res = {"v": L(r), "dtype": D(r)}
 except Exception as e:
-    res = {"raises": type(e).__name__}
+    res = {"err": type(e).__name__}
 result = res
 """, strategy=key)
 
@@ -67,7 +67,7 @@ try:
     r = strategy.run(fn)
     res = {"v": L(r)}
 except Exception as e:
-    res = {"raises": type(e).__name__}
+    res = {"err": type(e).__name__}
 result = res
 """, strategy=key)
 
@@ -76,10 +76,10 @@ r = strategy.run(lambda: [idist.get_replica_context().all_reduce("SUM", 3), idis
 result = {"int": [L(r[0]), D(r[0])], "float": [L(r[1]), D(r[1])]}
 """)
 
-c3("all_reduce.mixed_list.M2", ST, "all_reduce SUM of a list [float32 array, int32 scalar, python float]", """
+c3("all_reduce.mixed_list.M2", ST, "all_reduce SUM of a list [float32 array, float32 scalar, float64 scalar]", """
 def fn():
     i = int(idist.get_replica_context().replica_id_in_sync_group)
-    return idist.get_replica_context().all_reduce("SUM", [np.array([1.0, float(i)], np.float32), np.int32(i + 2), 0.5])
+    return idist.get_replica_context().all_reduce("SUM", [np.array([1.0, float(i)], np.float32), np.float32(i + 2), np.float64(0.5)])
 r = strategy.run(fn)
 result = [L(x) for x in r]
 """)
@@ -145,7 +145,7 @@ try:
     s = strategy.reduce("MEAN", r, axis=-1)
     res = {"v": np.asarray(s).tolist()}
 except Exception as e:
-    res = {"raises": type(e).__name__}
+    res = {"err": type(e).__name__}
 result = res
 """, strategy="M3")
 
@@ -186,7 +186,7 @@ try:
     g = strategy.gather(pr, axis=0)
     res = {"shape": list(np.shape(g))}
 except Exception as e:
-    res = {"raises": type(e).__name__}
+    res = {"err": type(e).__name__}
 result = res
 """)
 
@@ -207,7 +207,7 @@ try:
     r = strategy.run(fn)
     res = {"v": L(r)}
 except Exception as e:
-    res = {"raises": type(e).__name__}
+    res = {"err": type(e).__name__}
 result = res
 """)
 
