@@ -394,12 +394,7 @@ class Strategy:
                                      f"({x._strategy!r}); it cannot be used by {self!r}")
                 return x
             if isinstance(x, DistributedValues):
-                # TF picks component i for replica i (extra components are ignored).
-                if len(x.values) < self.num_replicas_in_sync:
-                    raise ValueError(
-                        f"{type(x).__name__} has {len(x.values)} component(s) but this strategy has "
-                        f"{self.num_replicas_in_sync} replica(s): it belongs to another strategy")
-                return _nest.map_structure(leaf, x.values[rank])
+                return _nest.map_structure(leaf, self._select_values(x)[rank])
             if isinstance(x, RemoteValue):
                 if x._owner is self._group and x._rank == rank:
                     return StoreRef(x._key)
@@ -496,11 +491,8 @@ class Strategy:
         return Tensor(_meta_value(results[0], self, 0), host)
 
     def _select_all(self, value: DistributedValues) -> list[Any]:
-        if len(value.values) < self.num_replicas_in_sync:
-            raise ValueError(f"{type(value).__name__} has {len(value.values)} component(s) but this strategy has "
-                             f"{self.num_replicas_in_sync} replica(s): it belongs to another strategy")
         out = []
-        for r, c in enumerate(value.values[:self.num_replicas_in_sync]):
+        for r, c in enumerate(self._select_values(value)):
             if isinstance(c, RemoteValue) and c._owner is self._group and c._rank == r and not c.is_fetched:
                 out.append(StoreRef(c._key))
             else:
@@ -508,9 +500,10 @@ class Strategy:
         return out
 
     def _select_values(self, value: DistributedValues) -> list[Any]:
+        """One component per replica: TF picks component i for replica i and ignores extra ones."""
         if len(value.values) < self.num_replicas_in_sync:
             raise ValueError(f"{type(value).__name__} has {len(value.values)} component(s) but this strategy has "
-                             f"{self.num_replicas_in_sync} replica(s)")
+                             f"{self.num_replicas_in_sync} replica(s): it belongs to another strategy")
         return list(value.values[:self.num_replicas_in_sync])
 
     def gather(self, value: Any, axis: int) -> Any:
@@ -616,11 +609,6 @@ class Strategy:
         from ..runtime.resolve import _client_variables
 
         return _client_variables.get((self._group_id, var_id))
-
-    def _forget_variable(self, var_id: int) -> None:
-        if self._closed or self._group.closed:
-            return
-        # Deleting needs a program; do it with the next one instead of from a finalizer.
 
     def _read_copy(self, var: Any, rank: int) -> Any:
         return self._group.read_variable(rank, var._var_id)

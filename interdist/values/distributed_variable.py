@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
@@ -58,7 +57,6 @@ class _Handle:
         self._values = tuple(VariableComponent(self, r, d) for r, d in enumerate(devices))
         self._id = var_id
         register_variable(strategy._group_id, var_id, self)
-        weakref.finalize(self, strategy._forget_variable, var_id)
 
     def __reduce__(self) -> Any:
         return (resolve_variable, (self._strategy._group_id, self._var_id))

@@ -1,6 +1,6 @@
-"""Run the round-3 cases (recorded_cases_3.json) on interdist with runner.run_case.
+"""Run a round of recorded cases (recorded_cases_<N>.json) on interdist with runner.run_case.
 
-    .venv/bin/python tests/conformance/recorder/run_round3.py [-k SUBSTR] [--out FILE]
+    .venv/bin/python tests/conformance/recorder/run_round.py [--round N] [-k SUBSTR] [--out FILE]
 """
 import argparse
 import json
@@ -22,11 +22,13 @@ def _alarm(*_):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-k", default="")
-    ap.add_argument("--out", default="/tmp/r3/idist_results.json")
+    ap.add_argument("--round", type=int, default=2, help="which recorded_cases_<N>.json to run")
+    ap.add_argument("--out", default=None)
     ap.add_argument("--timeout", type=int, default=120)
     a = ap.parse_args()
     logging.disable(logging.CRITICAL)
-    cases = json.loads((HERE.parent / "recorded_cases_3.json").read_text())
+    a.out = a.out or f"/tmp/r{a.round}/idist_results.json"
+    cases = json.loads((HERE.parent / f"recorded_cases_{a.round}.json").read_text())
     sel = [c for c in cases if a.k in c["id"]]
     res = {}
     signal.signal(signal.SIGALRM, _alarm)
@@ -41,6 +43,7 @@ def main():
             signal.alarm(0)
         res[c["id"]] = {"ok": ok, "msg": msg[:1500], "s": round(time.time() - t, 2)}
         print(("PASS " if ok else "FAIL ") + c["id"] + ("" if ok else "  " + msg[:300]), flush=True)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=1))
     print(f"{sum(r['ok'] for r in res.values())}/{len(res)} pass", flush=True)
 
