@@ -120,7 +120,14 @@ class Dataset:
 
         Raises ``ValueError`` if a leaf is a scalar or the leaves' leading
         dimensions differ (TF: "Dimensions 3 and 4 are not compatible").
+
+        Leaves may also be Dask arrays, Series or DataFrames (a DataFrame
+        gives a dict of its columns): nothing is computed until rows are read,
+        and a distributed pipeline reads each replica's rows on its own worker
+        (see ``interdist.input._dask``).
         """
+        if _dask.contains_dask(tensors):
+            return _dask.DaskSliceDataset(tensors)
         return _sources.TensorSliceDataset(tensors)
 
     @staticmethod
@@ -256,6 +263,13 @@ class Dataset:
         return iter(self)
 
     def __iter__(self) -> Iterator[Any]:
+        source = self
+        while source._input is not None:
+            source = source._input
+        if isinstance(source, (_dask.DaskSliceDataset, _dask.DaskChunksDataset)):
+            plan = _dask.plan_of(self)
+            if plan is not None:  # whole batches read in windows of rows, not row by row
+                return _dask.iterate_plan(plan)
         return self._iterate()
 
     def __len__(self) -> int:
@@ -277,7 +291,7 @@ class Dataset:
 
 # The node classes subclass Dataset, so they can only be imported once it
 # exists; the methods above look them up at call time.
-from interdist.input import _sources, _transforms, _values
+from interdist.input import _dask, _sources, _transforms, _values
 from interdist.input._sources import TextLineDataset
 
 __all__ = [

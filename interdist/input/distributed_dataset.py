@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import _nest
+from . import _dask
 from ..errors import NotADatasetError
 from .. import device as device_lib
 from ..values.distributed import PerReplica
@@ -40,6 +41,8 @@ class DistributedDataset(_NoTransformations):
     """Each global batch of ``dataset`` split into per-replica batches."""
 
     def __init__(self, strategy: Any, dataset: Any, options: InputOptions | None = None) -> None:
+        if _dask.is_dask_collection(dataset):
+            dataset = _dask.DaskChunksDataset(dataset)  # each chunk (partition) is one global batch
         if not isinstance(dataset, Dataset):
             raise NotADatasetError(f"experimental_distribute_dataset requires an interdist.data.Dataset, "
                                    f"but got {type(dataset).__name__}")
@@ -47,7 +50,7 @@ class DistributedDataset(_NoTransformations):
             raise TypeError(f"options must be a tf.distribute.InputOptions, but got {type(options).__name__}")
         check_options_for_distribute_dataset(options)
         n = strategy.num_replicas_in_sync
-        if n > 1 and static_batch_size(dataset) is None:
+        if n > 1 and static_batch_size(dataset) is None and not _batched_source(dataset):
             # TF 2.21 fails here with an IndexError (it looks for the batch dimension of a scalar element).
             raise IndexError("experimental_distribute_dataset requires a batched dataset (it splits each global "
                              "batch among the replicas): call .batch(global_batch_size) first")
@@ -64,6 +67,18 @@ class DistributedDataset(_NoTransformations):
         return _nest.map_structure(lambda s: PerReplicaSpec(s, n), rebatch_element_spec(spec, n))
 
     def __iter__(self) -> DistributedIterator:
+        if _source(self._dataset) is not None:
+            plan = _dask.plan_of(self._dataset)
+            fetch = self._options is None or self._options.experimental_fetch_to_device is not False
+            if plan is not None and fetch:
+                # Each replica reads its own rows of every global batch on its worker.
+                key = f"dask:{next(_ids)}"
+                self._strategy._system(_start_dask_reader, key, plan)
+                return _RemoteIterator(self._strategy, key, self.element_spec)
+            _dask.notebook_fallback_warning("its shape has no row plan" if plan is None else
+                                            "experimental_fetch_to_device=False keeps batches on the host")
+            return DistributedIterator(self._strategy, self._per_step(_read_with(self._strategy, self._dataset)),
+                                       self.element_spec)
         return DistributedIterator(self._strategy, self._per_step(iter(self._dataset)), self.element_spec)
 
     def _per_step(self, it: Iterator[Any]) -> Iterator[Any]:
@@ -79,6 +94,37 @@ class DistributedDataset(_NoTransformations):
             yield _nest.map_structure(
                 lambda *leaves: PerReplica([Tensor(x, devices[r]) for r, x in enumerate(leaves)],
                                            self._strategy), *parts)
+
+
+def _source(dataset: Dataset) -> Dataset | None:
+    """The Dask source at the bottom of ``dataset``'s pipeline, or None."""
+    node = dataset
+    while node._input is not None:
+        node = node._input
+    return node if isinstance(node, (_dask.DaskSliceDataset, _dask.DaskChunksDataset)) else None
+
+
+def _batched_source(dataset: Dataset) -> bool:
+    """A pipeline whose source already yields batches (a Dask collection's chunks) and no unbatch."""
+    node: Dataset | None = dataset
+    while node is not None:
+        if type(node).__name__ == "UnbatchDataset":
+            return False
+        if isinstance(node, _dask.DaskChunksDataset):
+            return True
+        node = node._input
+    return False
+
+
+def _read_with(strategy: Any, dataset: Dataset) -> Iterator[Any]:
+    """Iterate ``dataset`` in the notebook, its Dask reads going through the strategy's client."""
+    it = iter(dataset)
+    while True:
+        with _dask.using_client(strategy.client):
+            batch = next(it, _END)
+        if batch is _END:
+            return
+        yield batch
 
 
 class PerReplicaSpec:
@@ -193,6 +239,8 @@ def _make_dataset(replica: Any, key: str, dataset_fn: Callable[[InputContext], A
         # One input pipeline per worker, as TF on one host: every replica reads the same
         # pipeline and takes every n-th batch, starting at its own.
         ctx = InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=n)
+    if getattr(replica, "worker", None) is not None:
+        _dask.bind_worker(replica.worker)  # Dask sources made by dataset_fn read with this worker's client
     dataset = dataset_fn(ctx)
     if not isinstance(dataset, Dataset):
         raise NotADatasetError(f"dataset_fn must return an interdist.data.Dataset, but it returned "
@@ -201,6 +249,11 @@ def _make_dataset(replica: Any, key: str, dataset_fn: Callable[[InputContext], A
         dataset = dataset.shard(n, rank)
     replica.store[key] = dataset
     return dataset.element_spec
+
+
+def _start_dask_reader(replica: Any, key: str, plan: Any) -> None:
+    _dask.bind_worker(replica.worker)
+    replica.store[key] = _dask.PrefetchingReader(plan, replica.rank, replica.world_size)
 
 
 def _start_iterator(replica: Any, key: str, it_key: str) -> None:

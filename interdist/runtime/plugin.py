@@ -96,6 +96,7 @@ class ReplicaRuntime(WorkerPlugin):
             _close_transport(old)
         transport = make_transport(self.worker, group, rank, list(peers), self._mailbox(group))
         self.replicas[group] = Replica(group, rank, spec_d, transport, self._emit, transport.abort_peers)
+        self.replicas[group].worker = self.worker  # replica programs that read Dask collections use its client
         if group not in self.executors:
             self.executors[group] = ThreadPoolExecutor(1, thread_name_prefix=f"interdist-replica-{rank}")
         return "OK"
