@@ -178,7 +178,16 @@ def compute(arrays: list[Any], client: Any = None) -> list[np.ndarray]:
         import dask
 
         return [np.asarray(a) for a in dask.compute(*arrays, scheduler="threads")]
-    return [np.asarray(a) for a in client.compute(list(arrays), sync=True)]
+    for attempt in builtins.range(3):
+        try:
+            return [np.asarray(a) for a in client.compute(list(arrays), sync=True)]
+        except Exception as e:  # noqa: BLE001 - only cancellations are retried
+            # A read whose inputs another client released and re-persisted under the same keys at
+            # that moment is cancelled by the scheduler ("lost dependencies"); reads are pure, so
+            # read again (seen when a benchmark re-persists one array while readers finish).
+            if type(e).__name__ not in ("FutureCancelledError", "CancelledError") or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _read_rows(leaves: list[Any], rows: np.ndarray, client: Any) -> list[np.ndarray]:
@@ -186,6 +195,8 @@ def _read_rows(leaves: list[Any], rows: np.ndarray, client: Any) -> list[np.ndar
     if len(rows) == 0:
         return [np.empty((0, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]
     lo, hi = int(rows[0]), int(rows[-1]) + 1
+    if isinstance(leaves[0], np.ndarray):  # a NumPy source (see plan_of)
+        return [np.array(leaf[lo:hi]) if hi - lo == len(rows) else leaf[rows] for leaf in leaves]
     if hi - lo == len(rows):
         return compute([leaf[lo:hi] for leaf in leaves], client)
     return compute([leaf[rows] for leaf in leaves], client)
@@ -315,7 +326,13 @@ def _post(inner: Any, op: str, arg: Any) -> Any:
 
 
 def plan_of(dataset: Dataset) -> Plan | None:
-    """The row plan of ``dataset``, or None when it is not of a shape a plan describes."""
+    """The row plan of ``dataset``, or None when it is not of a shape a plan describes.
+
+    The source may also be a NumPy ``from_tensor_slices``: iterating such a pipeline by its
+    plan skips the rows of batches that a ``shard`` or ``skip`` after ``batch`` drops, instead
+    of reading and mapping them (a per-worker pipeline sharded among a worker's replicas).
+    """
+    from interdist.input import _sources
     from interdist.input import _transforms as t
 
     post: list[tuple[str, Any]] = []
@@ -343,12 +360,15 @@ def plan_of(dataset: Dataset) -> Plan | None:
     batch = node
     pre: list[Any] = []
     node = batch._input
-    while not isinstance(node, DaskSliceDataset):
+    while not isinstance(node, (DaskSliceDataset, _sources.TensorSliceDataset)):
         if isinstance(node, (t.MapDataset, t.TakeDataset, t.SkipDataset, t.ShardDataset)):
             pre.append(node)
         elif not isinstance(node, passthrough):
             return None
         node = node._input
+    if isinstance(node, _sources.TensorSliceDataset) and not all(
+            isinstance(leaf, np.ndarray) for leaf in _nest.flatten(node._value)):
+        return None
     rows = builtins.range(node._length)
     maps = []
     for op in reversed(pre):  # innermost first

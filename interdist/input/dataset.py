@@ -270,6 +270,10 @@ class Dataset:
             plan = _dask.plan_of(self)
             if plan is not None:  # whole batches read in windows of rows, not row by row
                 return _dask.iterate_plan(plan)
+        elif isinstance(source, _sources.TensorSliceDataset) and isinstance(self, _transforms.ShardDataset):
+            plan = _dask.plan_of(self)
+            if plan is not None:  # read (and map) only the rows of the batches kept
+                return _dask.iterate_plan(plan, client=None)
         return self._iterate()
 
     def __len__(self) -> int:

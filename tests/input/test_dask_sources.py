@@ -235,3 +235,17 @@ def test_plan_window_reads(mirrored2: Any) -> None:
     batches = list(_dask.iterate_plan(plan, rank=1, num_replicas=2, window_rows=20, stats=stats))
     assert [b.tolist() for b in batches[:2]] == [[5, 6, 7, 8, 9], [15, 16, 17, 18, 19]]
     assert stats == {"rows": 50, "reads": 3}  # 4 steps of 5 rows per window: 4 + 4 + 2 steps
+
+
+def test_sharded_numpy_pipelines_map_only_the_rows_they_keep() -> None:
+    seen: list[list[float]] = []
+
+    def f(row: np.ndarray) -> np.ndarray:
+        seen.append(row.tolist())
+        return row * 3
+
+    ds = Dataset.from_tensor_slices(X).map(f).batch(4).shard(3, 1)
+    got = [as_lists(b) for b in ds]
+    assert got == [(X[4:8] * 3).tolist(), (X[16:20] * 3).tolist()]
+    # One probe on zeros (finding the element spec, as TF traces), then only the 8 rows kept.
+    assert seen == [[0.0, 0.0]] + X[4:8].tolist() + X[16:20].tolist()
