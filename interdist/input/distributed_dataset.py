@@ -10,6 +10,7 @@ the notebook.
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,7 +23,9 @@ from ..values.tensor import Tensor
 from .dataset import Dataset
 from .input_context import (InputContext, InputOptions, InputReplicationMode, check_options_for_datasets_from_function,
                             check_options_for_distribute_dataset)
-from .rebatch import rebatch_element_spec, split_for_replicas, static_batch_size
+from .options import AutoShardPolicy
+from .rebatch import (rebatch_element_spec, shard_for_worker, split_for_replicas, static_batch_size,
+                      with_batch_size)
 
 _TRANSFORMATIONS = {"map", "batch", "unbatch", "repeat", "shard", "take", "skip", "prefetch", "filter", "shuffle",
                     "cache", "with_options", "rebatch", "apply", "flat_map", "interleave", "padded_batch"}
@@ -67,6 +70,9 @@ class DistributedDataset(_NoTransformations):
         return _nest.map_structure(lambda s: PerReplicaSpec(s, n), rebatch_element_spec(spec, n))
 
     def __iter__(self) -> DistributedIterator:
+        sharded = self._worker_shards()
+        if sharded is not None:
+            return sharded
         if _source(self._dataset) is not None:
             plan = _dask.plan_of(self._dataset)
             fetch = self._options is None or self._options.experimental_fetch_to_device is not False
@@ -80,6 +86,43 @@ class DistributedDataset(_NoTransformations):
             return DistributedIterator(self._strategy, self._per_step(_read_with(self._strategy, self._dataset)),
                                        self.element_spec)
         return DistributedIterator(self._strategy, self._per_step(iter(self._dataset)), self.element_spec)
+
+    def _worker_shards(self) -> DistributedIterator | None:
+        """Across several workers (MultiWorkerMirroredStrategy), auto-shard as TF does.
+
+        ``FILE`` (or ``AUTO`` on a pipeline that reads files): every worker reads its own files
+        (``files[w::W]``) with the per-worker batch size, on its own host. ``OFF``: every worker
+        reads the whole pipeline with the per-worker batch size (the same data on each, as in
+        TF). ``DATA`` (or ``AUTO`` without files, with TF's warning): worker ``w`` would keep
+        every ``W``-th per-worker batch of the whole pipeline, which is exactly the contiguous
+        split of each global batch that the notebook makes: it is read once, in the notebook.
+        """
+        from ..strategy.multi_worker import MultiWorkerMirroredStrategy
+
+        strategy, dataset = self._strategy, self._dataset
+        workers = strategy.num_replicas_in_sync  # one replica per worker task
+        if not isinstance(strategy, MultiWorkerMirroredStrategy) or workers == 1:
+            return None
+        policy = dataset.options().experimental_distribute.auto_shard_policy
+        files = dataset._source_files is not None
+        if policy == AutoShardPolicy.AUTO:
+            policy = AutoShardPolicy.FILE if files else AutoShardPolicy.DATA
+            if not files:
+                warnings.warn(
+                    "AUTO sharding policy will apply DATA sharding policy as it failed to apply FILE sharding "
+                    "policy because of the following reason: Found an unshardable source dataset (the pipeline "
+                    "does not read files).", UserWarning, stacklevel=3)
+        if policy in (AutoShardPolicy.DATA, AutoShardPolicy.HINT):
+            return None
+        batch = static_batch_size(dataset)
+        if batch is None or batch % workers:
+            raise ValueError(f"the global batch size ({batch}) must divide evenly among the {workers} workers "
+                             f"to shard the input by {policy.name}")
+        if policy == AutoShardPolicy.FILE:
+            shard_for_worker(dataset, workers, 0, AutoShardPolicy.FILE)  # TF's checks, here, before any worker
+        key = f"sharded:{next(_ids)}"
+        strategy._system(_start_worker_shard, key, with_batch_size(dataset, batch // workers), workers, policy)
+        return _RemoteIterator(strategy, key, self.element_spec)
 
     def _per_step(self, it: Iterator[Any]) -> Iterator[Any]:
         n = self._strategy.num_replicas_in_sync
@@ -249,6 +292,11 @@ def _make_dataset(replica: Any, key: str, dataset_fn: Callable[[InputContext], A
         dataset = dataset.shard(n, rank)
     replica.store[key] = dataset
     return dataset.element_spec
+
+
+def _start_worker_shard(replica: Any, key: str, dataset: Dataset, workers: int, policy: Any) -> None:
+    _dask.bind_worker(replica.worker)
+    replica.store[key] = iter(shard_for_worker(dataset, workers, replica.rank, policy))
 
 
 def _start_dask_reader(replica: Any, key: str, plan: Any) -> None:

@@ -28,6 +28,7 @@ from interdist.input.spec import TensorSpec
 
 __all__ = [
     "batch_sizes_for_replicas",
+    "with_batch_size",
     "rebatch_element_spec",
     "shard_for_worker",
     "split_batch",
@@ -242,3 +243,16 @@ def shard_for_worker(
         stacklevel=2,
     )
     return dataset.shard(num_workers, worker_index)
+
+
+def with_batch_size(dataset: Dataset, batch_size: int) -> Dataset:
+    """``dataset`` with its last ``batch()`` batching ``batch_size`` elements instead.
+
+    The transformations after that ``batch`` are kept (rebuilt over the new one); used to turn a
+    pipeline batched by the global batch size into one worker's pipeline.
+    """
+    if isinstance(dataset, _transforms.BatchDataset):
+        return _transforms.BatchDataset(dataset._input, batch_size, dataset.drop_remainder)
+    if dataset._input is None or isinstance(dataset, _transforms.UnbatchDataset):
+        raise ValueError("the dataset is not batched: call .batch(global_batch_size) first")
+    return dataset._with_input(with_batch_size(dataset._input, batch_size))
