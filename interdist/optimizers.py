@@ -42,6 +42,9 @@ class Optimizer:
         ctx = _context.get_replica_context()
         strategy = _context.get_strategy()
         if ctx is not None and not _context.is_default(strategy):
+            central = getattr(strategy.extended, "_apply_gradients_in_replica_context", None)
+            if central is not None and central(self, pairs):
+                return  # central storage: gradients summed onto the variables' holder (runtime/replica_view.py)
             ctx.merge_call(self._distributed_apply, args=(pairs,))
             return
         if ctx is None:
@@ -74,6 +77,8 @@ class Optimizer:
     _has_slots = False  # optimizers with per-variable state (momentum, moments)
 
     def _update_one(self, var: Any, grad: Any, from_notebook: bool = False) -> Any:
+        if not getattr(var, "_applies_updates", True):
+            return var  # central storage: only the replica holding the variable updates it (and keeps slots)
         slots = self._slots(var)
         replicas = getattr(_context.get_strategy(), "num_replicas_in_sync", 1)
         if from_notebook and self._has_slots and "iterations" not in slots and replicas > 1:

@@ -15,7 +15,7 @@ from typing import Any
 import cloudpickle
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .. import events
+from .. import _gpu, events
 from ..collectives.mailbox import Mailbox
 from .dask_transport import answer_probe, make_transport, packet_from_payload
 from .replica import Replica
@@ -49,6 +49,7 @@ class ReplicaRuntime(WorkerPlugin):
             "interdist_read_var": self.read_var,
             "interdist_set_peers": self.set_peers,
             "interdist_restore_var": self.restore_var,
+            "interdist_central_read": self.central_read,
         })
         worker.interdist_runtime = self  # for debugging and tests
         self._outbox: list[dict[str, Any]] = []
@@ -133,12 +134,12 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def fetch(self, group: str, keys: list[str]) -> bytes:
         replica = self._replica(group)
-        return cloudpickle.dumps([replica.store[k] for k in keys])
+        return cloudpickle.dumps([_gpu.to_host(replica.store[k]) for k in keys])
 
     async def read_var(self, group: str, var_id: int) -> bytes:
         # Variables are replaced, never changed in place, so reading the reference is safe
         # while the replica thread runs.
-        return cloudpickle.dumps(self._replica(group).variables[var_id].raw)
+        return cloudpickle.dumps(_gpu.to_host(self._replica(group).variables[var_id].raw))
 
     async def set_peers(self, group: str, peers: list[str]) -> str:
         """A peer's worker was replaced (restarted by its nanny): talk to the new address."""
@@ -150,10 +151,25 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def restore_var(self, group: str, var_id: int, meta: bytes, value: bytes) -> str:
         """Give a replacement replica its copy of a variable (taken from a surviving replica)."""
-        from .replica_variable import ReplicaVariable
+        from .replica_variable import make_replica_variable
 
         replica = self._replica(group)
-        replica.variables[var_id] = ReplicaVariable(replica, var_id, cloudpickle.loads(meta), cloudpickle.loads(value))
+        replica.variables[var_id] = make_replica_variable(replica, var_id, cloudpickle.loads(meta),
+                                                          _gpu.place(cloudpickle.loads(value), replica.device))
+        return "OK"
+
+    async def central_read(self, group: str, var_id: int, program: int, epoch: int, step: int, tag: int,
+                           src: int) -> str:
+        """A replica asks this one, the holder of a central variable, for its value (replica_variable.py).
+
+        Answered from a thread (the holder may first have to reach that update), into the
+        asker's mailbox; this reply only acknowledges the request.
+        """
+        from .replica_variable import serve_central_read
+
+        replica = self._replica(group)
+        asyncio.get_running_loop().run_in_executor(None, serve_central_read, replica, var_id, program, epoch,
+                                                   step, tag, src)
         return "OK"
 
     async def release(self, group: str, keys: list[str]) -> str:
@@ -173,7 +189,10 @@ class ReplicaRuntime(WorkerPlugin):
 
 
 def _close_transport(replica: Replica) -> None:
+    from .replica_variable import close_central
+
     try:
+        close_central(replica)  # central storage's answers to reads have segments of their own
         replica.transport.close()
     except Exception:  # closing must not fail because a peer is gone
         logger.exception("interdist: could not close the transport of replica %s", replica.rank)

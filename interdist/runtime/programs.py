@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _context, _reduction, events
+from .. import _context, _gpu, _reduction, events
 from .._convert import as_array, is_array_like
 from ..reduce_op import ReduceOp
 from .replica import Replica, summarize
@@ -44,7 +44,7 @@ def convert_value(value: Any) -> Any:
 
 
 def create_variable(replica: Replica, var_id: int, meta: dict[str, Any], value: np.ndarray) -> None:
-    var = ReplicaVariable(replica, var_id, meta, np.array(value, copy=True))
+    var = ReplicaVariable(replica, var_id, meta, _gpu.place(value, replica.device))
     replica.variables[var_id] = var
     norm, checksum = summarize(var.raw)
     replica.emit(events.VariableCreated(
@@ -61,18 +61,18 @@ def assign_variable(replica: Replica, var_id: int, op: str, value: Any) -> None:
     """A cross-replica write from the notebook (the value was checked there)."""
     with _context.enter(replica.view, None):
         var = replica.variables[var_id]._update(op, value)
-    return np.array(var.raw, copy=True)  # what the assign returns: the value right after it
+    return _gpu.host_copy(var.raw)  # what the assign returns: the value right after it
 
 
 def read_variable(replica: Replica, var_id: int) -> Any:
     """A cross-replica read (aggregated for sync-on-read); only replica 0 replies with it."""
     with _context.enter(replica.view, None):
         out = replica.variables[var_id].read_value()
-    return out if replica.rank == 0 else None
+    return _gpu.to_host(out) if replica.rank == 0 else None
 
 
 def read_copy(replica: Replica, var_id: int) -> Any:
-    return np.array(replica.variables[var_id].raw, copy=True)
+    return _gpu.host_copy(replica.variables[var_id].raw)
 
 
 def reduce_values(replica: Replica, op: ReduceOp, axis: int | None, value: Any) -> Any:
@@ -81,13 +81,13 @@ def reduce_values(replica: Replica, op: ReduceOp, axis: int | None, value: Any) 
     parts = replica.exchange("reduce", part, int(getattr(part[0], "nbytes", 0)))
     if replica.rank != 0:
         return None
-    return _reduction.combine(op, parts, axis)
+    return _gpu.to_host(_reduction.combine(op, parts, axis))
 
 
 def gather_values(replica: Replica, axis: int, value: Any) -> Any:
     v = as_array(_read(value))
     parts = replica.exchange("gather", v, v.nbytes)
-    return _reduction.gather_components(parts, axis) if replica.rank == 0 else None
+    return _gpu.to_host(_reduction.gather_components(parts, axis)) if replica.rank == 0 else None
 
 
 def _read(value: Any) -> Any:

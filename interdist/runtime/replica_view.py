@@ -16,8 +16,10 @@ import numpy as np
 
 from .. import _context, _nest, _reduction
 from .._convert import as_array, same_object_across
+from .._gpu import to_host
 from ..reduce_op import ReduceOp, resolve
 from ..values.distributed import DistributedValues, Mirrored, PerReplica
+from .replica_variable import central_sync
 
 if TYPE_CHECKING:
     from .replica import Replica
@@ -29,6 +31,12 @@ def _unwrap(x: Any) -> Any:
     if isinstance(x, ReplicaVariable):
         return x.read_value()
     return x
+
+
+def _is_central(x: Any) -> bool:
+    from .replica_variable import CentralReplicaVariable
+
+    return isinstance(x, CentralReplicaVariable)
 
 
 def _nbytes(leaves: list[Any]) -> int:
@@ -90,6 +98,7 @@ class ReplicaContext:
         out = self._replica.collective(
             "all_reduce", _nbytes(leaves),
             lambda s, q, w: self._replica.collectives.all_reduce(s, q, leaves, op, w))
+        central_sync(self._replica)
         return _nest.pack_sequence_as(value, out)
 
     def all_gather(self, value: Any, axis: int, options: Any = None) -> Any:
@@ -99,6 +108,7 @@ class ReplicaContext:
             raise ValueError(f"all_gather requires 0 <= axis < rank of the value, but got axis={axis}")
         leaves = [as_array(_unwrap(v)) for v in _nest.flatten(value)]
         gathered = self._replica.exchange("all_gather", leaves, _nbytes(leaves))
+        central_sync(self._replica)
         out = [_reduction.gather_components([g[i] for g in gathered], axis) for i in range(len(leaves))]
         return _nest.pack_sequence_as(value, out)
 
@@ -107,6 +117,7 @@ class ReplicaContext:
         self._require_replica_context("merge_call")
         kwargs = dict(kwargs or {})
         gathered = self._replica.exchange("merge_call", (tuple(args), kwargs))
+        central_sync(self._replica)  # every replica is here: values older than now are not needed
         merged = _regroup_local([g for g in gathered], self._replica.world_size)
         m_args, m_kwargs = merged
         with _context.enter(self._replica.view, None):
@@ -214,9 +225,9 @@ class ReplicaStrategyView:
 
         if isinstance(value, DistributedValues):
             return value.values
-        if isinstance(value, ReplicaVariable):
+        if isinstance(value, ReplicaVariable) and not _is_central(value):
             return value._all_copies()
-        return (value,)
+        return (value,)  # a central variable is one value, as in the notebook
 
     def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
         op = resolve(reduce_op)
@@ -225,8 +236,10 @@ class ReplicaStrategyView:
             return _reduction.reduce_components(op, [_unwrap(v) for v in value.values], axis)
         from .replica_variable import ReplicaVariable
 
-        if isinstance(value, ReplicaVariable):
-            return _reduction.reduce_components(op, [np.asarray(c) for c in value._all_copies()], axis)
+        if isinstance(value, ReplicaVariable) and not _is_central(value):
+            return _reduction.reduce_components(op, [as_array(c) for c in value._all_copies()], axis)
+        if _is_central(value):
+            value = value.read_value()  # one value, reduced as a non-distributed one (as in the notebook)
         if axis is not None:
             return _reduction.reduce_components(op, [value] * self.num_replicas_in_sync, axis) \
                 if op == ReduceOp.SUM else _reduction.reduce_components(op, [value], axis)
@@ -295,8 +308,10 @@ class ReplicaExtendedView:
             if isinstance(value, Mirrored) and op == ReduceOp.MEAN:
                 return value
             out = _reduction.reduce_components(op, [_unwrap(v) for v in value.values], None)
-        elif isinstance(value, ReplicaVariable):
-            out = _reduction.reduce_components(op, [np.asarray(c) for c in value._all_copies()], None)
+        elif isinstance(value, ReplicaVariable) and not _is_central(value):
+            out = _reduction.reduce_components(op, [as_array(c) for c in value._all_copies()], None)
+        elif _is_central(value):
+            out = as_array(_reduction.reduce_non_distributed(op, value, self._n()))
         else:
             out = _reduction.reduce_non_distributed(op, value, self._n())
         return Mirrored([out] * self._n())
@@ -311,6 +326,8 @@ class ReplicaExtendedView:
         return Mirrored([tensor] * self._n())
 
     def update(self, var: Any, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, group: bool = True) -> Any:
+        if _is_central(var):
+            return self._central_update(var, fn, args, kwargs, group)
         # TF 2.21 also allows it in replica context: each replica updates its own copy.
         rank = self._replica.rank
         args = _select(tuple(args), rank)
@@ -320,6 +337,47 @@ class ReplicaExtendedView:
         if group:
             return _nest.map_structure(lambda o: Mirrored([o] * self._n()) if o is not None else None, out)
         return tuple([out] * self._n())
+
+    def _central_update(self, var: Any, fn: Callable[..., Any], args: Any, kwargs: Any, group: bool) -> Any:
+        """``update`` of a central variable: ``fn`` applies on the holder only (runtime/replica_variable.py).
+
+        The other replicas run ``fn`` too, on a variable that checks and remembers the writes
+        without applying them, so ``fn`` returns the same thing everywhere.
+        """
+        if _context.get_replica_context() is not None:
+            # As TF does in replica context: a merge_call, then one update in cross-replica context.
+            return self._replica.context.merge_call(
+                lambda s, *a, **k: s.extended.update(var, fn, a, k, group), args=tuple(args), kwargs=kwargs)
+        rank = self._replica.rank
+        args = _select(tuple(args), rank)
+        kwargs = _select(dict(kwargs or {}), rank)
+        with var._state.op(update=True), _context.enter(self._strategy, None, update_replica_id=rank):
+            out = fn(var, *args, **kwargs)
+        return out if group else (out,)  # one copy, one result
+
+    def _apply_gradients_in_replica_context(self, optimizer: Any, pairs: list[tuple[Any, Any]]) -> bool:
+        """``optimizer.apply_gradients`` inside ``run`` when every variable is central.
+
+        The gradients are summed onto the holder in one message per replica (not all-gathered
+        by a ``merge_call``), and the optimizer's update runs there once. The values equal the
+        ``merge_call`` path's: the same sums, added in rank order. False: not central, use that path.
+        """
+        from .replica_variable import reduce_to_holder
+
+        variables = [v for _, v in pairs]
+        if not variables or not all(_is_central(v) for v in variables):
+            return False
+        grads = [to_host(as_array(_unwrap(g))) for g, _ in pairs]  # summed in the holder's host memory
+        summed = reduce_to_holder(self._replica, grads, "SUM")
+        state = variables[0]._state
+        rank = self._replica.rank
+        with _context.enter(self._strategy, None):
+            for var, grad in zip(variables, summed):
+                with state.op(update=True), _context.enter(self._strategy, None, update_replica_id=rank):
+                    if state.is_holder:
+                        optimizer._update_one(var, grad)
+            optimizer.iterations.assign_add(np.int64(1))
+        return True
 
     def call_for_each_replica(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None) -> Any:
         return self._strategy.run(fn, args, kwargs)

@@ -567,11 +567,15 @@ class Strategy:
         kind = self._variable_kind(a)
         meta = {"name": a["name"], "trainable": a["trainable"], "synchronization": a["synchronization"].name,
                 "aggregation": a["aggregation"].name, "kind": kind, "strategy_kind": self._kind}
-        self._system(programs.create_variable, var_id, meta, a["value"])
+        self._create_on_replicas(var_id, meta, a["value"])
         self._var_metas[var_id] = meta
         cls: Any = {"mirrored": self._variable_class, "sync_on_read": SyncOnReadVariable,
                     "central": CentralVariable}[kind]
         return cls(self, var_id, a, self._variable_devices(kind))
+
+    def _create_on_replicas(self, var_id: int, meta: dict[str, Any], value: np.ndarray) -> None:
+        """Make the replicas' copies (a hook: central storage keeps one, strategy/central_storage.py)."""
+        self._system(programs.create_variable, var_id, meta, value)
 
     def _live_variables(self) -> list[Any]:
         """The variables created in this strategy's scope that still exist, in creation order."""

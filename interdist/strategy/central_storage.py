@@ -1,15 +1,57 @@
 """``CentralStorageStrategy``: variables in one place, compute replicated on the compute devices.
 
-interdist keeps each variable as one logical variable on the parameter device:
-``experimental_local_results(v)`` is ``(v,)`` and its device the parameter
-device. Replicas read it at use and updates are reduced before they apply.
+Each variable has ONE value, kept by one worker (the *holder*); the other compute
+replicas keep only its name, shape and dtype. ``experimental_local_results(v)`` is
+``(v,)`` and its device the parameter device, as in TF.
+
+Where the value lives
+    When the parameter device is one of the compute devices (``compute_devices=["CPU:0",
+    "CPU:1"], parameter_device="CPU:0"``), that device's worker holds it (the first one,
+    if the device is listed twice). Otherwise (TF's default ``"/device:CPU:0"`` next to
+    GPUs, or ``compute_devices=["CPU:1", "CPU:2"], parameter_device="CPU:0"``) replica 0's
+    worker holds it, in host memory. Not the notebook, although TF would call its CPU
+    the host CPU too:
+
+    - replicas read variables and apply reduced updates *during* a step (``assign_add``
+      then ``read_value`` in one replica function, an optimizer step then a read), and a
+      worker cannot reach the notebook then: the notebook is a Dask client, not a server,
+      and waits for the replies. Holding values there would mean shipping every variable
+      with every program, and the updates back with every reply, two hops a step;
+    - ``run_steps`` runs many steps in one call, without the notebook;
+    - in TF the parameter device is the host CPU *of the machine that computes*; the
+      notebook may be another machine. Replica 0's worker is on that machine.
+
+    So the parameter device is a placement (what ``v.device`` says and where the value
+    is, in host memory), and the worker that holds it is chosen as above.
+
+How replicas read and update (runtime/replica_variable.py)
+    A replica that does not hold a variable fetches its value from the holder,
+    worker to worker, at its first read in a step, and keeps it until the variable is
+    written or the program ends: one message each way, only for the variables the
+    step reads (shipping all of them with each program would make the notebook fetch
+    them from the holder first). Writes in replica context are reduced onto the holder
+    (the others send their part and go on) and applied once there; cross-replica
+    writes (``merge_fn``, ``extended.update``, the notebook) are applied once, on the
+    holder. Every replica counts the writes of a program, so a read always sees the
+    value at its own point of the program, even when the holder is ahead.
 """
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from .. import _context, _nest
 from .. import device as device_lib
+from ..errors import WorkerLostError
+from ..runtime import replica_variable as rv
+from ..runtime.replica import VarRef
+from ..values.distributed import DistributedValues, PerReplica
+from ..values.tensor import ArrayValue
+from ..values.variables import Variable
 from .base import Strategy, StrategyExtended
 from .mirrored import resolve_devices
 
@@ -23,7 +65,17 @@ class _CentralExtended(StrategyExtended):
 
 
 class CentralStorageStrategy(Strategy):
-    """A one-machine strategy that puts all variables on a single device."""
+    """A one-machine strategy that puts all variables on a single device.
+
+    >>> import interdist as idist, numpy as np
+    >>> s = idist.experimental.CentralStorageStrategy(["CPU:0", "CPU:1"], parameter_device="CPU:0")
+    >>> with s.scope():
+    ...     v = idist.Variable(np.float32(1.0), aggregation=idist.VariableAggregation.SUM)
+    >>> _ = s.run(lambda: v.assign_add(np.float32(1.0)))
+    >>> float(np.asarray(v)), len(s.experimental_local_results(v))
+    (3.0, 1)
+    >>> s.close()
+    """
 
     _extended_class = _CentralExtended
 
@@ -36,7 +88,10 @@ class CentralStorageStrategy(Strategy):
             parameter_device = devices[0] if len(devices) == 1 else "/device:CPU:0"
         self._parameter_device_as_given = parameter_device  # TF reports parameter_devices as given
         self._parameter_device = device_lib.canonicalize(parameter_device)
-        super().__init__(devices, cluster, spec={"parameter_devices": [self._parameter_device]})
+        # The worker that holds the values (see the module docstring).
+        self._holder = devices.index(self._parameter_device) if self._parameter_device in devices else 0
+        super().__init__(devices, cluster, spec={"parameter_devices": [self._parameter_device],
+                                                 "central_holder": self._holder})
 
     def _parameter_devices(self) -> list[str]:
         return [self._parameter_device_as_given]
@@ -46,3 +101,77 @@ class CentralStorageStrategy(Strategy):
 
     def _variable_devices(self, kind: str) -> list[str]:
         return [self._parameter_device]
+
+    # -- one copy, on the holder ------------------------------------------------------
+    def _create_on_replicas(self, var_id: int, meta: dict[str, Any], value: np.ndarray) -> None:
+        meta.update(shape=tuple(value.shape), dtype=value.dtype.str, device=self._parameter_device)
+        h = self._holder
+        # The value travels to the holder only; the others learn the name, shape and dtype.
+        self._system(rv.create_central_variable,
+                     per_rank=[(var_id, meta, value if r == h else None) for r in range(self.num_replicas_in_sync)])
+
+    def _read_copy(self, var: Any, rank: int) -> Any:
+        return self._group.read_variable(self._holder, var._var_id)
+
+    def _assign_variable(self, var: Any, op: str, value: Any) -> Any:
+        if _context.get_replica_context() is not None and not _context.is_default(_context.get_strategy()):
+            raise RuntimeError("a distributed variable was assigned in the notebook inside a replica context")
+        if isinstance(value, PerReplica) and self.num_replicas_in_sync > 1:
+            parts = [np.asarray(c) for c in self._select_values(value)]
+        else:
+            if isinstance(value, DistributedValues):
+                value = value.values[0]
+            parts = [np.asarray(value) if isinstance(value, (Variable, ArrayValue)) else value]
+        # Every component is checked (the errors TF gives); the one variable takes the first.
+        checked = [rv.convert_for_variable(p, var.dtype, var.shape, var._name) for p in parts]
+        h = self._holder
+        self._system(rv.assign_central_variable,
+                     per_rank=[(var._var_id, op, checked[0] if r == h else None)
+                               for r in range(self.num_replicas_in_sync)])
+        return None
+
+    def _update(self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                group: bool) -> Any:
+        if not self.extended.variable_created_in_scope(var):
+            raise ValueError(f"update() requires a variable created in this strategy's scope, but got {var!r}")
+        h = self._holder
+        v, a, k = self._select(h, (var, args, kwargs))
+        skip: tuple[Any, ...] = (None, None, (), {})
+        per_rank: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+            ((fn, v, a, k) if r == h else skip, {}) for r in range(self.num_replicas_in_sync)]
+        results = self._group.execute(rv.update_central_variable, per_rank, system=True,
+                                      what=f"update of {var._name}")
+        out = self._decode(h, results[h])
+        return out if group else (out,)  # one copy, one result
+
+    def _decode(self, rank: int, result: Any) -> Any:
+        def leaf(m: Any) -> Any:
+            if m is None:
+                return None
+            if isinstance(m, VarRef):
+                return self._variable_by_id(m.var_id)
+            if m.shape is None:
+                return m.value
+            return self._remote(rank, m)
+
+        return _nest.map_structure(leaf, result)
+
+    def _restore_replicas(self, ranks: list[int]) -> None:
+        """After a worker restart: the replaced replicas learn the variables again (no values)."""
+        self._lease.addresses = list(self._group.addresses)
+        if self._holder in ranks:
+            raise WorkerLostError(
+                f"the worker holding this CentralStorageStrategy's variables (replica {self._holder}, parameter "
+                f"device {self._parameter_device}) was lost, and the variables lived only there: create a new "
+                "strategy and restore them from a checkpoint")
+        names = []
+        for var_id, meta in list(self._var_metas.items()):
+            if self._variable_by_id(var_id) is None:
+                continue
+            for r in ranks:
+                self._group.restore_variable(r, var_id, meta, None)
+            names.append(meta["name"])
+        warnings.warn(
+            f"replica(s) {ranks} of {self!r} were restarted on new workers; the {len(names)} variable(s) are intact "
+            f"on replica {self._holder}. Values the lost replicas held (run results, dataset iterators) are gone.",
+            UserWarning, stacklevel=4)

@@ -136,7 +136,12 @@ class SyncOnReadVariable(DistributedVariable):
 
 
 class CentralVariable(OneDeviceVariable):
-    """A variable of ``CentralStorageStrategy``: one logical copy, on the parameter device."""
+    """A variable of ``CentralStorageStrategy``: one copy, on the parameter device.
+
+    Only the worker of the parameter device (or replica 0's worker when the parameter
+    device computes nothing) holds the value; the notebook reads it from there, and the
+    other replicas read it at use (``runtime/replica_variable.py``).
+    """
 
     kind = "central"
 
