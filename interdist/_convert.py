@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ._gpu import is_cupy
+
 _INT32 = np.iinfo(np.int32)
 
 
@@ -35,7 +37,9 @@ def _leaves(x: Any) -> list[Any]:
 
 
 def as_array(x: Any, dtype: Any = None) -> np.ndarray:
-    """``x`` as an ndarray with TF's default dtypes for Python numbers."""
+    """``x`` as an ndarray with TF's default dtypes for Python numbers (CuPy arrays stay CuPy arrays)."""
+    if is_cupy(x):  # a GPU replica's value: stays on its device
+        return x if dtype is None else x.astype(dtype, copy=False)  # type: ignore[no-any-return]
     if hasattr(x, "__array__") and not isinstance(x, np.ndarray):
         x = np.asarray(x)
     if isinstance(x, np.ndarray):

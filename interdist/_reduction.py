@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ._convert import as_array
+from ._gpu import same_place, xp_of
 from .collectives.base import reduce_arrays
 from .reduce_op import ReduceOp
 
@@ -43,9 +44,10 @@ def combine(op: ReduceOp, parts: list[tuple[np.ndarray, int]], axis: int | None)
         return reduce_arrays(numers, op if axis is None else ReduceOp.SUM)
     numer = reduce_arrays(numers, ReduceOp.SUM)
     denom = sum(p[1] for p in parts)
+    xp = xp_of(numer)  # numpy, or cupy for a GPU replica's values
     if numer.dtype.kind == "f":
-        return np.asarray(numer / np.asarray(denom, dtype=numer.dtype), dtype=numer.dtype)
-    return np.asarray(numer / denom, dtype=np.float64)  # TF's truediv of integers
+        return xp.asarray(numer / xp.asarray(denom, dtype=numer.dtype), dtype=numer.dtype)
+    return xp.asarray(numer / denom, dtype=xp.float64)  # TF's truediv of integers
 
 
 def reduce_components(op: ReduceOp, components: list[Any], axis: int | None) -> np.ndarray:
@@ -66,7 +68,7 @@ def reduce_non_distributed(op: ReduceOp, value: Any, num_replicas: int) -> Any:
 
 def gather_components(components: list[Any], axis: int) -> np.ndarray:
     """``Strategy.gather``: concatenate along ``axis`` (shapes must agree elsewhere)."""
-    arrays = [as_array(c) for c in components]
+    arrays = same_place([as_array(c) for c in components])  # all on the GPU if one is
     if any(a.ndim == 0 for a in arrays):
         raise ValueError("gather requires values of rank >= 1; got a scalar")
     ax = check_axis(arrays[0], axis)

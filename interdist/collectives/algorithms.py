@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .._gpu import any_cupy, to_device, to_host
 from ..reduce_op import ReduceOp
 from .base import Packet, Timing, Transport, check_shapes, pack, reduce_arrays, unpack
 
@@ -139,9 +140,25 @@ class Collectives:
         return out
 
     # -- all_reduce -----------------------------------------------------------
-    @_forget_on_error
     def all_reduce(self, step: int, seq: int, arrays: list[np.ndarray], op: ReduceOp, what: str) -> list[np.ndarray]:
-        """Reduce a batch of arrays across ranks; every rank gets the same result."""
+        """Reduce a batch of arrays across ranks; every rank gets the same result.
+
+        CuPy arrays (GPU replicas) are staged through host memory: copied to the
+        host, reduced by the algorithms below exactly as NumPy arrays are (the same
+        bits on every rank, and as on CPU replicas), and the results copied back to
+        the device. One replica alone reduces on its device.
+        """
+        if not any_cupy(arrays):
+            return self._all_reduce_host(step, seq, arrays, op, what)
+        if self.world_size == 1:
+            self.last_timing = Timing(0.0, 0.0, 0, AG)
+            return [reduce_arrays([a], op) for a in arrays]
+        out = self._all_reduce_host(step, seq, [to_host(a) for a in arrays], op, what)
+        return [to_device(a) for a in out]
+
+    @_forget_on_error
+    def _all_reduce_host(self, step: int, seq: int, arrays: list[np.ndarray], op: ReduceOp,
+                         what: str) -> list[np.ndarray]:
         arrays = [np.asarray(a) for a in arrays]
         if self.world_size == 1:
             self.last_timing = Timing(0.0, 0.0, 0, AG)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .._gpu import any_cupy, same_place, xp_of
 from ..reduce_op import ReduceOp
 from .mailbox import Mailbox
 
@@ -148,7 +149,12 @@ class Timing:
 
 
 def reduce_arrays(values: list[Any], op: ReduceOp) -> np.ndarray:
-    """SUM or MEAN of same-shaped arrays, added in rank order (deterministic)."""
+    """SUM or MEAN of same-shaped arrays, added in rank order (deterministic).
+
+    CuPy arrays (GPU replicas) are reduced on their device, the same way.
+    """
+    if any_cupy(values):
+        return _reduce_arrays_device(values, op)
     arrays = [np.asarray(v) for v in values]
     check_shapes([a.shape for a in arrays])
     dtype = np.result_type(*arrays)
@@ -156,6 +162,19 @@ def reduce_arrays(values: list[Any], op: ReduceOp) -> np.ndarray:
     for a in arrays[1:]:
         total = total + a
     total = np.asarray(total, dtype=dtype)
+    if op == ReduceOp.MEAN:
+        return mean_of_sum(total, len(arrays))
+    return total
+
+
+def _reduce_arrays_device(values: list[Any], op: ReduceOp) -> Any:
+    arrays = same_place(list(values))
+    check_shapes([tuple(a.shape) for a in arrays])
+    dtype = np.result_type(*[a.dtype for a in arrays])
+    total = arrays[0].astype(dtype, copy=True)
+    for a in arrays[1:]:
+        total = total + a
+    total = total.astype(dtype, copy=False)
     if op == ReduceOp.MEAN:
         return mean_of_sum(total, len(arrays))
     return total
@@ -171,9 +190,10 @@ def mean_of_sum(total: np.ndarray, n: int) -> np.ndarray:
 
     TF divides with ``/``: floats keep their dtype, integers become float64.
     """
+    xp = xp_of(total)  # numpy, or cupy for a GPU replica's values
     if not np.issubdtype(total.dtype, np.inexact):
-        return np.asarray(total / n, dtype=np.float64)
-    return np.asarray(total / np.asarray(n, dtype=total.dtype), dtype=total.dtype)
+        return xp.asarray(total / n, dtype=np.float64)
+    return xp.asarray(total / xp.asarray(n, dtype=total.dtype), dtype=total.dtype)
 
 
 # The ops live next door (they need the names above); this import path is kept.

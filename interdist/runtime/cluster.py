@@ -5,11 +5,19 @@ device. They are pooled: a closed strategy hands its cluster back and the next
 strategy with as many devices reuses it (starting worker processes takes seconds
 on 2 cores). Idle clusters are shut down after ``config.cluster_idle_timeout``
 seconds, and every embedded cluster at interpreter exit.
+
+GPU devices get one worker per GPU, each seeing its GPU first in
+``CUDA_VISIBLE_DEVICES`` (so as CUDA device 0): through ``dask_cuda.LocalCUDACluster``
+when dask-cuda imports, else through :func:`local_gpu_cluster`
+(``INTERDIST_GPU_CLUSTER=auto|dask-cuda|builtin`` chooses). Every GPU worker is
+checked (CuPy imports, CUDA sees a device) before a strategy uses it; a machine
+without a usable GPU gets ``NoGPUError`` saying why. See docs/gpu.md.
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import logging
 import os
 import threading
@@ -31,7 +39,7 @@ class Lease:
     names: list[Any]
     cluster: Any = None
     embedded: bool = False
-    key: tuple[str, int] | None = None
+    key: tuple[Any, ...] | None = None
     released: bool = field(default=False)
 
     @property
@@ -43,7 +51,7 @@ class Lease:
 
 
 _pool_lock = threading.Lock()
-_idle: dict[tuple[str, int], list[tuple[float, Lease]]] = {}
+_idle: dict[tuple[Any, ...], list[tuple[float, Lease]]] = {}
 _all_embedded: list[Lease] = []
 _reaper: threading.Thread | None = None
 
@@ -70,22 +78,148 @@ def _start_local_cpu(n: int) -> Lease:
     return _lease_from(client, cluster, n, embedded=True, key=("CPU", n))
 
 
-def _start_local_gpu(n: int) -> Lease:
+def _start_local_gpu(indices: list[int]) -> Lease:
+    """One worker per GPU device asked for (``GPU:k`` is the k-th GPU this process sees)."""
+    n = len(indices)
+    asked = ", ".join(f"GPU:{i}" for i in indices)
+    n_gpus = visible_gpus()
+    if n_gpus == 0:
+        raise NoGPUError(
+            f"{asked} asked for, but this machine shows no NVIDIA GPU (no nvidia-smi, or CUDA_VISIBLE_DEVICES "
+            f"hides every GPU: {os.environ.get('CUDA_VISIBLE_DEVICES')!r}). Use CPU devices (e.g. "
+            "MirroredStrategy(['CPU:0', 'CPU:1'])), or pass cluster= with GPU workers.")
+    missing = [i for i in indices if i >= n_gpus]
+    if missing:
+        raise NoGPUError(
+            f"{asked} asked for, but this machine shows {n_gpus} GPU(s) (GPU:0..GPU:{n_gpus - 1}). To run several "
+            "replicas on one GPU, pass a cluster whose workers share it: "
+            f"cluster=interdist.runtime.cluster.local_gpu_cluster(gpus={[0] * n})")
+    if importlib.util.find_spec("cupy") is None:
+        raise NoGPUError("GPU replicas need CuPy: pip install 'interdist[gpu]' (or the cupy-cuda12x / cupy-cuda13x "
+                         "wheel that matches the NVIDIA driver)")
+    physical = _physical_gpu_ids(n_gpus)
+    cluster = None
     try:
-        from dask_cuda import LocalCUDACluster  # noqa: PLC0415 - optional, GPU only
-    except ImportError as e:
-        raise NoGPUError("GPU devices need the 'gpu' extra: pip install 'interdist[gpu]' "
-                         f"(dask-cuda and cupy could not be imported: {e})") from e
+        cluster = _start_dask_cuda([physical[i] for i in indices]) if _use_dask_cuda() else None
+        if cluster is None:
+            cluster = local_gpu_cluster([physical[i] for i in indices])
+    except NoGPUError:
+        raise
+    except Exception as e:  # noqa: BLE001 - NVML/driver errors come in many types
+        raise NoGPUError(f"could not start a GPU worker for each of {asked}: no usable GPU here "
+                         f"({type(e).__name__}: {e})") from e
     from distributed import Client
 
-    try:
-        cluster = LocalCUDACluster(n_workers=n, threads_per_worker=1, host="127.0.0.1",
-                                   dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
-    except Exception as e:  # noqa: BLE001 - NVML/driver errors come in many types
-        raise NoGPUError(f"could not start a GPU worker for each of {n} GPU device(s): no usable GPU here "
-                         f"({type(e).__name__}: {e})") from e
     client = Client(cluster, set_as_default=False)
-    return _lease_from(client, cluster, n, embedded=True, key=("GPU", n))
+    try:
+        lease = _lease_from(client, cluster, n, embedded=True, key=("GPU", tuple(indices)))
+        check_gpu_workers(client, lease.addresses)
+    except BaseException:
+        try:
+            client.close(timeout=5)
+        finally:
+            cluster.close(timeout=10)
+        for stale in [x for x in _all_embedded if x.cluster is cluster]:
+            _all_embedded.remove(stale)
+        raise
+    return lease
+
+
+def _physical_gpu_ids(n_gpus: int) -> list[str]:
+    """The ids to put in a worker's ``CUDA_VISIBLE_DEVICES`` for this process's GPU:0, GPU:1, ..."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None and env.strip():
+        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
+    return [str(i) for i in range(n_gpus)]
+
+
+def _use_dask_cuda() -> bool:
+    """``INTERDIST_GPU_CLUSTER``: ``auto`` (dask-cuda when it imports), ``dask-cuda``, or ``builtin``."""
+    choice = os.environ.get("INTERDIST_GPU_CLUSTER", "auto").strip().lower()
+    if choice == "builtin":
+        return False
+    if choice not in ("auto", "dask-cuda", "dask_cuda"):
+        raise ValueError(f"INTERDIST_GPU_CLUSTER must be auto, dask-cuda or builtin, but is {choice!r}")
+    try:
+        import dask_cuda  # noqa: F401, PLC0415 - optional, GPU only
+    except Exception as e:  # noqa: BLE001 - ImportError, or a version clash with distributed
+        if choice != "auto":
+            raise NoGPUError(f"INTERDIST_GPU_CLUSTER={choice} but dask-cuda cannot be imported: "
+                             f"{type(e).__name__}: {e}") from e
+        logging.getLogger("interdist").info("dask-cuda not usable (%s); starting GPU workers without it", e)
+        return False
+    return True
+
+
+def _start_dask_cuda(gpu_ids: list[str]) -> Any:
+    from dask_cuda import LocalCUDACluster
+
+    from ..dashboard.pages import register_pages
+
+    register_pages()
+    return LocalCUDACluster(CUDA_VISIBLE_DEVICES=gpu_ids, n_workers=len(gpu_ids), threads_per_worker=1,
+                            host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
+                            memory_limit=0)
+
+
+_WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _rotated(gpu_ids: list[str], i: int) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for worker ``i``: its GPU first, then the others (dask-cuda's rule)."""
+    mine = gpu_ids[i]
+    others = [g for g in dict.fromkeys(gpu_ids) if g != mine]
+    return ",".join([mine, *others])
+
+
+def local_gpu_cluster(gpus: list[int | str], scheduler_host: str = "127.0.0.1", asynchronous: bool = False) -> Any:
+    """A local Dask cluster with one single-threaded worker process per entry of ``gpus``.
+
+    Worker ``i`` sees GPU ``gpus[i]`` as its CUDA device 0 (``CUDA_VISIBLE_DEVICES``
+    lists it first), which is where its replica keeps its CuPy arrays. Entries may
+    repeat: ``local_gpu_cluster([0, 0])`` gives two workers that share GPU 0, the
+    supported way to run a multi-replica GPU strategy on a machine with one GPU
+    (replicas then compete for that GPU; collectives go through host memory)::
+
+        cluster = local_gpu_cluster([0, 0])
+        strategy = interdist.MirroredStrategy(["GPU:0", "GPU:1"], cluster=cluster)
+
+    Needs neither dask-cuda nor a GPU in the calling process. The caller closes it
+    (``cluster.close()``, or use it as a context manager).
+    """
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    from ..dashboard.pages import register_pages
+
+    ids = [str(g) for g in gpus]
+    if not ids:
+        raise ValueError("local_gpu_cluster needs at least one GPU id")
+    register_pages()
+    workers = {
+        i: {"cls": Nanny, "options": {
+            "nthreads": 1, "name": i, "host": scheduler_host, "memory_limit": 0, "silence_logs": logging.ERROR,
+            "env": {**_WORKER_ENV, "CUDA_VISIBLE_DEVICES": _rotated(ids, i), "INTERDIST_GPU": ids[i]},
+        }} for i in range(len(ids))
+    }
+    scheduler = {"cls": Scheduler, "options": {"host": scheduler_host, "dashboard_address": f"{scheduler_host}:0"}}
+    return SpecCluster(workers=workers, scheduler=scheduler, asynchronous=asynchronous, silence_logs=logging.ERROR,
+                       name="interdist-gpu")
+
+
+def check_gpu_workers(client: Any, addresses: list[str]) -> list[dict[str, Any]]:
+    """Check that each worker can use a GPU through CuPy; ``NoGPUError`` naming the ones that cannot."""
+    from .._gpu import probe_worker
+
+    try:
+        found = client.run(probe_worker, workers=list(addresses))
+    except Exception as e:  # noqa: BLE001 - a worker that cannot even unpickle the probe
+        raise NoGPUError(f"could not check the GPU of the workers {addresses}: {type(e).__name__}: {e}") from e
+    bad = {a: r.get("error") for a, r in found.items() if not r.get("ok")}
+    if bad:
+        lines = "; ".join(f"{a}: {err}" for a, err in bad.items())
+        raise NoGPUError(f"GPU devices asked for, but {len(bad)} of {len(addresses)} worker(s) cannot use a GPU: "
+                         f"{lines}")
+    return [found[a] for a in addresses]
 
 
 def _lease_from(client: Any, cluster: Any, n: int, embedded: bool, key: Any = None) -> Lease:
@@ -111,9 +245,10 @@ def _name_key(name: Any, addr: str) -> tuple[int, Any, str]:
 def acquire(devices: list[DeviceSpec], cluster: Any = None) -> Lease:
     """Workers for ``devices``: from ``cluster`` (address, Client, cluster object) or an embedded pool."""
     n = len(devices)
+    gpu = devices[0].device_type == "GPU"
     if cluster is None:
         kind = devices[0].device_type
-        key = (kind, n)
+        key: tuple[Any, ...] = ("GPU", tuple(d.index for d in devices)) if gpu else (kind, n)
         with _pool_lock:
             idle = _idle.get(key) or []
             while idle:
@@ -122,21 +257,29 @@ def acquire(devices: list[DeviceSpec], cluster: Any = None) -> Lease:
                     lease.released = False
                     return lease
                 _shutdown(lease)
-        lease = _start_local_gpu(n) if kind == "GPU" else _start_local_cpu(n)
+        lease = _start_local_gpu([d.index for d in devices]) if gpu else _start_local_cpu(n)
         _ensure_reaper()
         return lease
     from distributed import Client
 
     if isinstance(cluster, Client):
-        return _lease_from(cluster, None, n, embedded=False)
-    if isinstance(cluster, str):
+        lease = _lease_from(cluster, None, n, embedded=False)
+    elif isinstance(cluster, str):
         client = Client(cluster, set_as_default=False, timeout="10s")
-        return _lease_from(client, None, n, embedded=False, key=("own-client", n))
-    if hasattr(cluster, "scheduler_address"):
+        lease = _lease_from(client, None, n, embedded=False, key=("own-client", n))
+    elif hasattr(cluster, "scheduler_address"):
         client = Client(cluster, set_as_default=False)
-        return _lease_from(client, None, n, embedded=False, key=("own-client", n))
-    raise TypeError("cluster must be None, a scheduler address, a distributed.Client or a Dask cluster object, "
-                    f"but got {type(cluster).__name__}")
+        lease = _lease_from(client, None, n, embedded=False, key=("own-client", n))
+    else:
+        raise TypeError("cluster must be None, a scheduler address, a distributed.Client or a Dask cluster object, "
+                        f"but got {type(cluster).__name__}")
+    if gpu:
+        try:
+            check_gpu_workers(lease.client, lease.addresses)
+        except BaseException:
+            release(lease)
+            raise
+    return lease
 
 
 def _healthy(lease: Lease, n: int) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from .. import _context, _nest, events
+from .. import _context, _gpu, _nest, events
 from .._convert import as_array, is_array_like
 from ..collectives.base import Collectives, Transport
 from ..config import settings
@@ -119,6 +119,10 @@ class Replica:
         self.world_size: int = spec["world_size"]
         self.devices: list[str] = spec["devices"]
         self.device: str = self.devices[rank]
+        # GPU replicas keep their values as CuPy arrays on the worker's GPU (CUDA device 0 there).
+        self.on_gpu = _gpu.is_gpu_device(self.device)
+        if self.on_gpu:
+            _gpu.require_gpu(f"the worker of replica {rank} ({self.device})")
         self.collectives = Collectives(transport, lambda: float(spec.get("timeout") or settings.collective_timeout))
         self.transport = transport
         self._sink = emit
@@ -133,6 +137,9 @@ class Replica:
         self.shared_results: dict[int, Any] = {}  # id -> object, for this step's merge_call results
         self.warnings: list[str] = []
         self.lock = threading.Lock()  # one program at a time
+        # Called with True when a program starts and False when it ends (central storage keeps
+        # per-program read caches and update counts: runtime/replica_variable.py).
+        self.program_hooks: list[Callable[[bool], None]] = []
         from .replica_view import ReplicaContext, ReplicaStrategyView
 
         self.view = ReplicaStrategyView(self)
@@ -177,6 +184,8 @@ class Replica:
             self.warnings = []
             self.shared_results = {}
             self.transport.mailbox.begin_step(step)
+            for hook in self.program_hooks:
+                hook(True)
             fn_name = "?"
             t0 = time.time()
             try:
@@ -187,6 +196,9 @@ class Replica:
                 program = "run" if not system else fn_name
                 self.emit(events.RunStarted(self.group_id, step, self.rank, t0, fn_name, program))
                 args, kwargs = _nest.map_structure(self._deref, (args, kwargs))
+                if self.on_gpu:
+                    _gpu.use_device0()  # this thread's current device: the worker's GPU
+                    args, kwargs = _gpu.inputs_to_device((args, kwargs))  # as TF places inputs on the device
                 arg_ids: dict[int, int] = {}
                 if system:
                     result = fn(self, *args, **kwargs)
@@ -206,6 +218,8 @@ class Replica:
                          "type": type(exc).__name__, "message": str(exc)}
             finally:
                 self._emit_variable_updates(step)
+                for hook in self.program_hooks:
+                    hook(False)
             self.emit(events.RunFinished(self.group_id, step, self.rank, time.time(), fn_name,
                                          "run" if not system else fn_name, time.time() - t0, reply["ok"]))
             if self.warnings:
@@ -241,6 +255,10 @@ class Replica:
                 small = a.nbytes <= settings.inline_bytes
                 return ValueMeta(key, a.shape, a.dtype.str, x if small else None, small,
                                  shared=id(x) in self.shared_results)
+            if _gpu.is_cupy(x):  # kept on the GPU; the notebook gets NumPy (small values inline)
+                small = x.nbytes <= settings.inline_bytes
+                return ValueMeta(key, tuple(x.shape), x.dtype.str, x.get() if small else None, small,
+                                 shared=id(x) in self.shared_results)
             # Python values travel as they are (TF leaves them unconverted)
             return ValueMeta(key, None, None, x, True)
 
@@ -266,8 +284,9 @@ def summarize(value: Any) -> tuple[float, float]:
     a = as_array(value)
     if a.dtype.kind not in "biuf" or a.size == 0:
         return 0.0, 0.0
-    f = a.astype(np.float64, copy=False)
-    return float(np.sqrt(np.sum(f * f))), float(np.sum(f))
+    xp = _gpu.xp_of(a)  # on the GPU for CuPy values: only two numbers come back
+    f = a.astype(xp.float64, copy=False)
+    return float(xp.sqrt(xp.sum(f * f))), float(xp.sum(f))
 
 
 def _dump_exception(exc: BaseException) -> bytes | None:

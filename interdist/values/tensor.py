@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
+from .._gpu import to_host
+
 
 def _format_numpy(a: np.ndarray) -> str:
     return np.array2string(a, separator=", ", threshold=20) if a.ndim else repr(a.item())
@@ -106,6 +108,7 @@ class Tensor(ArrayValue):
     """
 
     def __init__(self, value: Any, device: str = "/job:localhost/replica:0/task:0/device:CPU:0") -> None:
+        value = to_host(value)  # a CuPy array (a GPU replica's value) is copied to the notebook's host
         if isinstance(value, ArrayValue) or (hasattr(value, "__array__") and not isinstance(value, np.ndarray)):
             value = np.asarray(value)
         self._value = value if isinstance(value, np.ndarray) or not _numeric(value) else np.asarray(value)
@@ -148,7 +151,7 @@ class RemoteValue(ArrayValue):
 
     def _get(self) -> Any:
         if self._cached is _MISSING:
-            self._cached = self._fetch(self._rank, self._key)
+            self._cached = to_host(self._fetch(self._rank, self._key))  # GPU replicas' values: NumPy here
         return self._cached
 
     @property

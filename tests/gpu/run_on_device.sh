@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The GPU run recorded in docs/gpu_run.md. From the repo root, on a machine with an NVIDIA GPU and CuPy,
+# where pip cannot reach an index: the wheels of dask, distributed & co. (same versions as the dev venv)
+# wait in .whl/ (see docs/gpu.md). Logs go to $OUT (default /tmp/gpu-out).
+#   bash tests/gpu/run_on_device.sh [gpu|cpu|bench|all]   (default: all)
+set -o pipefail
+what=${1:-all}
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || exit 1
+fi
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 - <<'PY'
+import sys, numpy, cupy, dask, distributed, tornado
+print("python", sys.version.split()[0], "| numpy", numpy.__version__, "| cupy", cupy.__version__,
+      "| dask", dask.__version__, "| distributed", distributed.__version__, "| tornado", tornado.version)
+print("CUDA runtime", cupy.cuda.runtime.runtimeGetVersion(), "| driver", cupy.cuda.runtime.driverGetVersion())
+try:
+    import dask_cuda
+    print("dask_cuda", dask_cuda.__version__, "imports with distributed", distributed.__version__)
+except Exception as e:
+    print("dask_cuda does not import:", type(e).__name__, e)
+PY
+} 2>&1 | tee "$OUT/env.txt"
+rc=0
+if [ "$what" = gpu ] || [ "$what" = all ]; then
+    python3 -m pytest -p no:cacheprovider tests/gpu -q -rfEs --tb=short --timeout 240 2>&1 | tee "$OUT/pytest_gpu.txt"
+    rc=$((rc | $?))
+fi
+if [ "$what" = cpu ] || [ "$what" = all ]; then
+    python3 -m pytest -p no:cacheprovider tests/collectives tests/strategy -q -rfE --tb=short --timeout 240 \
+        2>&1 | tee "$OUT/pytest_cpu_subset.txt"
+    rc=$((rc | $?))
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+    timeout 180 python3 tests/gpu/bench_allreduce.py 2>&1 | tee "$OUT/bench_allreduce.txt"
+fi
+exit $rc
