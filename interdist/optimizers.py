@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _context
+from . import _context, _gpu
 from .reduce_op import ReduceOp
 
 
@@ -87,7 +87,8 @@ class Optimizer:
             raise RuntimeError(f"{type(self).__name__} must create its slot variables for {var.meta['name']!r} "
                                "in replica context: call apply_gradients inside strategy.run first")
         slots["iterations"] = slots.get("iterations", 0) + 1
-        g = np.asarray(grad, dtype=np.asarray(var).dtype)
+        dtype = getattr(var, "dtype", None)
+        g = _gpu.asarray(grad, dtype=np.dtype(dtype) if dtype is not None else np.asarray(var).dtype)
         return self._apply_dense(var, g, slots, slots["iterations"])
 
     def _apply_dense(self, var: Any, grad: np.ndarray, slots: dict[str, Any], step: int) -> Any:
@@ -112,14 +113,15 @@ class SGD(Optimizer):
         self._has_slots = self.momentum != 0
 
     def _apply_dense(self, var: Any, grad: np.ndarray, slots: dict[str, Any], step: int) -> Any:
-        lr = np.asarray(self.learning_rate, dtype=grad.dtype)
+        xp = _gpu.xp_of(grad)  # NumPy, or CuPy for a GPU replica's gradients
+        lr = xp.asarray(self.learning_rate, dtype=grad.dtype)
         if self.momentum == 0:
             return var.assign_sub(lr * grad)
-        m = slots.get("momentum", np.zeros_like(grad))
-        m = np.asarray(self.momentum * m - lr * grad, dtype=grad.dtype)
+        m = slots.get("momentum", xp.zeros_like(grad))
+        m = xp.asarray(self.momentum * m - lr * grad, dtype=grad.dtype)
         slots["momentum"] = m
         if self.nesterov:
-            return var.assign_add(np.asarray(self.momentum * m - lr * grad, dtype=grad.dtype))
+            return var.assign_add(xp.asarray(self.momentum * m - lr * grad, dtype=grad.dtype))
         return var.assign_add(m)
 
 
@@ -134,10 +136,11 @@ class Adam(Optimizer):
 
     def _apply_dense(self, var: Any, grad: np.ndarray, slots: dict[str, Any], step: int) -> Any:
         dt = grad.dtype
-        m = slots.get("m", np.zeros_like(grad))
-        v = slots.get("v", np.zeros_like(grad))
-        m = np.asarray(m + (grad - m) * (1 - self.beta_1), dtype=dt)
-        v = np.asarray(v + (grad * grad - v) * (1 - self.beta_2), dtype=dt)
+        xp = _gpu.xp_of(grad)
+        m = slots.get("m", xp.zeros_like(grad))
+        v = slots.get("v", xp.zeros_like(grad))
+        m = xp.asarray(m + (grad - m) * (1 - self.beta_1), dtype=dt)
+        v = xp.asarray(v + (grad * grad - v) * (1 - self.beta_2), dtype=dt)
         slots["m"], slots["v"] = m, v
         lr = self.learning_rate * np.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step)
-        return var.assign_sub(np.asarray(lr * m / (np.sqrt(v) + self.epsilon), dtype=dt))
+        return var.assign_sub(xp.asarray(lr * m / (xp.sqrt(v) + self.epsilon), dtype=dt))

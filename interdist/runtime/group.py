@@ -50,6 +50,8 @@ class DaskGroup:
         self.lost: dict[int, str] = {}
         self.busy: dict[int, tuple[int, Any]] = {}  # rank -> (step, its pending reply) of a stuck replica
         self.on_events: Callable[[Any], None] | None = None  # the strategy's event log
+        # The strategy's handles for variables created inside a replica function (rank 0's list).
+        self.on_created: Callable[[list[dict[str, Any]]], None] | None = None
         self.on_recover: Callable[[list[int]], None] | None = None  # restores state on replaced replicas
         ensure_plugin(client)
         self._join()
@@ -157,6 +159,8 @@ class DaskGroup:
         if self.on_events is not None:
             for r in replies:
                 self.on_events(r.get("events", ()))
+        if self.on_created is not None and replies[0].get("created"):
+            self.on_created(replies[0]["created"])  # before results (which may be those variables) decode
         self._raise_for(replies, step, what)
         for r in replies:
             for w in r.get("warnings", ()):

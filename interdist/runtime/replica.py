@@ -183,6 +183,7 @@ class Replica:
             self.touched = set()
             self.warnings = []
             self.shared_results = {}
+            self.created: list[dict[str, Any]] = []  # variables this step's program created (replica_view.py)
             self.transport.mailbox.begin_step(step)
             for hook in self.program_hooks:
                 hook(True)
@@ -225,6 +226,8 @@ class Replica:
             if self.warnings:
                 reply["warnings"] = list(self.warnings)
             reply["events"], self.step_events = self.step_events, []
+            if self.created:
+                reply["created"] = self.created
             return reply
 
     def _deref(self, x: Any) -> Any:

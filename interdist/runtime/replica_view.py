@@ -213,6 +213,54 @@ class ReplicaStrategyView:
         with _context.enter(self, None):
             yield
 
+    def _create_variable(self, initial_value: Any = None, trainable: bool | None = None, name: str | None = None,
+                         dtype: Any = None, synchronization: Any = None, aggregation: Any = None,
+                         shape: Any = None, **_: Any) -> Any:
+        """``Variable(...)`` inside a replica function: one distributed variable for all replicas.
+
+        As TF 2.21's eager ``MirroredStrategy.run`` (checked): every replica's call returns the
+        same ``MirroredVariable`` (``SyncOnReadVariable`` for ON_READ), whose copies all start
+        from **replica 0's** initial value (the others' are ignored); each call of the function
+        makes a new variable; inside ``merge_fn`` too. Replicas must create their variables in
+        the same order. The notebook gets a handle when the step returns.
+        """
+        from ..values.distributed_variable import variable_kind
+        from ..values.variables import VariableAggregation, VariableSynchronization, normalize_args
+        from . import programs
+
+        replica = self._replica
+        kind_of_strategy = replica.spec.get("kind")
+        if kind_of_strategy not in ("mirrored", "one_device"):
+            raise NotImplementedError(
+                "interdist creates variables inside a replica function only under MirroredStrategy, "
+                f"MultiWorkerMirroredStrategy and OneDeviceStrategy (this is {kind_of_strategy!r}); "
+                "create it in strategy.scope() instead")
+        a = normalize_args(initial_value, name, trainable, dtype,
+                           VariableSynchronization.AUTO if synchronization is None else synchronization,
+                           VariableAggregation.NONE if aggregation is None else aggregation)
+        if a["synchronization"] == VariableSynchronization.NONE:
+            # TF 2.21's words, inside run (checked), whatever `trainable` is.
+            raise ValueError("`NONE` variable synchronization mode is not supported with tf.distribute strategy. "
+                             f"Please change the `synchronization` for variable: {name}")
+        if a["synchronization"] == VariableSynchronization.AUTO:
+            a["synchronization"] = VariableSynchronization.ON_WRITE
+        if a["aggregation"].name == "MEAN" and a["value"].dtype.kind not in "fc":
+            raise ValueError(f"Cannot create variable {a['name']!r} of dtype {a['value'].dtype.name} with "
+                             "tf.VariableAggregation.MEAN: MEAN aggregation needs a floating dtype")
+        kind = variable_kind(a["synchronization"])
+        # Ids the notebook never hands out (its own count from 1): step and order within the step.
+        var_id = (1 << 40) + replica.step * (1 << 16) + len(replica.created)
+        meta = {"name": a["name"], "trainable": a["trainable"], "synchronization": a["synchronization"].name,
+                "aggregation": a["aggregation"].name, "kind": kind, "strategy_kind": kind_of_strategy}
+        value = a["value"]
+        if replica.world_size > 1:
+            value = replica.collective("broadcast", int(value.nbytes), lambda s, q, w: replica.collectives.broadcast(
+                s, q, value, 0, w))
+        programs.create_variable(replica, var_id, meta, value)
+        replica.created.append({"var_id": var_id, "meta": meta, "shape": tuple(value.shape),
+                                "dtype": np.dtype(value.dtype).str})
+        return replica.variables[var_id]
+
     def _require_cross_replica(self, what: str) -> None:
         if _context.get_replica_context() is not None:
             raise RuntimeError(

@@ -30,7 +30,7 @@ from ..values.distributed import DistributedValues, Mirrored, PerReplica
 from ..values.distributed_variable import (CentralVariable, DistributedVariable, MirroredVariable,
                                            SyncOnReadVariable, _Handle, variable_kind)
 from ..values.tensor import ArrayValue, RemoteValue, Tensor
-from ..values.variables import Variable, VariableSynchronization, normalize_args
+from ..values.variables import Variable, VariableAggregation, VariableSynchronization, normalize_args
 
 
 class RunOptions:
@@ -220,6 +220,8 @@ class Strategy:
         register_strategy(self._group_id, self)
         self.events = EventLog()
         self._group.on_events = self.events.add_msgs
+        self._group.on_created = self._adopt_run_variables
+        self._run_variables: list[Any] = []  # handles of variables made inside run (kept, as the workers keep them)
         self._group.on_recover = self._restore_replicas
         self._finalizer = weakref.finalize(self, _close_group, self._group, self._lease)
 
@@ -572,6 +574,20 @@ class Strategy:
         cls: Any = {"mirrored": self._variable_class, "sync_on_read": SyncOnReadVariable,
                     "central": CentralVariable}[kind]
         return cls(self, var_id, a, self._variable_devices(kind))
+
+    def _adopt_run_variables(self, created: list[dict[str, Any]]) -> None:
+        """Handles for the variables a replica function created (one per variable, as TF's eager run)."""
+        for c in created:
+            if self._variable_by_id(c["var_id"]) is not None:
+                continue
+            meta = c["meta"]
+            a = {"name": meta["name"], "trainable": meta["trainable"],
+                 "synchronization": VariableSynchronization[meta["synchronization"]],
+                 "aggregation": VariableAggregation[meta["aggregation"]],
+                 "value": np.empty(c["shape"], np.dtype(c["dtype"]))}
+            self._var_metas[c["var_id"]] = meta
+            cls: Any = {"mirrored": self._variable_class, "sync_on_read": SyncOnReadVariable}[meta["kind"]]
+            self._run_variables.append(cls(self, c["var_id"], a, self._variable_devices(meta["kind"])))
 
     def _create_on_replicas(self, var_id: int, meta: dict[str, Any], value: np.ndarray) -> None:
         """Make the replicas' copies (a hook: central storage keeps one, strategy/central_storage.py)."""

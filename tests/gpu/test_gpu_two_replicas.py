@@ -189,3 +189,46 @@ def test_replica_failure_on_gpu_is_reported(s2: idist.MirroredStrategy) -> None:
         s2.run(fn)
     out = s2.run(lambda: idist.get_replica_context().all_reduce("sum", __import__("cupy").ones(2)))
     assert [np.asarray(v).tolist() for v in s2.experimental_local_results(out)] == [[2.0, 2.0]] * 2
+
+
+@pytest.mark.parametrize("make_opt", [lambda: idist.optimizers.SGD(0.1, momentum=0.9),
+                                      lambda: idist.optimizers.Adam(0.01)], ids=["sgd_momentum", "adam"])
+def test_optimizer_steps_on_gpu_match_numpy(s2: idist.MirroredStrategy, make_opt: Any) -> None:
+    """apply_gradients on CuPy gradients: the same bits as the same optimizer on one CPU replica."""
+    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(16, 2)
+    y = (x @ np.array([1.5, -0.5], np.float32)).astype(np.float32)
+
+    def train(strategy: Any, n: int) -> np.ndarray:
+        opt = make_opt()
+        with strategy.scope():
+            w = idist.Variable(np.zeros(2, np.float32))
+
+        def step(xb: Any, yb: Any) -> None:
+            xp = __import__("cupy") if _mod(xb) == "cupy" else np
+            err = xb @ w.read_value() - yb
+            grad = (xb.T @ err) * np.float32(2.0 / 16)  # this replica's share of the global mean's gradient
+            opt.apply_gradients([(grad.astype(xp.float32), w)])
+
+        for _ in range(3):
+            parts = [(x[r::n], y[r::n]) for r in range(n)]
+            strategy.run(step, args=(
+                strategy.experimental_distribute_values_from_function(lambda ctx: parts[ctx.replica_id_in_sync_group][0]),
+                strategy.experimental_distribute_values_from_function(lambda ctx: parts[ctx.replica_id_in_sync_group][1])))
+        return np.asarray(w)
+
+    on_gpu = train(s2, 2)
+    with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as cpu:
+        on_cpu = train(cpu, 2)
+    np.testing.assert_allclose(on_gpu, on_cpu, rtol=1e-6)
+    assert np.abs(on_gpu).sum() > 0
+
+
+def test_variable_created_inside_run_lives_on_the_gpu(s2: idist.MirroredStrategy) -> None:
+    def fn() -> Any:
+        v = idist.Variable(np.full(3, _rank() + 1.0, np.float32))
+        return v, _mod(v.read_value())
+
+    v, module = s2.run(fn)
+    assert isinstance(v, idist.MirroredVariable)
+    assert all(m == "cupy" for m in s2.experimental_local_results(module))
+    assert [np.asarray(c).tolist() for c in s2.experimental_local_results(v)] == [[1.0] * 3, [1.0] * 3]
