@@ -56,13 +56,31 @@ _all_embedded: list[Lease] = []
 _reaper: threading.Thread | None = None
 
 
+# glibc's allocator for the replica processes: arrays of up to 64 MiB come from the heap and freed
+# memory stays there for the next array, instead of a fresh mmap (and its page faults) per array.
+# Dask's default (MALLOC_TRIM_THRESHOLD_=64 KiB) hands freed memory back at once; a replica that
+# allocates the same few large arrays every step then faults them in again every step.
+_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+
+
 def _start_local_cpu(n: int) -> Lease:
     from distributed import Client, LocalCluster
 
     from ..dashboard.pages import register_pages
 
     register_pages()  # the scheduler reads its dashboard pages once, as it starts
-    cluster = LocalCluster(
+    import dask
+
+    # Read by glibc when a worker process starts, so they must be in its environment at spawn.
+    spawn_env = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **_MALLOC_ENV}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_env}):
+        cluster = _local_cluster(n, LocalCluster)
+    client = Client(cluster, set_as_default=False)
+    return _lease_from(client, cluster, n, embedded=True, key=("CPU", n))
+
+
+def _local_cluster(n: int, LocalCluster: Any) -> Any:  # noqa: N803 - the class, imported lazily
+    return LocalCluster(
         n_workers=n,
         threads_per_worker=1,
         processes=True,
@@ -74,8 +92,6 @@ def _start_local_cpu(n: int) -> Lease:
         # threads stay free for data work (Dask arrays read by replicas).
         env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
     )
-    client = Client(cluster, set_as_default=False)
-    return _lease_from(client, cluster, n, embedded=True, key=("CPU", n))
 
 
 def _start_local_gpu(indices: list[int]) -> Lease:
