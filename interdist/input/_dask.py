@@ -117,7 +117,7 @@ def bind_worker(worker: Any) -> None:
     _worker = worker
 
 
-class using_client:  # noqa: N801 - used as a context manager
+class using_client:
     """Reads on this thread go through ``client`` (the notebook side of a strategy)."""
 
     def __init__(self, client: Any) -> None:
@@ -127,7 +127,7 @@ class using_client:  # noqa: N801 - used as a context manager
         self.previous = getattr(_bound, "client", None)
         _bound.client = self.client
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         _bound.client = self.previous
 
 
@@ -144,7 +144,7 @@ def current_client() -> Any:
         return None
 
 
-class reading_client:  # noqa: N801 - used as a context manager
+class reading_client:
     """The client one read loop uses: on a worker, a client of its own, closed when the loop ends.
 
     Persisted collections carry futures; a worker's shared client keeps the state of futures
@@ -167,7 +167,7 @@ class reading_client:  # noqa: N801 - used as a context manager
         self.own._interdist_reader = True  # reads run on this worker (_compute_here)
         return self.own
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.own is not None:
             self.own.close()
 
@@ -184,7 +184,7 @@ def compute(arrays: list[Any], client: Any = None) -> list[np.ndarray]:
             if _worker is not None and getattr(client, "_interdist_reader", False):
                 return _compute_here(arrays, client)
             return [np.asarray(a) for a in client.compute(list(arrays), sync=True)]
-        except Exception as e:  # noqa: BLE001 - only cancellations are retried
+        except Exception as e:
             # A read whose inputs another client released and re-persisted under the same keys at
             # that moment is cancelled by the scheduler ("lost dependencies"); reads are pure, so
             # read again (seen when a benchmark re-persists one array while readers finish).
@@ -322,7 +322,7 @@ class Plan:
 
     def batch_ids(self) -> Iterator[int]:
         """The base batch of every element of the pipeline, in order (a finite or endless iterator)."""
-        ids: Any = lambda: iter(builtins.range(self.num_base_batches()))  # noqa: E731
+        ids: Any = lambda: iter(builtins.range(self.num_base_batches()))
         for op, arg in self.post:
             ids = _post(ids, op, arg)
         return ids()

@@ -15,17 +15,21 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import _nest
-from . import _dask
-from ..errors import NotADatasetError
 from .. import device as device_lib
+from ..errors import NotADatasetError
 from ..values.distributed import PerReplica
 from ..values.tensor import Tensor
+from . import _dask
 from .dataset import Dataset
-from .input_context import (InputContext, InputOptions, InputReplicationMode, check_options_for_datasets_from_function,
-                            check_options_for_distribute_dataset)
+from .input_context import (
+    InputContext,
+    InputOptions,
+    InputReplicationMode,
+    check_options_for_datasets_from_function,
+    check_options_for_distribute_dataset,
+)
 from .options import AutoShardPolicy
-from .rebatch import (rebatch_element_spec, shard_for_worker, split_for_replicas, static_batch_size,
-                      with_batch_size)
+from .rebatch import rebatch_element_spec, shard_for_worker, split_for_replicas, static_batch_size, with_batch_size
 
 _TRANSFORMATIONS = {"map", "batch", "unbatch", "repeat", "shard", "take", "skip", "prefetch", "filter", "shuffle",
                     "cache", "with_options", "rebatch", "apply", "flat_map", "interleave", "padded_batch"}

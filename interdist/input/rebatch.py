@@ -28,12 +28,12 @@ from interdist.input.spec import TensorSpec
 
 __all__ = [
     "batch_sizes_for_replicas",
-    "with_batch_size",
     "rebatch_element_spec",
     "shard_for_worker",
     "split_batch",
     "split_for_replicas",
     "static_batch_size",
+    "with_batch_size",
 ]
 
 

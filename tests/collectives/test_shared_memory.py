@@ -8,6 +8,7 @@ segment, mapped and unlinked exactly as between worker processes.
 from __future__ import annotations
 
 import glob
+import os
 import subprocess
 import sys
 import threading
@@ -269,9 +270,9 @@ def test_a_replaced_peer_gets_new_segments() -> None:
                    close=False)
         assert all(np.all(o == 1.0) for o in out)
         if seq == 1:
-            old = list(transports[0]._slots[1])
+            old = list(transports[0]._slots[(1,)])  # slots are kept by the local ranks reading them
             inners[0].generation = 1
-    assert transports[0]._slots[1] and not set(transports[0]._slots[1]) & set(old)
+    assert transports[0]._slots[(1,)] and not set(transports[0]._slots[(1,)]) & set(old)
     for t in transports:
         t.close()
 
@@ -286,3 +287,19 @@ def test_broadcast_root_running_ahead_of_slow_receivers() -> None:
 
     out = _run(_group(3), body)
     assert out == [[float(s) for s in range(12)]] * 3
+
+
+def test_one_segment_per_send_to_several_local_peers() -> None:
+    # 4 ranks: each all_reduce message is written once, into one segment all three peers map.
+    transports = [SharedMemoryTransport(t, threshold=THRESHOLD) for t in local_group(4)]
+    for seq in (1, 2, 3):
+        out = _run(transports, lambda r, c, seq=seq: c.all_reduce(1, seq, [np.full(50_000, r + seq, np.float64)],
+                                                                  ReduceOp.SUM, "t")[0], close=False)
+        assert all(np.array_equal(o, np.full(50_000, 6.0 + 4 * seq)) for o in out)
+    for r, t in enumerate(transports):
+        peers = tuple(p for p in range(4) if p != r)
+        assert set(t._slots) == {peers}  # no per-peer copies
+        assert len(t._slots[peers]) == 1 and t._slots[peers][0].free  # reused, released by all three
+    for t in transports:
+        t.close()
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"idist-{os.getpid()}-")]
