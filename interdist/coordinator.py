@@ -7,16 +7,28 @@ worker dies during a step, the step goes back to the front of the queue and
 another worker (or the dead one's replacement, found again by its Dask worker
 name) runs it; the ps tasks apply a step id at most once.
 
+Per-worker datasets (``create_per_worker_dataset``) are made on every worker
+(``runtime/ps_input.py``); a step's iterator argument becomes the iterator of the
+worker that runs it. A worker that comes back after dying gets every dataset and
+iterator again before its next step, the iterators from their first element (TF
+re-creates them the same way).
+
+Errors follow TF: the first error a step raises is raised once, by the next
+``schedule``, ``join`` or ``done``; the steps still queued then are cancelled
+(their ``RemoteValue.fetch`` raises ``interdist.errors.CancelledError``).
+
 >>> # coordinator = ClusterCoordinator(strategy)
 >>> # rv = coordinator.schedule(step_fn, args=(x,)); coordinator.join(); rv.fetch()
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +36,8 @@ from typing import Any
 import cloudpickle
 
 from . import _nest
-from .errors import WorkerLostError
+from .errors import CancelledError, WorkerLostError
+from .runtime import ps_input
 
 #: A step whose worker died this many times is given up (TF retries for ever).
 MAX_ATTEMPTS = 10
@@ -96,12 +109,22 @@ class ClusterCoordinator:
         self._client = strategy._lease.client
         self._queue: deque[_Closure] = deque()
         self._cond = threading.Condition()
-        self._inflight = 0
-        self._errors: list[BaseException] = []
+        self._inflight = 0  # scheduled and not finished (queued or running)
+        self._running = 0  # taken by a worker and not finished
+        self._error: BaseException | None = None  # the first error not raised yet (TF keeps one)
+        self._cancelling = False
         self._stopped = False
         self._ids = itertools.count()
         self._session = uuid.uuid4().hex[:8]
-        self._addresses = [t.address for t in strategy._worker_tasks]
+        self._addresses: list[str] = strategy._worker_addresses  # updated in place when a worker is replaced
+        self._devices = [f"/job:worker/replica:0/task:{t.index}/device:CPU:0" for t in strategy._worker_tasks]
+        # Per-worker datasets and iterators (runtime/ps_input.py), in creation order: key -> (kind, payload).
+        self._resources: dict[str, tuple[str, Any]] = {}
+        self._built: list[set[str]] = [set() for _ in self._addresses]  # what each worker holds
+        self._to_drop: list[set[str]] = [set() for _ in self._addresses]
+        self._forgotten: deque[str] = deque()  # keys whose notebook object was collected (appended by finalizers)
+        self._res_lock = threading.Lock()
+        self._res_ids = itertools.count()
         self._threads = [threading.Thread(target=self._worker_loop, args=(i,), daemon=True,
                                           name=f"interdist-coordinator-worker-{i}")
                          for i in range(len(self._addresses))]
@@ -110,7 +133,10 @@ class ClusterCoordinator:
 
     # -- public API ------------------------------------------------------------
     def schedule(self, fn: Callable[..., Any], args: Any = None, kwargs: Any = None) -> RemoteValue:
-        """Queue ``fn(*args, **kwargs)`` to run on some worker; returns its ``RemoteValue`` at once."""
+        """Queue ``fn(*args, **kwargs)`` to run on some worker; returns its ``RemoteValue`` at once.
+
+        Raises the first error of an earlier step not raised yet (and cancels the queued steps), as TF.
+        """
         if not callable(fn):
             raise TypeError(f"schedule() requires a callable fn, but got {type(fn).__name__}")
         self._raise_error()
@@ -124,9 +150,12 @@ class ClusterCoordinator:
         return closure.remote
 
     def join(self) -> None:
-        """Wait until every scheduled step has finished; raise the first error a step raised."""
+        """Wait until every scheduled step has finished, or one failed: then raise its error.
+
+        As in TF, the steps still queued when an error is raised are cancelled.
+        """
         with self._cond:
-            self._cond.wait_for(lambda: self._inflight == 0 or self._stopped)
+            self._cond.wait_for(lambda: self._inflight == 0 or self._error is not None or self._stopped)
         self._raise_error()
 
     def done(self) -> bool:
@@ -139,16 +168,130 @@ class ClusterCoordinator:
         """``val`` with every ``RemoteValue`` in it replaced by its result."""
         return _nest.map_structure(lambda v: v.fetch() if isinstance(v, RemoteValue) else v, val)
 
-    def create_per_worker_dataset(self, dataset_fn: Callable[[], Any]) -> PerWorkerDataset:
-        """``dataset_fn()`` made on each worker; ``iter()`` of it gives one iterator per worker."""
-        return PerWorkerDataset(dataset_fn)
+    def create_per_worker_dataset(self, dataset_fn: Any) -> PerWorkerDataset:
+        """Make a dataset on every worker; ``iter()`` of the result gives one iterator per worker.
+
+        ``dataset_fn`` is a function of no argument returning an ``interdist.data.Dataset``
+        (or the result of ``strategy.experimental_distribute_dataset`` /
+        ``distribute_datasets_from_function``), or one of those objects itself, or a
+        ``Dataset``. It is called on each worker, now; its error is raised here.
+        Give the iterator to ``schedule``: each step gets its worker's iterator.
+
+        Raises
+        ------
+        ValueError
+            ``dataset_fn`` is none of these (TF's "Unexpected dataset type!").
+        NotADatasetError
+            ``dataset_fn`` returned something that is not a dataset.
+        """
+        from .input.dataset import Dataset
+
+        if not (callable(dataset_fn) or isinstance(dataset_fn, Dataset) or ps_input.is_distributed(dataset_fn)):
+            raise ValueError(f"Unexpected dataset type! create_per_worker_dataset takes a dataset_fn, a Dataset or "
+                             f"a distributed dataset of the strategy, but got {type(dataset_fn).__name__}")
+        return PerWorkerDataset(self, cloudpickle.dumps(dataset_fn))
+
+    # -- per-worker resources ------------------------------------------------------
+    def _new_resource(self, kind: str, payload: Any, owner: Any) -> tuple[str, Any]:
+        """Register a dataset or iterator, make it on every worker that answers; its key and element_spec."""
+        key = f"{kind}-{self._session}-{next(self._res_ids)}"
+        with self._res_lock:
+            self._collect_forgotten()
+            self._resources[key] = (kind, payload)
+        spec = None
+        try:
+            spec = self._build_everywhere(key)
+        except BaseException:
+            self._forget(key)
+            raise
+        weakref.finalize(owner, self._forgotten.append, key)
+        return key, spec
+
+    def _build_everywhere(self, key: str) -> Any:
+        kind, payload = self._resources[key]
+        addresses = list(self._addresses)
+        calls = [(a, {"store": self.strategy._store, "builds": [(key, kind, payload)], "drops": [],
+                      "device": self._devices[i]}) for i, a in enumerate(addresses)]
+
+        async def go() -> list[Any]:
+            return list(await asyncio.gather(*[self._client.rpc(a).interdist_ps_input(**kw) for a, kw in calls],
+                                             return_exceptions=True))
+
+        replies = self._client.sync(go)
+        spec, error = None, None
+        for i, reply in enumerate(replies):
+            if isinstance(reply, BaseException):
+                continue  # the worker is gone: it gets the resource when it is back (_ensure_resources)
+            if not reply["ok"]:
+                error = error or _rebuild_error(reply, f"create_per_worker_dataset ({kind})",
+                                                self.strategy._worker_tasks[i].index)
+                continue
+            with self._res_lock:
+                if self._addresses[i] == addresses[i]:  # else a new process answered: it is made there later
+                    self._built[i].add(key)
+            if spec is None:
+                spec = cloudpickle.loads(reply["specs"])[key]
+        if error is not None:
+            raise error
+        return spec
+
+    def _forget(self, key: str) -> None:
+        with self._res_lock:
+            self._resources.pop(key, None)
+            for built, drop in zip(self._built, self._to_drop):
+                if key in built:
+                    built.discard(key)
+                    drop.add(key)
+
+    def _collect_forgotten(self) -> None:
+        """Forget the resources whose notebook objects were collected (holding ``_res_lock``)."""
+        while self._forgotten:
+            key = self._forgotten.popleft()
+            self._resources.pop(key, None)
+            for built, drop in zip(self._built, self._to_drop):
+                if key in built:
+                    built.discard(key)
+                    drop.add(key)
+
+    def _ensure_resources(self, index: int) -> None:
+        """Give worker ``index`` every registered dataset and iterator it lacks (after a restart)."""
+        with self._res_lock:
+            self._collect_forgotten()
+            missing = [(k, kind, p) for k, (kind, p) in self._resources.items() if k not in self._built[index]]
+            drops = list(self._to_drop[index])
+            address = self._addresses[index]
+        if not missing and not drops:
+            return
+        reply = self._client.sync(lambda: self._client.rpc(address).interdist_ps_input(
+            store=self.strategy._store, builds=missing, drops=drops, device=self._devices[index]))
+        with self._res_lock:
+            self._to_drop[index].difference_update(drops)
+            if reply["ok"]:
+                self._built[index].update(k for k, _, _ in missing)
+        if not reply["ok"]:
+            raise _ResourceError(_rebuild_error(reply, f"create_per_worker_dataset (rebuilding {reply['key']})",
+                                                self.strategy._worker_tasks[index].index))
 
     # -- internals -------------------------------------------------------------
     def _raise_error(self) -> None:
+        """Raise the pending error once, after cancelling the queued steps (TF's ``_raise_if_error``)."""
         with self._cond:
-            if self._errors:
-                err = self._errors.pop(0)
-                raise err
+            if self._error is None:
+                return
+            self._cancelling = True  # no worker takes a new step while the running ones finish
+            try:
+                self._cond.wait_for(lambda: self._running == 0 or self._stopped)
+                cancelled = list(self._queue)
+                self._queue.clear()
+                self._inflight -= len(cancelled)
+                err, self._error = self._error, None
+            finally:
+                self._cancelling = False
+                self._cond.notify_all()
+        for c in cancelled:
+            c.remote._set(error=CancelledError(
+                f"The corresponding function ({c.step_id}) is cancelled. Please reschedule the function."))
+        raise err
 
     def _stop(self) -> None:
         with self._cond:
@@ -157,22 +300,24 @@ class ClusterCoordinator:
 
     def _take(self) -> _Closure | None:
         with self._cond:
-            self._cond.wait_for(lambda: self._queue or self._stopped, timeout=0.5)
-            if self._stopped or not self._queue:
+            self._cond.wait_for(lambda: (self._queue and not self._cancelling) or self._stopped, timeout=0.5)
+            if self._stopped or self._cancelling or not self._queue:
                 return None
+            self._running += 1
             return self._queue.popleft()
 
     def _finish(self, closure: _Closure, value: Any = None, error: BaseException | None = None) -> None:
         closure.remote._set(value, error)
         with self._cond:
-            if error is not None:
-                self._errors.append(error)
+            if error is not None and self._error is None:
+                self._error = error
             self._inflight -= 1
+            self._running -= 1
             self._cond.notify_all()
 
     def _worker_loop(self, index: int) -> None:
         task = self.strategy._worker_tasks[index]
-        device = f"/job:worker/replica:0/task:{task.index}/device:CPU:0"
+        device = self._devices[index]
         while not self._stopped:
             closure = self._take()
             if closure is None:
@@ -183,6 +328,15 @@ class ClusterCoordinator:
             except Exception as e:  # noqa: BLE001 - unpicklable arguments are the caller's error
                 self._finish(closure, error=e)
                 continue
+            try:
+                self._ensure_resources(index)
+            except _ResourceError as e:
+                self._finish(closure, error=e.error)
+                continue
+            except Exception as e:  # noqa: BLE001 - the worker died or cannot be reached
+                self._requeue(closure, index, e)
+                self._wait_for_replacement(index)
+                continue
             address = self._addresses[index]
             try:
                 reply = self._client.sync(lambda a=address, c=closure, b=args_bytes: self._client.rpc(a)
@@ -191,6 +345,12 @@ class ClusterCoordinator:
             except Exception as e:  # noqa: BLE001 - the worker died or cannot be reached
                 self._requeue(closure, index, e)
                 self._wait_for_replacement(index)
+                continue
+            if not reply["ok"] and reply.get("type") == ps_input.MissingResourceError.__name__:
+                # The worker was restarted between the resources check and the step: give them again.
+                with self._res_lock:
+                    self._built[index].clear()
+                self._requeue(closure, index, RuntimeError(reply.get("message")))
                 continue
             closure.remote.worker = f"worker:{task.index}"
             if reply["ok"]:
@@ -205,6 +365,7 @@ class ClusterCoordinator:
                 f"{self.strategy._worker_tasks[index].index}, {type(exc).__name__}: {exc})"))
             return
         with self._cond:
+            self._running -= 1
             self._queue.appendleft(closure)  # first in line for the next idle worker
             self._cond.notify_all()
 
@@ -221,13 +382,16 @@ class ClusterCoordinator:
             addr = by_name.get(name)
             # The scheduler may not have noticed the death yet: the old address counts only if it answers.
             if addr is not None and (addr != old or self._answers(addr)):
-                self._addresses[index] = addr
+                with self._res_lock:
+                    self._addresses[index] = addr
+                    if addr != old:
+                        # A new process: it holds no dataset or iterator; they are made again before its next step.
+                        self._built[index].clear()
+                        self._to_drop[index].clear()
                 return
             time.sleep(0.2)
 
     def _answers(self, address: str) -> bool:
-        import asyncio
-
         try:
             self._client.sync(lambda: asyncio.wait_for(self._client.rpc(address).identity(), 2))
             return True
@@ -235,41 +399,72 @@ class ClusterCoordinator:
             return False
 
 
-class PerWorkerDataset:
-    """A dataset made on each worker by ``dataset_fn`` (``create_per_worker_dataset``)."""
+class _ResourceError(Exception):
+    """A per-worker dataset could not be made again on a worker: the step fails with ``error``."""
 
-    def __init__(self, dataset_fn: Callable[[], Any]) -> None:
-        self._fn_bytes = cloudpickle.dumps(dataset_fn)
-        self._key = uuid.uuid4().hex
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class PerWorkerDataset:
+    """A dataset made on each worker (``ClusterCoordinator.create_per_worker_dataset``)."""
+
+    def __init__(self, coordinator: ClusterCoordinator, recipe: bytes) -> None:
+        self._coordinator = coordinator
+        self._store = coordinator.strategy._store
+        self._key, self._element_spec = coordinator._new_resource("dataset", recipe, self)
+
+    @property
+    def element_spec(self) -> Any:
+        """The element_spec of the workers' datasets (TF's ``PerWorkerDataset.element_spec``)."""
+        return self._element_spec
 
     def __iter__(self) -> PerWorkerIterator:
-        return PerWorkerIterator(self._key, self._fn_bytes)
-
-
-class PerWorkerIterator:
-    """Stands for each worker's own iterator; it becomes that iterator when a step unpickles it there."""
-
-    def __init__(self, key: str, fn_bytes: bytes) -> None:
-        self._key, self._fn_bytes = key, fn_bytes
+        """One new iterator on each worker, each at the dataset's first element."""
+        return PerWorkerIterator(self)
 
     def __reduce__(self) -> Any:
-        return (_worker_iterator, (self._key, self._fn_bytes))
+        return (ps_input.worker_dataset, (self._store, self._key))
+
+    def __repr__(self) -> str:
+        return f"<PerWorkerDataset {self._key} on {len(self._coordinator._addresses)} workers>"
+
+
+class PerWorkerIterator(PerWorkerValues):
+    """One iterator per worker; in a scheduled step it is the iterator of the step's worker.
+
+    ``next()`` of it in the notebook raises ``NotImplementedError`` (as TF's).
+    """
+
+    def __init__(self, dataset: PerWorkerDataset) -> None:
+        coordinator = dataset._coordinator
+        self._dataset = dataset  # the dataset stays registered (re-made on a new worker) while this lives
+        self._store = dataset._store
+        self._key, self._element_spec = coordinator._new_resource("iterator", dataset._key, self)
+        super().__init__(tuple(f"{d} iterator {self._key}" for d in coordinator._devices))
+
+    @property
+    def element_spec(self) -> Any:
+        return self._element_spec
+
+    def __reduce__(self) -> Any:
+        return (ps_input.worker_iterator, (self._store, self._key))
+
+    def __iter__(self) -> PerWorkerIterator:
+        return self
 
     def __next__(self) -> Any:
-        raise RuntimeError("a per-worker iterator can only be used inside a function given to schedule()")
+        return self.get_next()
 
+    def get_next(self, name: str | None = None) -> Any:
+        # TF 2.21's message; the iterator is for ClusterCoordinator.schedule.
+        raise NotImplementedError("Iterating over an `AsyncDistributedIterator` is not supported right now. Pass "
+                                  "the per-worker iterator to ClusterCoordinator.schedule and call next() on it "
+                                  "inside the scheduled function.")
 
-_worker_iterators: dict[str, Any] = {}
-_iter_lock = threading.Lock()
-
-
-def _worker_iterator(key: str, fn_bytes: bytes) -> Any:
-    """The worker's iterator for ``key``, made the first time a step on this worker needs it."""
-    with _iter_lock:
-        it = _worker_iterators.get(key)
-        if it is None:
-            it = _worker_iterators[key] = iter(cloudpickle.loads(fn_bytes)())
-        return it
+    def __repr__(self) -> str:
+        return f"<PerWorkerIterator {self._key} on {len(self._values)} workers>"
 
 
 def _rebuild_error(reply: dict[str, Any], step_id: str, task_index: int) -> BaseException:
@@ -289,4 +484,4 @@ def _rebuild_error(reply: dict[str, Any], step_id: str, task_index: int) -> Base
     return exc
 
 
-__all__ = ["ClusterCoordinator", "PerWorkerValues", "RemoteValue"]
+__all__ = ["ClusterCoordinator", "PerWorkerDataset", "PerWorkerIterator", "PerWorkerValues", "RemoteValue"]

@@ -43,3 +43,12 @@ class NotADatasetError(TypeError, AttributeError):
 
 class NoGPUError(InterdistError):
     """GPU devices were asked for on a machine where none can be used."""
+
+
+class CancelledError(InterdistError):
+    """A scheduled function was cancelled before it ran, because an earlier one failed.
+
+    ``tf.errors.CancelledError`` in TF: ``ClusterCoordinator`` cancels the functions
+    still queued when it raises a function's error (from ``join``, ``done`` or
+    ``schedule``); their ``RemoteValue.fetch`` raises this.
+    """

@@ -27,6 +27,14 @@ from .replica_variable import apply_op
 
 _state = threading.local()
 
+#: Why ``Variable(...)`` fails inside a step (TF 2.21 refuses too, with a ValueError from tf.function:
+#: "tf.function only supports singleton tf.Variables created on the first call").
+VARIABLE_IN_STEP = (
+    "ParameterServerStrategy cannot create a variable inside a step (a function given to "
+    "ClusterCoordinator.schedule or strategy.run): a step only reads variables at its start and sends "
+    "updates at its end. Create the variable in the notebook under `with strategy.scope():` before "
+    "scheduling the steps that use it.")
+
 
 def current_step() -> StepContext | None:
     """The step running in this thread, if any."""
@@ -248,6 +256,25 @@ class PSWorkerView:
 
     def call_for_each_replica(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None) -> Any:
         return self.run(fn, args, kwargs)
+
+    # A dataset_fn given to ClusterCoordinator.create_per_worker_dataset runs on the worker and may
+    # call these (TF's example does): the same descriptions the notebook's strategy makes.
+    def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
+        from .ps_input import DistributedDataset
+
+        return DistributedDataset(dataset, options)
+
+    def distribute_datasets_from_function(self, dataset_fn: Callable[..., Any], options: Any = None) -> Any:
+        from .ps_input import DistributedDatasetsFromFunction
+
+        return DistributedDatasetsFromFunction(dataset_fn, options)
+
+    def experimental_distribute_datasets_from_function(self, dataset_fn: Callable[..., Any],
+                                                       options: Any = None) -> Any:
+        return self.distribute_datasets_from_function(dataset_fn, options)
+
+    def _create_variable(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(VARIABLE_IN_STEP)
 
     def __repr__(self) -> str:
         return f"<interdist ParameterServerStrategy view on {self.worker_devices[0]}>"

@@ -6,7 +6,8 @@ one ``ShardStore`` per strategy: the variable shards placed there, the ids of th
 steps whose updates it applied (so that a step run again after its worker died
 is never applied twice) and, for each applied step, its staleness: how many
 other updates this store applied between the step's read and its apply. On a
-``worker`` task it runs scheduled steps (``ps_step.run_step``) one at a time.
+``worker`` task it runs scheduled steps (``ps_step.run_step``) one at a time and
+keeps the per-worker datasets and iterators of ``runtime/ps_input.py``.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class PSRuntime(WorkerPlugin):
         self.stores: dict[str, ShardStore] = {}
         # One scheduled step at a time per worker, as TF runs one closure at a time per worker.
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="interdist-ps-step")
+        # Datasets are made in a thread of their own, so that making one does not wait for a running step.
+        self.input_executor = ThreadPoolExecutor(1, thread_name_prefix="interdist-ps-input")
         worker.handlers.update({
             "interdist_ps_create": self.create,
             "interdist_ps_read": self.read,
@@ -87,11 +90,17 @@ class PSRuntime(WorkerPlugin):
             "interdist_ps_stats": self.stats,
             "interdist_ps_drop": self.drop,
             "interdist_ps_step": self.step,
+            "interdist_ps_input": self.input,
         })
         worker.interdist_ps = self
 
     def teardown(self, worker: Any) -> None:
+        from . import ps_input
+
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.input_executor.shutdown(wait=False, cancel_futures=True)
+        for store in list(self.stores):
+            ps_input.drop_store(store)
         self.stores.clear()
 
     def _store(self, store: str) -> ShardStore:
@@ -117,7 +126,10 @@ class PSRuntime(WorkerPlugin):
         return self._store(store).stats() if store in self.stores else {}
 
     async def drop(self, store: str) -> str:
+        from . import ps_input
+
         self.stores.pop(store, None)
+        ps_input.drop_store(store)
         return "OK"
 
     async def step(self, store: str, step_id: str, fn: bytes, args: bytes, device: str) -> dict[str, Any]:
@@ -126,6 +138,15 @@ class PSRuntime(WorkerPlugin):
         conn = WorkerConnection(self.worker)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, run_step, conn, store, step_id, fn, args, device)
+
+    async def input(self, store: str, builds: list[Any], drops: list[str], device: str) -> dict[str, Any]:
+        """Make the per-worker datasets and iterators this worker lacks (``ps_input.sync_resources``)."""
+        from .ps_input import sync_resources
+        from .ps_step import WorkerConnection
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.input_executor, sync_resources, WorkerConnection(self.worker), store,
+                                          list(builds), list(drops), device)
 
 
 def ensure_ps_plugin(client: Any) -> None:

@@ -12,6 +12,7 @@ notebook runs one step there, with the same read-then-apply rule.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import uuid
 import weakref
@@ -24,7 +25,7 @@ import numpy as np
 from .. import _context
 from ..cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
 from ..runtime import cluster as cluster_lib
-from ..runtime import ps_step, roles
+from ..runtime import ps_input, ps_step, roles
 from ..runtime.ps_store import ensure_ps_plugin
 from ..values import ps_variable
 from ..values.variables import VariableAggregation, VariableSynchronization, normalize_args
@@ -119,7 +120,10 @@ class ParameterServerStrategy(Strategy):
                                         False, ("own-client", len(workers)) if owned else None)
         _strategies[self._store] = self
         addrs = [t.address for t in ps]
-        self._finalizer = weakref.finalize(self, _close, self._lease, addrs, self._store)  # type: ignore[call-arg,arg-type]
+        # The workers' current addresses: the coordinator updates them when a worker is replaced.
+        self._worker_addresses = [t.address for t in workers]
+        self._finalizer = weakref.finalize(self, _close, self._lease, addrs, self._worker_addresses,  # type: ignore[call-arg,arg-type]
+                                           self._store)
 
     # -- properties ------------------------------------------------------------
     @property
@@ -147,8 +151,7 @@ class ParameterServerStrategy(Strategy):
 
         self._check_usable()
         if ps_step.current_step() is not None or _context.get_replica_context() is not None:
-            raise NotImplementedError("ParameterServerStrategy creates variables in strategy.scope() in the "
-                                      "notebook, not inside a step")
+            raise NotImplementedError(ps_step.VARIABLE_IN_STEP)
         a = normalize_args(initial_value, name, trainable, dtype, synchronization,
                            VariableAggregation.NONE if aggregation is None else aggregation)
         value = a["value"]
@@ -205,12 +208,25 @@ class ParameterServerStrategy(Strategy):
         return result
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
-        raise NotImplementedError("ParameterServerStrategy feeds data per worker: use "
-                                  "ClusterCoordinator.create_per_worker_dataset(dataset_fn)")
+        """A description of ``dataset`` for ``ClusterCoordinator.create_per_worker_dataset``.
+
+        As in TF 2, every worker then makes the whole ``dataset`` (no sharding, whatever
+        its auto-shard policy) and each step takes its worker's next batch. ``iter()`` of
+        the result raises ``ValueError``: pass it to the coordinator. See ``runtime/ps_input.py``.
+        """
+        self._check_usable()
+        return ps_input.DistributedDataset(dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable[..., Any], options: Any = None) -> Any:
-        raise NotImplementedError("ParameterServerStrategy feeds data per worker: use "
-                                  "ClusterCoordinator.create_per_worker_dataset(dataset_fn)")
+        """A description of ``dataset_fn``'s datasets for ``ClusterCoordinator.create_per_worker_dataset``.
+
+        ``dataset_fn(input_context)`` is called on each worker, with
+        ``InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1)``
+        as in TF 2 (the workers are not in sync with each other). ``iter()`` of the
+        result raises ``ValueError``: pass it to the coordinator.
+        """
+        self._check_usable()
+        return ps_input.DistributedDatasetsFromFunction(dataset_fn, options)
 
     def _ps_stats(self) -> list[dict[str, Any]]:
         """Per ps task: applied step ids, update count and the staleness of each applied step."""
@@ -242,12 +258,12 @@ def _resolve_strategy(store: str) -> Any:
     raise RuntimeError(f"the ParameterServerStrategy {store} was used on a worker outside a scheduled step")
 
 
-def _close(lease: cluster_lib.Lease, ps_addresses: list[str], store: str) -> None:
-    try:
-        conn = ps_step.ClientConnection(lease.client)
-        conn.call_many([(a, "interdist_ps_drop", {"store": store}) for a in ps_addresses])
-    except Exception:  # noqa: BLE001 - closing must not fail because a ps is gone
-        pass
+def _close(lease: cluster_lib.Lease, ps_addresses: list[str], worker_addresses: list[str], store: str) -> None:
+    conn = ps_step.ClientConnection(lease.client)
+    # The ps tasks drop the variables, the workers the per-worker datasets and iterators (runtime/ps_input.py).
+    for a in [*ps_addresses, *worker_addresses]:
+        with contextlib.suppress(Exception):  # closing must not fail because a task is gone
+            conn.call_many([(a, "interdist_ps_drop", {"store": store})])
     for key in [k for k in ps_variable._handles if k[0] == store]:
         ps_variable._handles.pop(key, None)
     cluster_lib.release(lease)
