@@ -264,14 +264,18 @@ def _reduce_owned(values: list[Any], op: ReduceOp) -> np.ndarray:
     if dtype.kind not in "biufc" or arrays[0].ndim == 0:
         return reduce_arrays(arrays, op)
     check_shapes([a.shape for a in arrays])
-    if len(arrays) > 1 and arrays[0].dtype == dtype:
-        total = np.add(arrays[0], arrays[1])  # copy-then-add in one pass: same loop, same bits
-        rest = arrays[2:]
+    if len(arrays) > 2 and arrays[0].size >= _BLOCK and all(
+            a.dtype == dtype and a.flags.c_contiguous for a in arrays):
+        total = _blocked_sum(arrays)
     else:
-        total = np.array(arrays[0], dtype=dtype, copy=True)
-        rest = arrays[1:]
-    for a in rest:
-        np.add(total, a, out=total)
+        if len(arrays) > 1 and arrays[0].dtype == dtype:
+            total = np.add(arrays[0], arrays[1])  # copy-then-add in one pass: same loop, same bits
+            rest = arrays[2:]
+        else:
+            total = np.array(arrays[0], dtype=dtype, copy=True)
+            rest = arrays[1:]
+        for a in rest:
+            np.add(total, a, out=total)
     if op == ReduceOp.MEAN:
         if dtype.kind in "fc":
             np.true_divide(total, np.asarray(len(arrays), dtype=dtype), out=total)
@@ -280,3 +284,23 @@ def _reduce_owned(values: list[Any], op: ReduceOp) -> np.ndarray:
 
         return mean_of_sum(total, len(arrays))
     return np.asarray(total)
+
+
+# Elements per block of a blocked sum: 256 KB of float32, which stays in a core's L2 cache.
+_BLOCK = 1 << 16
+
+
+def _blocked_sum(arrays: list[np.ndarray]) -> np.ndarray:
+    """``((a0 + a1) + a2) + ...`` a cache-sized block at a time: the same additions in the same
+    order for every element (so the same bits), but the running total of a block stays in cache
+    between additions instead of going to memory and back once per array (4 replicas, 16 MB:
+    a third of the memory traffic of whole-array passes)."""
+    total = np.empty_like(arrays[0])
+    out, flats = total.reshape(-1), [a.reshape(-1) for a in arrays]
+    for lo in range(0, out.size, _BLOCK):
+        hi = lo + _BLOCK
+        o = out[lo:hi]
+        np.add(flats[0][lo:hi], flats[1][lo:hi], out=o)
+        for f in flats[2:]:
+            np.add(o, f[lo:hi], out=o)
+    return total
