@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -35,7 +37,7 @@ class ReplicaRuntime(WorkerPlugin):
         self.worker = worker
         self.replicas: dict[str, Replica] = {}
         self.mailboxes: dict[str, Mailbox] = {}
-        self.executors: dict[str, ThreadPoolExecutor] = {}
+        self.executors: dict[str, ReplicaThread] = {}
         worker.handlers.update({
             "interdist_join": self.join,
             "interdist_leave": self.leave,
@@ -99,7 +101,7 @@ class ReplicaRuntime(WorkerPlugin):
         self.replicas[group] = Replica(group, rank, spec_d, transport, self._emit, transport.abort_peers)
         self.replicas[group].worker = self.worker  # replica programs that read Dask collections use its client
         if group not in self.executors:
-            self.executors[group] = ThreadPoolExecutor(1, thread_name_prefix=f"interdist-replica-{rank}")
+            self.executors[group] = ReplicaThread(f"interdist-replica-{rank}")
         return "OK"
 
     async def leave(self, group: str) -> str:
@@ -129,8 +131,7 @@ class ReplicaRuntime(WorkerPlugin):
             replica.spec["timeout"] = timeout
         if release:
             replica.release(release)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executors[group], replica.execute, step, fn, args, system)
+        return await self.executors[group].submit(replica.execute, step, fn, args, system)
 
     async def fetch(self, group: str, keys: list[str]) -> bytes:
         replica = self._replica(group)
@@ -186,6 +187,52 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def abort(self, group: str, step: int, reason: str) -> None:
         self._mailbox(group).abort(step, reason)
+
+
+class ReplicaThread:
+    """The one thread a replica's programs run on (they block in collectives, so never on the event loop).
+
+    A queue and a thread rather than a ``ThreadPoolExecutor``: handing a program over and its reply
+    back costs one queue put and one ``call_soon_threadsafe``, without the executor's future chain.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._queue.put((loop, future, fn, args))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            loop, future, fn, args = item
+            try:
+                result, error = fn(*args), None
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting handler
+                result, error = None, e
+            try:
+                loop.call_soon_threadsafe(_settle, future, result, error)
+            except RuntimeError:  # the event loop closed (the worker is shutting down)
+                return
+
+    def shutdown(self, wait: bool = False, cancel_futures: bool = True) -> None:
+        self._queue.put(None)  # after whatever runs now; programs still queued are not waited for
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 def _close_transport(replica: Replica) -> None:
