@@ -45,7 +45,20 @@ _NO_SPEC = ("a ParameterServerStrategy distributed dataset is made on the worker
             "it is given to ClusterCoordinator.create_per_worker_dataset (read that object's element_spec)")
 
 
-class DistributedDataset(_dd.DistributedDataset):
+class _SpecOnceBuilt:
+    """No ``element_spec`` before ``create_per_worker_dataset`` (an ``AttributeError``, as in TF)."""
+
+    @property
+    def element_spec(self) -> Any:
+        raise AttributeError(_NO_SPEC)  # Python then asks __getattr__, which says the same
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "element_spec":
+            raise AttributeError(_NO_SPEC)
+        return super().__getattr__(name)
+
+
+class DistributedDataset(_SpecOnceBuilt, _dd.DistributedDataset):
     """``strategy.experimental_distribute_dataset(dataset)`` of a ``ParameterServerStrategy``.
 
     A description only: give it to ``ClusterCoordinator.create_per_worker_dataset``,
@@ -57,15 +70,6 @@ class DistributedDataset(_dd.DistributedDataset):
         self._dataset = dataset
         self._options = options
 
-    @property
-    def element_spec(self) -> Any:
-        raise AttributeError(_NO_SPEC)  # Python then asks __getattr__, which says the same
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "element_spec":
-            raise AttributeError(_NO_SPEC)
-        return super().__getattr__(name)
-
     def __iter__(self) -> Any:
         raise ValueError(NOT_BUILT_DATASET)
 
@@ -73,7 +77,7 @@ class DistributedDataset(_dd.DistributedDataset):
         return f"<ParameterServerStrategy DistributedDataset of {self._dataset!r}>"
 
 
-class DistributedDatasetsFromFunction(_dd.DistributedDatasetsFromFunction):
+class DistributedDatasetsFromFunction(_SpecOnceBuilt, _dd.DistributedDatasetsFromFunction):
     """``strategy.distribute_datasets_from_function(dataset_fn)`` of a ``ParameterServerStrategy``.
 
     A description only: ``ClusterCoordinator.create_per_worker_dataset`` calls
@@ -88,15 +92,6 @@ class DistributedDatasetsFromFunction(_dd.DistributedDatasetsFromFunction):
         check_options_for_datasets_from_function(options, per_replica_supported=True)
         self._dataset_fn = dataset_fn
         self._options = options
-
-    @property
-    def element_spec(self) -> Any:
-        raise AttributeError(_NO_SPEC)  # Python then asks __getattr__, which says the same
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "element_spec":
-            raise AttributeError(_NO_SPEC)
-        return super().__getattr__(name)
 
     def __iter__(self) -> Any:
         raise ValueError(NOT_BUILT_FROM_FUNCTION)
