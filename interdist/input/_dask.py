@@ -441,9 +441,13 @@ def iterate_plan(plan: Plan, rank: int = 0, num_replicas: int = 1, client: Any =
     leaves = _nest.flatten(plan.structure)
     ids = plan.batch_ids()
     per_step = max(1, (plan.batch_size or (max(plan.chunks or (1,)) or 1)) // num_replicas)
-    steps_per_window = max(1, window_rows // per_step)
+    most = max(1, window_rows // per_step)
+    # Slow start: the first read is one step, then each window doubles up to ``window_rows``, so
+    # the replica's first batch is not held up by a whole window (later reads overlap its steps).
+    steps_per_window = 1
     while True:
         window = list(itertools.islice(ids, steps_per_window))
+        steps_per_window = min(most, steps_per_window * 2)
         if not window:
             return
         pieces = [_pieces(plan, plan.batch_rows(j), rank, num_replicas) for j in window]
