@@ -8,6 +8,7 @@ notebook subscribes with ``client.subscribe_topic``. Only summaries travel
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -23,7 +24,9 @@ class Event:
     time: float
 
     def to_msg(self) -> dict[str, Any]:
-        msg = dataclasses.asdict(self)
+        # A shallow dict (the fields are numbers, strings and tuples of them): ``dataclasses.asdict``
+        # deep-copies every field and cost ~15 us per event, twice per step on every replica.
+        msg = {name: getattr(self, name) for name in _field_names(type(self))}
         msg["kind"] = self.kind
         return msg
 
@@ -104,8 +107,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 def from_msg(msg: dict[str, Any]) -> Event:
     """Rebuild an event from the dict that crossed the wire."""
-    msg = dict(msg)
-    cls = EVENT_TYPES[msg.pop("kind")]
-    fields = {f.name for f in dataclasses.fields(cls)}
+    cls = EVENT_TYPES[msg["kind"]]
+    fields = _field_names(cls)
     kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in msg.items() if k in fields}
     return cls(**kwargs)
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
