@@ -277,7 +277,14 @@ class Replica:
 
     def release(self, keys: list[str]) -> None:
         for k in keys:
-            self.store.pop(k, None)
+            if k.startswith(VARIABLE_KEY):
+                # The notebook's handle is gone: so is this copy (as a TF variable goes with its object).
+                self.variables.pop(int(k[len(VARIABLE_KEY):]), None)
+            else:
+                self.store.pop(k, None)
+
+
+VARIABLE_KEY = "variable:"  # a released key naming a variable whose notebook handle was collected
 
 
 def summarize(value: Any) -> tuple[float, float]:

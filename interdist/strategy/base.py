@@ -221,7 +221,7 @@ class Strategy:
         self.events = EventLog()
         self._group.on_events = self.events.add_msgs
         self._group.on_created = self._adopt_run_variables
-        self._run_variables: list[Any] = []  # handles of variables made inside run (kept, as the workers keep them)
+        self._run_variables: list[Any] = []  # handles of variables made inside the current run, until it returns
         self._group.on_recover = self._restore_replicas
         self._finalizer = weakref.finalize(self, _close_group, self._group, self._lease)
 
@@ -327,7 +327,9 @@ class Strategy:
             per_rank = [self._select(r, structure) for r in range(self.num_replicas_in_sync)]
             results = self._group.execute(fn, per_rank, system=False, what=f"run of {_fn_name(fn)}")
             originals = [_nest.flatten(self._select(r, structure, keep=True)) for r in range(self.num_replicas_in_sync)]
-            return self._regroup(results, originals)
+            out = self._regroup(results, originals)
+            self._run_variables.clear()  # variables made in the step now live as long as the notebook holds them
+            return out
 
     def run_steps(self, fn: Callable[..., Any], iterator: Any, steps: int) -> Any:
         """Run ``fn(batch)`` for the next ``steps`` batches of ``iterator`` in one call to the replicas.
@@ -371,7 +373,9 @@ class Strategy:
             # Uneven ends: some replicas still hold batches. One plain step gives the others
             # empty batches, as TF does; nothing left at all ends the iteration.
             return self.run(fn, args=(next(iterator),))
-        return self._regroup([r[0] for r in results])
+        out = self._regroup([r[0] for r in results])
+        self._run_variables.clear()
+        return out
 
     def _system(self, program: Callable[..., Any], *args: Any, per_rank: list[Any] | None = None) -> list[Any]:
         self._check_usable()
@@ -575,6 +579,17 @@ class Strategy:
                     "central": CentralVariable}[kind]
         return cls(self, var_id, a, self._variable_devices(kind))
 
+    def _forget_variable(self, var_id: int) -> None:
+        """A variable's handle was collected: its copies go with the next program (called by a finalizer)."""
+        from ..runtime.replica import VARIABLE_KEY
+
+        group = getattr(self, "_group", None)
+        if group is None or group.closed:
+            return
+        self._var_metas.pop(var_id, None)
+        for rank in range(self.num_replicas_in_sync):
+            group.queue_release(rank, f"{VARIABLE_KEY}{var_id}")
+
     def _adopt_run_variables(self, created: list[dict[str, Any]]) -> None:
         """Handles for the variables a replica function created (one per variable, as TF's eager run)."""
         for c in created:
@@ -587,6 +602,8 @@ class Strategy:
                  "value": np.empty(c["shape"], np.dtype(c["dtype"]))}
             self._var_metas[c["var_id"]] = meta
             cls: Any = {"mirrored": self._variable_class, "sync_on_read": SyncOnReadVariable}[meta["kind"]]
+            # Kept until the step's results are decoded (they may be this variable); after that it
+            # lives as long as the notebook holds it, as TF's variable lives with its object.
             self._run_variables.append(cls(self, c["var_id"], a, self._variable_devices(meta["kind"])))
 
     def _create_on_replicas(self, var_id: int, meta: dict[str, Any], value: np.ndarray) -> None:

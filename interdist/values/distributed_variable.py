@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 from typing import Any
 
 import numpy as np
@@ -57,6 +59,8 @@ class _Handle:
         self._values = tuple(VariableComponent(self, r, d) for r, d in enumerate(devices))
         self._id = var_id
         register_variable(strategy._group_id, var_id, self)
+        # When this handle is collected, the workers drop their copies with the next program.
+        weakref.finalize(self, _forget, weakref.ref(strategy), var_id)
 
     def __reduce__(self) -> Any:
         return (resolve_variable, (self._strategy._group_id, self._var_id))
@@ -144,6 +148,12 @@ class CentralVariable(OneDeviceVariable):
     """
 
     kind = "central"
+
+
+def _forget(strategy_ref: Any, var_id: int) -> None:
+    strategy = strategy_ref()
+    if strategy is not None:
+        strategy._forget_variable(var_id)  # only queues: a finalizer must not talk to the network
 
 
 def variable_kind(synchronization: VariableSynchronization) -> str:
