@@ -41,6 +41,7 @@ class Lease:
     embedded: bool = False
     key: tuple[Any, ...] | None = None
     released: bool = field(default=False)
+    registry_file: Any = None  # listed for the JupyterLab sidebar while it runs (interdist.lab.registry)
 
     @property
     def dashboard_link(self) -> str | None:
@@ -76,7 +77,11 @@ def _start_local_cpu(n: int) -> Lease:
     with dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_env}):
         cluster = _local_cluster(n, LocalCluster)
     client = Client(cluster, set_as_default=False)
-    return _lease_from(client, cluster, n, embedded=True, key=("CPU", n))
+    lease = _lease_from(client, cluster, n, embedded=True, key=("CPU", n))
+    from ..lab.registry import register
+
+    lease.registry_file = register(cluster.scheduler_address, lease.dashboard_link, n)  # never raises
+    return lease
 
 
 def _local_cluster(n: int, LocalCluster: Any) -> Any:  # noqa: N803 - the class, imported lazily
@@ -319,6 +324,11 @@ def release(lease: Lease) -> None:
 
 
 def _shutdown(lease: Lease) -> None:
+    if lease.registry_file is not None:
+        from ..lab.registry import unregister
+
+        unregister(lease.registry_file)
+        lease.registry_file = None
     try:
         lease.client.close(timeout=5)
     except Exception:  # noqa: BLE001

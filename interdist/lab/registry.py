@@ -1,0 +1,112 @@
+"""Which embedded interdist clusters are alive: one small JSON file per cluster.
+
+Each embedded cluster interdist starts is written as ``<pid>-<id>.json`` in a
+per-user directory (``jupyter_runtime_dir()/interdist``, or
+``~/.cache/interdist/runtime`` without jupyter_core; ``INTERDIST_REGISTRY_DIR``
+overrides both) and removed when the cluster closes. The Jupyter server
+extension lists them for the JupyterLab sidebar, skipping files whose process
+is gone. Only JSON is read. Nothing here ever raises into the caller that
+registers: an unwritable directory just means the cluster is not listed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("interdist")
+
+ENV_DIR = "INTERDIST_REGISTRY_DIR"
+FIELDS: dict[str, type | tuple[type, ...]] = {"id": str, "pid": int, "scheduler_address": str, "dashboard_link": (str, type(None)), "n_workers": int,
+          "created": (int, float)}
+
+
+def registry_dir() -> Path:
+    """The directory of the registration files (not created here)."""
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return Path(env)
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+    except ImportError:
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return Path(cache) / "interdist" / "runtime"
+    return Path(jupyter_runtime_dir()) / "interdist"
+
+
+def register(scheduler_address: str, dashboard_link: str | None, n_workers: int,
+             directory: Path | None = None) -> Path | None:
+    """Write this process's cluster file (in ``directory``, default :func:`registry_dir`); its path, or None
+    when it could not be written."""
+    cluster_id = uuid.uuid4().hex[:12]
+    record = {"id": cluster_id, "pid": os.getpid(), "scheduler_address": str(scheduler_address),
+              "dashboard_link": dashboard_link, "n_workers": int(n_workers), "created": time.time()}
+    try:
+        d = registry_dir() if directory is None else Path(directory)
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = d / f"{os.getpid()}-{cluster_id}.json"
+        tmp = d / f".{path.name}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)  # readers never see half a file
+        return path
+    except Exception as e:  # noqa: BLE001 - read-only home, odd paths: the cluster works unlisted
+        logger.debug("interdist: could not register the cluster for JupyterLab: %s", e)
+        return None
+
+
+def unregister(path: Path | None) -> None:
+    """Remove a file written by :func:`register` (no error when it is gone)."""
+    if path is None:
+        return
+    try:
+        path.unlink(missing_ok=True)
+    except Exception as e:  # noqa: BLE001
+        logger.debug("interdist: could not remove %s: %s", path, e)
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _valid(record: Any) -> bool:
+    return isinstance(record, dict) and all(
+        k in record and isinstance(record[k], t) and not isinstance(record[k], bool) for k, t in FIELDS.items())
+
+
+def live_clusters(directory: Path | None = None) -> list[dict[str, Any]]:
+    """The registered clusters whose process is alive, oldest first (malformed files skipped)."""
+    d = registry_dir() if directory is None else directory
+    try:
+        files = sorted(d.glob("*.json"))
+    except OSError:
+        return []
+    found = []
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as f:
+                record = json.loads(f.read(65536))
+        except (OSError, ValueError):
+            continue
+        if not _valid(record):
+            continue
+        if not pid_alive(record["pid"]):
+            continue
+        found.append({k: record[k] for k in FIELDS})
+    return sorted(found, key=lambda r: r["created"])
