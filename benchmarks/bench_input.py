@@ -40,9 +40,10 @@ def data() -> np.ndarray:
     return np.random.default_rng(0).normal(size=(ROWS, WIDTH)).astype(np.float32)
 
 
-def pipeline(source: Any, mapped: bool, batch: int) -> Any:
+def pipeline(source: Any, mapped: bool, batch: int, epochs: int = 1) -> Any:
     ds = Dataset.from_tensor_slices(source)
-    return (ds.map(spectrum) if mapped else ds).batch(batch)
+    ds = (ds.map(spectrum) if mapped else ds).batch(batch)
+    return ds.repeat(epochs) if epochs > 1 else ds
 
 
 def median_rate(fn: Callable[[], int], setup: Callable[[], Any] | None = None) -> float:
@@ -56,14 +57,12 @@ def median_rate(fn: Callable[[], int], setup: Callable[[], Any] | None = None) -
     return statistics.median(rates)
 
 
-def drain(strategy: Any, it: Any) -> int:
-    steps = 0
+def drain(strategy: Any, it: Any, epochs: int = 1) -> int:
     while True:
         try:
             strategy.run_steps(lambda b: np.float32(0.0), it, steps=64)
         except StopIteration:
-            return ROWS
-        steps += 64
+            return ROWS * epochs
 
 
 def main() -> None:
@@ -71,23 +70,24 @@ def main() -> None:
 
     x = data()
     print(f"{ROWS} rows x {WIDTH} float32, global batch {BATCH}; samples/s, median of {REPEATS}")
-    for name, mapped, batch in (("slice", False, BATCH), ("slice, batch 4096", False, 4096),
-                                ("spectrum", True, BATCH)):
-        local = median_rate(lambda: sum(len(b) for b in pipeline(x, mapped, batch)))
-        print(f"[{name}] one process: {local:,.0f} samples/s")
+    # Pipelines with little work per sample run several epochs, so that each timing spans many steps.
+    for name, mapped, batch, epochs in (("slice", False, BATCH, 4), ("slice, batch 4096", False, 4096, 16),
+                                        ("spectrum", True, BATCH, 1)):
+        local = median_rate(lambda: sum(len(b) for b in pipeline(x, mapped, batch, epochs)))
+        print(f"[{name}] one process: {local:,.0f} samples/s ({epochs} epoch(s))")
         for n in (2, 4):
             with idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s:
-                a = median_rate(lambda it: drain(s, it),
-                                lambda: iter(s.experimental_distribute_dataset(pipeline(x, mapped, batch))))
+                a = median_rate(lambda it: drain(s, it, epochs),
+                                lambda: iter(s.experimental_distribute_dataset(pipeline(x, mapped, batch, epochs))))
 
-                def dataset_fn(ctx: Any, mapped: bool = mapped, batch: int = batch) -> Any:
-                    return pipeline(data(), mapped, ctx.get_per_replica_batch_size(batch))
+                def dataset_fn(ctx: Any, mapped: bool = mapped, batch: int = batch, epochs: int = epochs) -> Any:
+                    return pipeline(data(), mapped, ctx.get_per_replica_batch_size(batch), epochs)
 
-                b = median_rate(lambda it: drain(s, it),
+                b = median_rate(lambda it: drain(s, it, epochs),
                                 lambda: iter(s.distribute_datasets_from_function(dataset_fn)))
                 dx = s.client.persist(da.from_array(x, chunks=(4096, WIDTH)))
-                c = median_rate(lambda it: drain(s, it),
-                                lambda: iter(s.experimental_distribute_dataset(pipeline(dx, mapped, batch))))
+                c = median_rate(lambda it: drain(s, it, epochs),
+                                lambda: iter(s.experimental_distribute_dataset(pipeline(dx, mapped, batch, epochs))))
                 print(f"[{name}] {n} replicas: (a) notebook dataset {a:,.0f} = {a / local:.2f}x one process; "
                       f"(b) dataset_fn on workers {b:,.0f} = {b / local:.2f}x; "
                       f"(c) Dask array {c:,.0f} = {c / local:.2f}x")

@@ -440,6 +440,16 @@ def iterate_plan(plan: Plan, rank: int = 0, num_replicas: int = 1, client: Any =
         return
     leaves = _nest.flatten(plan.structure)
     ids = plan.batch_ids()
+    if isinstance(leaves[0], np.ndarray):
+        # A NumPy source: each step's rows are one slice of it (rows is a range), copied once.
+        for j in ids:
+            piece = _pieces(plan, plan.batch_rows(j), rank, num_replicas)
+            lo, hi, step = piece.start, piece.stop, piece.step
+            columns = [np.array(leaf[lo:hi:step]) for leaf in leaves]
+            if stats is not None:
+                stats["rows"] = stats.get("rows", 0) + len(piece)
+            yield _batch(plan, columns, len(piece))
+        return
     per_step = max(1, (plan.batch_size or (max(plan.chunks or (1,)) or 1)) // num_replicas)
     most = max(1, window_rows // per_step)
     # Slow start: the first read is one step, then each window doubles up to ``window_rows``, so
