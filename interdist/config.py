@@ -21,6 +21,8 @@ class _Settings:
     logical_cpu_devices: int = 1
     # A collective that waits longer than this for its peers raises instead of hanging.
     collective_timeout: float = float(os.environ.get("INTERDIST_COLLECTIVE_TIMEOUT", "60"))
+    # A replica waiting this long for its next batch of a Dask read raises instead of hanging.
+    input_timeout: float = float(os.environ.get("INTERDIST_INPUT_TIMEOUT", "300"))
     # Embedded clusters idle this long after their last strategy closed are shut down.
     cluster_idle_timeout: float = float(os.environ.get("INTERDIST_CLUSTER_IDLE_TIMEOUT", "30"))
     # Collectives backend used between replicas of one group.

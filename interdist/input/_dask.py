@@ -501,6 +501,7 @@ class PrefetchingReader:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_WINDOWS * 64)
         self._closed = threading.Event()
         self.stats: dict[str, int] = {}  # rows and reads so far (for tests and the curious)
+        self.rank = rank
         # The reading client connects now, while the iterator is made (as TF's iterator creation).
         self._reading = reading_client()
         client = self._reading.__enter__()
@@ -532,7 +533,15 @@ class PrefetchingReader:
         return self
 
     def __next__(self) -> Any:
-        kind, value = self._queue.get()
+        from interdist.config import settings
+
+        try:
+            kind, value = self._queue.get(timeout=settings.input_timeout)
+        except queue.Empty:
+            raise TimeoutError(
+                f"no batch from this replica's Dask read for {settings.input_timeout:g} s (its read is still "
+                "running: is a worker holding the data gone?); interdist.config.settings.input_timeout on the "
+                "workers, or INTERDIST_INPUT_TIMEOUT, sets the limit") from None
         if kind == "ok":
             return value
         self._closed.set()

@@ -250,3 +250,29 @@ def test_sharded_numpy_pipelines_map_only_the_rows_they_keep() -> None:
     assert got == [(X[4:8] * 3).tolist(), (X[16:20] * 3).tolist()]
     # One probe on zeros (finding the element spec, as TF traces), then only the 8 rows kept.
     assert seen == [[0.0, 0.0]] + X[4:8].tolist() + X[16:20].tolist()
+
+
+def _set_input_timeout(seconds: float) -> None:
+    from interdist.config import settings
+
+    settings.input_timeout = seconds
+
+
+def test_a_stuck_read_raises_instead_of_hanging(mirrored2: Any) -> None:
+    import time
+
+    def block(b: np.ndarray) -> np.ndarray:
+        time.sleep(3)
+        return b
+
+    x = da.from_array(X, chunks=(23, 2)).map_blocks(block, dtype=np.float32)
+    mirrored2.client.run(_set_input_timeout, 0.5)
+    try:
+        it = iter(mirrored2.experimental_distribute_dataset(Dataset.from_tensor_slices(x).batch(4)))
+        t0 = time.perf_counter()
+        with pytest.raises(TimeoutError, match="no batch from this replica's Dask read"):
+            next(it)
+        assert time.perf_counter() - t0 < 3
+    finally:
+        mirrored2.client.run(_set_input_timeout, 300.0)
+    assert local(mirrored2, mirrored2.run(lambda: np.float32(2.0))) == [2.0, 2.0]
