@@ -11,7 +11,7 @@ the rate of (a) a NumPy dataset split in the notebook (``experimental_distribute
 (b) ``dataset_fn`` on the workers (``distribute_datasets_from_function``), (c) a Dask array
 persisted on the cluster (``experimental_distribute_dataset`` of ``from_tensor_slices(dask)``),
 each consumed by ``run_steps`` of a trivial step, as a ratio to iterating the same pipeline in
-one process. Medians of 3 runs; making the dataset and its iterator is not timed (a worker
+one process over the NumPy array (and, for (c), also over the same Dask array). Medians of 3 runs; making the dataset and its iterator is not timed (a worker
 starts reading as soon as its iterator exists, as TF's prefetching does). Then the step rate of a trivial step over
 ``Dataset.range(100000).batch(64)`` on 2 replicas, step by step and fused.
 """
@@ -27,6 +27,7 @@ import numpy as np
 
 import interdist as idist
 from _common import have_tensorflow
+from interdist.input import _dask
 
 ROWS, WIDTH, BATCH, REPEATS = 65536, 256, 256, 3
 Dataset = idist.data.Dataset
@@ -88,9 +89,13 @@ def main() -> None:
                 dx = s.client.persist(da.from_array(x, chunks=(4096, WIDTH)))
                 c = median_rate(lambda it: drain(s, it, epochs),
                                 lambda: iter(s.experimental_distribute_dataset(pipeline(dx, mapped, batch, epochs))))
+                # The same Dask array iterated in one process (the notebook, reading through the client).
+                with _dask.using_client(s.client):
+                    c_local = median_rate(lambda: sum(len(b) for b in pipeline(dx, mapped, batch, epochs)))
                 print(f"[{name}] {n} replicas: (a) notebook dataset {a:,.0f} = {a / local:.2f}x one process; "
                       f"(b) dataset_fn on workers {b:,.0f} = {b / local:.2f}x; "
-                      f"(c) Dask array {c:,.0f} = {c / local:.2f}x")
+                      f"(c) Dask array {c:,.0f} = {c / local:.2f}x, and {c / c_local:.2f}x one process reading "
+                      f"the same Dask array ({c_local:,.0f})")
                 del dx
     with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
         ds = s.experimental_distribute_dataset(Dataset.range(100000).batch(64))
