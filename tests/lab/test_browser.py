@@ -8,8 +8,6 @@ IFrame. The screenshot goes to ``test-artifacts/jupyterlab-sidebar.png``.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,28 +16,14 @@ import pytest
 
 from ._lab import Lab, running_lab
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"  # screenshots
+
 
 pytest.importorskip("jupyterlab", reason="jupyterlab is not installed (pip install 'interdist[lab]')")
+VIEWPORT = {"width": 1400, "height": 900}  # the browser fixture (tests/conftest.py) reads it
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium chromium-driver)"),
     pytest.mark.timeout(180),
 ]
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-    with playwright.sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
-            args=FLAGS, viewport={"width": 1400, "height": 900})
-        yield ctx
-        ctx.close()
 
 
 @pytest.fixture(scope="module")
