@@ -154,27 +154,15 @@ def reduce_arrays(values: list[Any], op: ReduceOp) -> np.ndarray:
     CuPy arrays (GPU replicas) are reduced on their device, the same way.
     """
     if any_cupy(values):
-        return _reduce_arrays_device(values, op)
-    arrays = [np.asarray(v) for v in values]
-    check_shapes([a.shape for a in arrays])
-    dtype = np.result_type(*arrays)
-    total = np.array(arrays[0], dtype=dtype, copy=True)
-    for a in arrays[1:]:
-        total = total + a
-    total = np.asarray(total, dtype=dtype)
-    if op == ReduceOp.MEAN:
-        return mean_of_sum(total, len(arrays))
-    return total
-
-
-def _reduce_arrays_device(values: list[Any], op: ReduceOp) -> Any:
-    arrays = same_place(list(values))
+        arrays, xp = same_place(list(values)), xp_of(*values)
+    else:
+        arrays, xp = [np.asarray(v) for v in values], np
     check_shapes([tuple(a.shape) for a in arrays])
     dtype = np.result_type(*[a.dtype for a in arrays])
-    total = arrays[0].astype(dtype, copy=True)
+    total = xp.array(arrays[0], dtype=dtype, copy=True)
     for a in arrays[1:]:
         total = total + a
-    total = total.astype(dtype, copy=False)
+    total = xp.asarray(total, dtype=dtype)
     if op == ReduceOp.MEAN:
         return mean_of_sum(total, len(arrays))
     return total

@@ -220,8 +220,6 @@ def _read_rows(leaves: list[Any], rows: np.ndarray, client: Any) -> list[np.ndar
     if len(rows) == 0:
         return [np.empty((0, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]
     lo, hi = int(rows[0]), int(rows[-1]) + 1
-    if isinstance(leaves[0], np.ndarray):  # a NumPy source (see plan_of)
-        return [np.array(leaf[lo:hi]) if hi - lo == len(rows) else leaf[rows] for leaf in leaves]
     if hi - lo == len(rows):
         return compute([leaf[lo:hi] for leaf in leaves], client)
     return compute([leaf[rows] for leaf in leaves], client)
@@ -495,8 +493,6 @@ def _batch(plan: Plan, columns: list[np.ndarray], size: int) -> Any:
 class PrefetchingReader:
     """``iterate_plan`` on a background thread, ``PREFETCH_WINDOWS`` windows ahead (on a worker)."""
 
-    _DONE = object()
-
     def __init__(self, plan: Plan, rank: int, num_replicas: int) -> None:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_WINDOWS * 64)
         self._closed = threading.Event()
@@ -549,9 +545,6 @@ class PrefetchingReader:
             self._queue.put(("end", None))  # stays exhausted
             raise StopIteration
         raise value
-
-    def close(self) -> None:
-        self._closed.set()
 
     def __del__(self) -> None:
         self._closed.set()

@@ -20,6 +20,7 @@ from ..errors import NotADatasetError
 from ..values.distributed import PerReplica
 from ..values.tensor import Tensor
 from . import _dask
+from ._transforms import UnbatchDataset
 from .dataset import Dataset
 from .input_context import (
     InputContext,
@@ -155,7 +156,7 @@ def _batched_source(dataset: Dataset) -> bool:
     """A pipeline whose source already yields batches (a Dask collection's chunks) and no unbatch."""
     node: Dataset | None = dataset
     while node is not None:
-        if type(node).__name__ == "UnbatchDataset":
+        if isinstance(node, UnbatchDataset):
             return False
         if isinstance(node, _dask.DaskChunksDataset):
             return True

@@ -64,7 +64,7 @@ class ReplicaRuntime(WorkerPlugin):
         self._flusher.stop()
         self._flush()
         for ex in self.executors.values():
-            ex.shutdown(wait=False, cancel_futures=True)
+            ex.shutdown()
         self.executors.clear()
         self.replicas.clear()
 
@@ -109,7 +109,7 @@ class ReplicaRuntime(WorkerPlugin):
         self.mailboxes.pop(group, None)
         ex = self.executors.pop(group, None)
         if ex is not None:
-            ex.shutdown(wait=False, cancel_futures=True)
+            ex.shutdown()
         if replica is not None:
             # Unlinks what no peer mapped yet and unmaps the rest (safe while the replica's
             # thread still runs: a mapping in use goes when its last view does).
@@ -222,7 +222,7 @@ class ReplicaThread:
             except RuntimeError:  # the event loop closed (the worker is shutting down)
                 return
 
-    def shutdown(self, wait: bool = False, cancel_futures: bool = True) -> None:
+    def shutdown(self) -> None:
         self._queue.put(None)  # after whatever runs now; programs still queued are not waited for
 
 

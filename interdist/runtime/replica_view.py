@@ -225,7 +225,8 @@ class ReplicaStrategyView:
         the same order. The notebook gets a handle when the step returns.
         """
         from ..values.distributed_variable import variable_kind
-        from ..values.variables import VariableAggregation, VariableSynchronization, normalize_args
+        from ..values.variables import (VariableAggregation, VariableSynchronization, check_mean_dtype,
+                                        normalize_args, variable_meta)
         from . import programs
 
         replica = self._replica
@@ -244,14 +245,11 @@ class ReplicaStrategyView:
                              f"Please change the `synchronization` for variable: {name}")
         if a["synchronization"] == VariableSynchronization.AUTO:
             a["synchronization"] = VariableSynchronization.ON_WRITE
-        if a["aggregation"].name == "MEAN" and a["value"].dtype.kind not in "fc":
-            raise ValueError(f"Cannot create variable {a['name']!r} of dtype {a['value'].dtype.name} with "
-                             "tf.VariableAggregation.MEAN: MEAN aggregation needs a floating dtype")
+        check_mean_dtype(a)
         kind = variable_kind(a["synchronization"])
         # Ids the notebook never hands out (its own count from 1): step and order within the step.
         var_id = (1 << 40) + replica.step * (1 << 16) + len(replica.created)
-        meta = {"name": a["name"], "trainable": a["trainable"], "synchronization": a["synchronization"].name,
-                "aggregation": a["aggregation"].name, "kind": kind, "strategy_kind": kind_of_strategy}
+        meta = variable_meta(a, kind, kind_of_strategy)
         value = a["value"]
         if replica.world_size > 1:
             value = replica.collective("broadcast", int(value.nbytes), lambda s, q, w: replica.collectives.broadcast(

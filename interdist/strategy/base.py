@@ -30,7 +30,8 @@ from ..values.distributed import DistributedValues, Mirrored, PerReplica
 from ..values.distributed_variable import (CentralVariable, DistributedVariable, MirroredVariable,
                                            SyncOnReadVariable, _Handle, variable_kind)
 from ..values.tensor import ArrayValue, RemoteValue, Tensor
-from ..values.variables import Variable, VariableAggregation, VariableSynchronization, normalize_args
+from ..values.variables import (Variable, VariableSynchronization, args_from_meta, check_mean_dtype, normalize_args,
+                                variable_meta)
 
 
 class RunOptions:
@@ -566,13 +567,10 @@ class Strategy:
                              f"distribution strategy (variable {a['name']!r}); set trainable=False")
         if a["synchronization"] == VariableSynchronization.AUTO and self._kind != "central_storage":
             a["synchronization"] = VariableSynchronization.ON_WRITE
-        if a["aggregation"].name == "MEAN" and a["value"].dtype.kind not in "fc":
-            raise ValueError(f"Cannot create variable {a['name']!r} of dtype {a['value'].dtype.name} with "
-                             "tf.VariableAggregation.MEAN: MEAN aggregation needs a floating dtype")
+        check_mean_dtype(a)
         var_id = next(self._var_ids)
         kind = self._variable_kind(a)
-        meta = {"name": a["name"], "trainable": a["trainable"], "synchronization": a["synchronization"].name,
-                "aggregation": a["aggregation"].name, "kind": kind, "strategy_kind": self._kind}
+        meta = variable_meta(a, kind, self._kind)
         self._create_on_replicas(var_id, meta, a["value"])
         self._var_metas[var_id] = meta
         cls: Any = {"mirrored": self._variable_class, "sync_on_read": SyncOnReadVariable,
@@ -596,10 +594,7 @@ class Strategy:
             if self._variable_by_id(c["var_id"]) is not None:
                 continue
             meta = c["meta"]
-            a = {"name": meta["name"], "trainable": meta["trainable"],
-                 "synchronization": VariableSynchronization[meta["synchronization"]],
-                 "aggregation": VariableAggregation[meta["aggregation"]],
-                 "value": np.empty(c["shape"], np.dtype(c["dtype"]))}
+            a = args_from_meta(meta, c["shape"], c["dtype"])
             self._var_metas[c["var_id"]] = meta
             cls: Any = {"mirrored": self._variable_class, "sync_on_read": SyncOnReadVariable}[meta["kind"]]
             # Kept until the step's results are decoded (they may be this variable); after that it

@@ -83,6 +83,26 @@ def normalize_args(initial_value: Any, name: str | None, trainable: bool | None,
             "aggregation": agg}
 
 
+def check_mean_dtype(a: dict[str, Any]) -> None:
+    """MEAN aggregation needs a floating (or complex) dtype, as in TF."""
+    if a["aggregation"].name == "MEAN" and a["value"].dtype.kind not in "fc":
+        raise ValueError(f"Cannot create variable {a['name']!r} of dtype {a['value'].dtype.name} with "
+                         "tf.VariableAggregation.MEAN: MEAN aggregation needs a floating dtype")
+
+
+def variable_meta(a: dict[str, Any], kind: str, strategy_kind: str) -> dict[str, Any]:
+    """What the workers (and a restore) know of a distributed variable, from its normalized arguments."""
+    return {"name": a["name"], "trainable": a["trainable"], "synchronization": a["synchronization"].name,
+            "aggregation": a["aggregation"].name, "kind": kind, "strategy_kind": strategy_kind}
+
+
+def args_from_meta(meta: dict[str, Any], shape: tuple[int, ...], dtype: Any) -> dict[str, Any]:
+    """The normalized arguments of a variable known by its ``variable_meta`` (its value only by shape and dtype)."""
+    return {"name": meta["name"], "trainable": meta["trainable"],
+            "synchronization": VariableSynchronization[meta["synchronization"]],
+            "aggregation": VariableAggregation[meta["aggregation"]], "value": np.empty(shape, np.dtype(dtype))}
+
+
 class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
     """A variable (``tf.Variable``); distributed when created in a strategy's scope.
 
