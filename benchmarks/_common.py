@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
@@ -19,6 +21,11 @@ def median_time(fn: Callable[[], object], repeat: int = 50, warmup: int = 5) -> 
 
 
 def have_tensorflow() -> bool:
+    """Whether TF imports; ``INTERDIST_TF_SITE`` may name another environment's site-packages to take it from
+    (appended to ``sys.path``, so this environment's NumPy and Dask still come first)."""
+    site = os.environ.get("INTERDIST_TF_SITE")
+    if site and site not in sys.path:
+        sys.path.append(site)
     try:
         import tensorflow  # noqa: F401
     except ImportError:

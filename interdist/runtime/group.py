@@ -18,6 +18,7 @@ import cloudpickle
 
 from ..config import settings
 from ..errors import CollectiveAbortedError, ReplicaError, WorkerLostError
+from . import local_control
 from .plugin import PLUGIN_NAME, ReplicaRuntime
 
 _registered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
@@ -53,6 +54,9 @@ class DaskGroup:
         # The strategy's handles for variables created inside a replica function (rank 0's list).
         self.on_created: Callable[[list[dict[str, Any]]], None] | None = None
         self.on_recover: Callable[[list[int]], None] | None = None  # restores state on replaced replicas
+        # Same-host control sockets, one per rank (local_control.py); None: not set up (or not possible).
+        self._control: list[local_control.ControlConnection] | None = None
+        self._control_refused = False
         ensure_plugin(client)
         self._join()
 
@@ -72,6 +76,7 @@ class DaskGroup:
         if self.closed:
             return
         self.closed = True
+        self._drop_control()
 
         async def go() -> None:
             await asyncio.wait_for(asyncio.gather(*[
@@ -104,6 +109,8 @@ class DaskGroup:
                 f"{timeout:g} s; the state it held is gone: create a new strategy")
         for r, addr in replacements.items():
             self.addresses[r] = addr
+        self._drop_control()
+        self._control_refused = False  # the replacements may be reachable again
         spec = cloudpickle.dumps(self.spec)
 
         async def go() -> None:
@@ -151,9 +158,15 @@ class DaskGroup:
             release = {r: self._release[r] for r in range(self.world_size)}
             self._release = {r: [] for r in range(self.world_size)}
             try:
-                replies = self.client.sync(self._execute_async, step, fn_bytes, args_bytes, system, release)
+                conns = self._control_connections()
+                if conns is not None:
+                    replies = self._execute_local(conns, step, fn_bytes, args_bytes, system, release)
+                else:
+                    replies = self.client.sync(self._execute_async, step, fn_bytes, args_bytes, system, release)
             except KeyboardInterrupt:
                 # The notebook was interrupted: release every replica waiting in this step's collectives.
+                # A control socket may hold half a message: start again with fresh ones.
+                self._drop_control()
                 self._abort_all(step, "the notebook interrupted the step")
                 raise
         if self.on_events is not None:
@@ -166,6 +179,93 @@ class DaskGroup:
             for w in r.get("warnings", ()):
                 warnings.warn(w, UserWarning, stacklevel=4)
         return [cloudpickle.loads(r["result"]) for r in replies]
+
+    # -- the same-host control path (local_control.py) --------------------------
+    def _control_connections(self) -> list[local_control.ControlConnection] | None:
+        """One control socket per rank when every replica's worker shares this host, else ``None``."""
+        if not settings.local_control:
+            return None  # switched off (interdist.config.settings.local_control): Dask comms for every program
+        if self._control is not None:
+            return self._control
+        if self._control_refused or not local_control.available():
+            return None
+        conns: list[local_control.ControlConnection] = []
+        try:
+            async def endpoints() -> list[Any]:
+                return list(await asyncio.gather(*[self.client.rpc(a).interdist_control_endpoint()
+                                                   for a in self.addresses]))
+
+            eps = self.client.sync(endpoints)
+            here = local_control.host_id()
+            if all(ep is not None and ep["host"] == here for ep in eps):
+                conns = [local_control.ControlConnection(ep["path"], ep["token"]) for ep in eps]
+        except Exception:  # noqa: BLE001 - any doubt (old workers, another user's socket): Dask comms
+            for c in conns:
+                c.close()
+            conns = []
+        if len(conns) != self.world_size:
+            self._control_refused = True
+            return None
+        self._control = conns
+        return conns
+
+    def _drop_control(self) -> None:
+        conns, self._control = self._control, None
+        for c in conns or ():
+            c.close()
+
+    def _execute_local(self, conns: list[local_control.ControlConnection], step: int, fn: bytes,
+                       args: list[bytes], system: bool, release: dict[int, list[str]]) -> list[dict[str, Any]]:
+        """``_execute_async`` over the control sockets, on this thread (no event loop in the path)."""
+        timeout = self.spec.get("timeout") or settings.collective_timeout
+        replies: dict[int, dict[str, Any]] = {}
+        aborted = False
+
+        def on_reply(rank: int, rep: dict[str, Any]) -> None:
+            nonlocal aborted
+            replies[rank] = rep
+            if rep.get("lost") and not aborted:
+                aborted = True  # the lost replica cannot release its peers itself: do it for it
+                self._abort_others(step, rank, f"replica {rank} was lost with its worker {self.addresses[rank]}")
+
+        sent: dict[int, local_control.ControlConnection] = {}
+        for r, c in enumerate(conns):
+            data = local_control.pack({"op": "execute", "group": self.group_id, "step": step, "fn": fn,
+                                       "args": args[r], "system": system, "release": release[r],
+                                       "timeout": timeout})
+            try:
+                c.send(data, step)
+                sent[r] = c
+            except OSError as exc:
+                replies[r] = {"ok": False, "lost": True, "secondary": False, "error": None,
+                              "type": type(exc).__name__, "message": str(exc), "traceback": ""}
+        for r in list(replies):
+            on_reply(r, replies[r])
+
+        def grace() -> float | None:
+            # As in _execute_async: once a replica failed, the others get a grace period to answer.
+            return settings.stuck_grace if any(not rep["ok"] for rep in replies.values()) else None
+
+        for rank in local_control.wait_replies(sent, step, on_reply, grace):
+            self.busy[rank] = (step, conns[rank])
+            replies[rank] = {"ok": False, "stuck": True, "secondary": True, "error": None, "type": "TimeoutError",
+                             "traceback": "", "message": f"replica {rank} did not finish step {step} within "
+                                                         f"{settings.stuck_grace:g} s of its peers failing; it is "
+                                                         "still running"}
+        if any(rep.get("lost") for rep in replies.values()):
+            self._drop_control()  # the next program sets them up again, after recovery
+        return [replies[r] for r in range(self.world_size)]
+
+    def _abort_others(self, step: int, rank: int, reason: str) -> None:
+        async def go() -> None:
+            await asyncio.wait_for(asyncio.gather(*[
+                self.client.rpc(self.addresses[r]).interdist_abort(group=self.group_id, step=step, reason=reason)
+                for r in range(self.world_size) if r != rank], return_exceptions=True), 5)
+
+        try:
+            self.client.sync(go)
+        except Exception:  # noqa: BLE001 - best effort: the workers may be gone
+            pass
 
     async def _execute_async(self, step: int, fn: bytes, args: list[bytes], system: bool,
                              release: dict[int, list[str]]) -> list[dict[str, Any]]:

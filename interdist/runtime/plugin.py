@@ -52,7 +52,9 @@ class ReplicaRuntime(WorkerPlugin):
             "interdist_set_peers": self.set_peers,
             "interdist_restore_var": self.restore_var,
             "interdist_central_read": self.central_read,
+            "interdist_control_endpoint": self.control_endpoint,
         })
+        self._control: Any = None  # the same-host control socket (local_control.py), made on first ask
         worker.interdist_runtime = self  # for debugging and tests
         self._outbox: list[dict[str, Any]] = []
         from tornado.ioloop import PeriodicCallback
@@ -62,6 +64,9 @@ class ReplicaRuntime(WorkerPlugin):
 
     def teardown(self, worker: Any) -> None:
         self._flusher.stop()
+        if self._control is not None:
+            self._control.close()
+            self._control = None
         self._flush()
         for ex in self.executors.values():
             ex.shutdown()
@@ -122,6 +127,36 @@ class ReplicaRuntime(WorkerPlugin):
         except KeyError:
             raise KeyError(f"worker {self.worker.address} holds no replica of group {group} "
                            "(the worker was restarted, or the strategy was closed)") from None
+
+    async def control_endpoint(self) -> dict[str, Any] | None:
+        """Where a notebook on this host can send programs without the event loops (local_control.py)."""
+        from . import local_control
+
+        if not local_control.available():
+            return None
+        if self._control is None:
+            self._control = local_control.ControlServer(self._handle_control)
+        return self._control.endpoint()
+
+    def _handle_control(self, msg: dict[str, Any], reply: Callable[[dict[str, Any]], None]) -> None:
+        """A program that came over the control socket: as ``execute``, replying from the replica thread."""
+        if msg.get("op") != "execute":
+            raise ValueError(f"unknown control request {msg.get('op')!r}")
+        group, step = msg["group"], msg["step"]
+        replica = self._replica(group)
+        if msg.get("timeout") is not None:
+            replica.spec["timeout"] = msg["timeout"]
+        if msg.get("release"):
+            replica.release(list(msg["release"]))
+
+        def done(result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                result = {"ok": False, "lost": True, "secondary": False, "error": None,
+                          "type": type(error).__name__, "message": str(error), "traceback": ""}
+            result["step"] = step
+            reply(result)
+
+        self.executors[group].call(replica.execute, (step, msg["fn"], msg["args"], msg["system"]), done)
 
     async def execute(self, group: str, step: int, fn: bytes, args: bytes, system: bool,
                       release: list[str] | None = None, timeout: float | None = None) -> dict[str, Any]:
@@ -207,6 +242,11 @@ class ReplicaThread:
         self._queue.put((loop, future, fn, args))
         return future
 
+    def call(self, fn: Callable[..., Any], args: tuple[Any, ...],
+             done: Callable[[Any, BaseException | None], None]) -> None:
+        """Run ``fn(*args)`` after what is queued; ``done(result, error)`` is called on this thread."""
+        self._queue.put((None, done, fn, args))
+
     def _serve(self) -> None:
         while True:
             item = self._queue.get()
@@ -217,6 +257,12 @@ class ReplicaThread:
                 result, error = fn(*args), None
             except BaseException as e:  # noqa: BLE001 - handed to the awaiting handler
                 result, error = None, e
+            if loop is None:
+                try:
+                    future(result, error)
+                except Exception:  # noqa: BLE001 - a reply that cannot be sent must not stop the thread
+                    logger.exception("interdist: could not hand back a program's reply")
+                continue
             try:
                 loop.call_soon_threadsafe(_settle, future, result, error)
             except RuntimeError:  # the event loop closed (the worker is shutting down)

@@ -8,6 +8,7 @@ worker.
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 import traceback
@@ -207,7 +208,7 @@ class Replica:
                     arg_ids = {id(x): i for i, x in enumerate(_nest.flatten((args, kwargs))) if x is not None}
                     with _context.enter(self.view, self.context):
                         result = fn(*args, **kwargs)
-                reply = {"ok": True, "result": cloudpickle.dumps(self.encode(result, step, arg_ids))}
+                reply = {"ok": True, "result": dump_result(self.encode(result, step, arg_ids))}
             except BaseException as exc:  # noqa: BLE001 - every failure must reach the notebook
                 secondary = isinstance(exc, CollectiveAbortedError)
                 tb = traceback.format_exc()
@@ -297,6 +298,15 @@ def summarize(value: Any) -> tuple[float, float]:
     xp = _gpu.xp_of(a)  # on the GPU for CuPy values: only two numbers come back
     f = a.astype(xp.float64, copy=False)
     return float(xp.sqrt(xp.sum(f * f))), float(xp.sum(f))
+
+
+def dump_result(encoded: Any) -> bytes:
+    """A reply's result: plain pickle (~10 us for the usual metadata, against ~55 us for cloudpickle),
+    cloudpickle for what plain pickle cannot name (classes and functions made by the notebook's code)."""
+    try:
+        return pickle.dumps(encoded, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - PicklingError, AttributeError, TypeError for local objects
+        return cloudpickle.dumps(encoded)
 
 
 def _dump_exception(exc: BaseException) -> bytes | None:

@@ -11,6 +11,16 @@ import pytest
 import interdist as idist
 
 
+@pytest.fixture(autouse=True, params=["socket", "dask"])
+def control_path(request: pytest.FixtureRequest) -> object:
+    """Each failure is tried with programs sent over the same-host control socket and over Dask comms."""
+    settings = idist.config.settings
+    old = settings.local_control
+    settings.local_control = request.param == "socket"
+    yield request.param
+    settings.local_control = old
+
+
 def test_replica_raise_before_collective(mirrored2: idist.MirroredStrategy) -> None:
     def fn() -> object:
         ctx = idist.get_replica_context()

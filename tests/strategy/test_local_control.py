@@ -1,0 +1,108 @@
+"""The same-host control path (runtime/local_control.py): who may connect, and that it changes no result."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import interdist as idist
+from interdist.runtime import local_control
+
+
+def _endpoint(s: idist.MirroredStrategy, rank: int) -> dict[str, object]:
+    group = s._group  # type: ignore[attr-defined]
+    return dict(group.client.sync(lambda: group.client.rpc(group.addresses[rank]).interdist_control_endpoint()))
+
+
+def test_programs_go_over_the_control_sockets(mirrored2: idist.MirroredStrategy) -> None:
+    out = mirrored2.run(lambda: idist.get_replica_context().all_reduce("sum", np.float32(1.5)))
+    assert [float(v) for v in mirrored2.experimental_local_results(out)] == [3.0, 3.0]
+    conns = mirrored2._group._control  # type: ignore[attr-defined]
+    assert conns is not None and len(conns) == 2 and not any(c.broken for c in conns)
+
+
+def test_socket_is_private_and_needs_the_token(mirrored2: idist.MirroredStrategy) -> None:
+    ep = _endpoint(mirrored2, 0)
+    path = str(ep["path"])
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    token = bytes(ep["token"])  # type: ignore[arg-type]
+    assert len(token) == local_control.TOKEN_BYTES
+    wrong = bytes(b ^ 1 for b in token)
+    with pytest.raises(ConnectionError, match="refused"):
+        local_control.ControlConnection(path, wrong)
+    # A refused connection leaves the strategy's own connections working.
+    out = mirrored2.run(lambda: np.float32(7.0))
+    assert [float(v) for v in mirrored2.experimental_local_results(out)] == [7.0, 7.0]
+    local_control.ControlConnection(path, token).close()
+
+
+def _program() -> object:
+    ctx = idist.get_replica_context()
+    r = int(ctx.replica_id_in_sync_group)
+    big = np.arange(5000, dtype=np.float64) * (r + 1)
+    return {"small": np.int32(r), "py": [r, "x", (1.5, None)], "big": big,
+            "sum": ctx.all_reduce("sum", big)}
+
+
+def _results(s: idist.MirroredStrategy) -> list[dict[str, object]]:
+    out = s.run(_program)
+    return [{k: np.asarray(v) if k in ("small", "big", "sum") else v for k, v in d.items()}
+            for d in s.experimental_local_results(out)]
+
+
+def test_same_results_over_sockets_and_dask_comms(mirrored2: idist.MirroredStrategy) -> None:
+    settings = idist.config.settings
+    a = _results(mirrored2)
+    settings.local_control = False
+    try:
+        b = _results(mirrored2)
+    finally:
+        settings.local_control = True
+    for x, y in zip(a, b, strict=True):
+        assert x["py"] == y["py"]
+        for k in ("small", "big", "sum"):
+            np.testing.assert_array_equal(x[k], y[k])
+            assert x[k].dtype == y[k].dtype
+    np.testing.assert_array_equal(a[0]["sum"], np.arange(5000, dtype=np.float64) * 3)
+
+
+@pytest.mark.parametrize("path", ["socket", "dask"])
+def test_interrupted_step_then_the_next_one_works(mirrored2: idist.MirroredStrategy, path: str) -> None:
+    settings = idist.config.settings
+    settings.local_control = path == "socket"
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    try:
+        def slow() -> object:
+            time.sleep(1.0)
+            return idist.get_replica_context().all_reduce("sum", np.float32(1.0))
+
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            mirrored2.run(slow)
+        # The interrupted program's replies (late, or aborted) must not be taken for the next step's.
+        for k in range(3):
+            out = mirrored2.run(lambda k=k: idist.get_replica_context().all_reduce("sum", np.float32(k)))
+            assert [float(v) for v in mirrored2.experimental_local_results(out)] == [2.0 * k, 2.0 * k]
+    finally:
+        timer.cancel()
+        settings.local_control = True
+
+
+def test_workers_on_another_host_use_dask_comms(mirrored2: idist.MirroredStrategy,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    group = mirrored2._group  # type: ignore[attr-defined]
+    group._drop_control()
+    monkeypatch.setattr(local_control, "host_id", lambda: "some-other-host/boot")
+    try:
+        out = mirrored2.run(lambda: np.float32(2.0))
+        assert [float(v) for v in mirrored2.experimental_local_results(out)] == [2.0, 2.0]
+        assert group._control is None and group._control_refused
+    finally:
+        group._control_refused = False
