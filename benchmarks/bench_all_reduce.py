@@ -6,23 +6,72 @@ in-process np.add of the same bytes and to a gather-to-notebook-and-broadcast ba
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 
 import interdist as idist
+from _common import have_tensorflow, median_time
+
+
+SIZES = (1_000, 100_000, 1_000_000, 4_000_000)
+
+
+def _repeat(size: int) -> int:
+    return 20 if size >= 1_000_000 else 50
+
+
+def tf_all_reduce(n: int) -> dict[int, float]:
+    """TF's ``all_reduce`` SUM inside a tf.function'd ``run`` on n logical CPUs: median seconds per size.
+
+    In a child process per n: TF reuses its collective group key across strategies of different sizes in
+    one process ("joining a group with size 4, but that group has size 2").
+    """
+    if not have_tensorflow():
+        return {}
+    child = f"""
+import json, sys
+sys.path[:0] = {sys.path!r}
+import tensorflow as tf
 from _common import median_time
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * {n})
+ts = tf.distribute.MirroredStrategy([f"CPU:{{i}}" for i in range({n})])
+
+@tf.function
+def step(v):
+    return ts.run(lambda x: tf.distribute.get_replica_context().all_reduce("sum", x), args=(v,))
+
+out = {{}}
+for size, repeat in {[(z, _repeat(z)) for z in SIZES]!r}:
+    dv = ts.experimental_distribute_values_from_function(lambda ctx: tf.ones([size], tf.float32))
+    out[size] = median_time(lambda: ts.experimental_local_results(step(dv))[0].numpy(), repeat=repeat, warmup=3)
+print("@@" + json.dumps(out))
+"""
+    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=False,
+                       cwd=os.path.dirname(os.path.abspath(__file__)))
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("@@")]
+    if not lines:
+        print(f"TF baseline for {n} replicas failed: {p.stderr[-400:]}")
+        return {}
+    return {int(k): v for k, v in json.loads(lines[0][2:]).items()}
 
 
 def main() -> None:
     for n in (2, 4):
+        tf_times = tf_all_reduce(n)  # before the cluster starts, so that neither competes with the other
         with idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s:
-            for size in (1_000, 100_000, 1_000_000, 4_000_000):
+            for size in SIZES:
                 nbytes = size * 4
 
                 def make(ctx: object, size: int = size) -> np.ndarray:
                     return np.ones(size, np.float32)
 
                 dv = s.run(lambda size=size: np.ones(size, np.float32))
-                repeat = 20 if size >= 1_000_000 else 50
+                repeat = _repeat(size)
                 t = median_time(lambda: s.run(lambda v: idist.get_replica_context().all_reduce("sum", v),
                                               args=(dv,)), repeat=repeat, warmup=2)
                 a, b = np.ones(size, np.float32), np.ones(size, np.float32)
@@ -35,8 +84,10 @@ def main() -> None:
 
                 t_nb = median_time(via_notebook, repeat=max(5, repeat // 4), warmup=1)
                 busbw = 2 * (n - 1) / n * nbytes / t / 1e9
+                t_tf = tf_times.get(size)
+                vs_tf = f", TF {t_tf * 1e3:.3f} ms: ratio {t / t_tf:.2f}x" if t_tf is not None else ""
                 print(f"n={n} {nbytes / 1e6:8.3f} MB: all_reduce {t * 1e3:8.3f} ms, bus bw {busbw:6.3f} GB/s, "
-                      f"vs np.add {t / t_add:8.1f}x, notebook baseline / all_reduce {t_nb / t:5.2f}x")
+                      f"vs np.add {t / t_add:8.1f}x, notebook baseline / all_reduce {t_nb / t:5.2f}x{vs_tf}")
 
 
 if __name__ == "__main__":

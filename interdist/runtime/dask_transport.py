@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import os
 import secrets
+import threading
 from collections.abc import Callable
 from multiprocessing import shared_memory
 from typing import Any
@@ -25,18 +26,25 @@ from ..collectives.base import Packet, Transport
 from ..collectives.mailbox import Mailbox
 from ..collectives.shared_memory import PREFIX, SharedMemoryTransport, _unlink, _untracked
 from ..errors import CollectiveTimeoutError
+from . import local_control
 
 
 class DaskTransport(Transport):
     name = "dask"
 
-    def __init__(self, worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox) -> None:
+    def __init__(self, worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox,
+                 sockets: bool = True) -> None:
         super().__init__(rank, len(peers), mailbox)
         self._worker = worker
         self._group_id = group_id
         self._peers = peers
         self._pending: list[concurrent.futures.Future[Any]] = []
         self._local: dict[str, bool] = {}
+        # Peers on this host get packets over their control socket (local_control.py): no event
+        # loop on either side (a 4 KB all_reduce on 2 replicas: 2.2 -> ~1 ms). Keyed by address.
+        self._sockets = sockets and local_control.available()
+        self._socks: dict[str, local_control.ControlConnection | None] = {}
+        self._socks_lock = threading.Lock()
 
     def send_packet(self, dsts: list[int], step: int, seq: int, packet: Packet,
                     on_error: Callable[[BaseException], None] | None = None, detached: bool = False) -> None:
@@ -57,14 +65,63 @@ class DaskTransport(Transport):
                     on_error(exc)
                 raise
 
+        far = []
+        for d in dsts:
+            conn = self._socket(d)
+            if conn is None:
+                far.append(d)
+                continue
+            try:
+                # Written before this returns: the packet holds nothing of the caller's afterwards.
+                conn.post(local_control.pack({"op": "coll", "group": self._group_id, "step": step, "seq": seq,
+                                              "src": self.rank, "payload": payload}))
+            except OSError as exc:
+                self.mailbox.abort(step, f"could not deliver to replica {d} ({self._peers[d]}): {exc!r}")
+                if on_error is not None:
+                    on_error(exc)
+        if not far:
+            return
         # Sent without waiting for the reply: the sender starts waiting for its peers while the
         # message travels (a 2-worker round trip is ~0.7 ms); ``flush`` waits for delivery.
         loop = self._worker.loop.asyncio_loop
-        futures = [asyncio.run_coroutine_threadsafe(one(d), loop) for d in dsts]
+        futures = [asyncio.run_coroutine_threadsafe(one(d), loop) for d in far]
         if packet.buffers and not detached:
             # Frames read from the caller's arrays: they must not change until delivered. A
             # packet of bytes only (small, pickled in-band) holds nothing of the caller's.
             self._pending.extend(futures)
+
+    def _socket(self, dst: int) -> local_control.ControlConnection | None:
+        """The control socket of ``dst``'s worker when it shares this host (asked once per address)."""
+        if not self._sockets:
+            return None
+        addr = self._peers[dst]
+        try:
+            conn = self._socks[addr]
+        except KeyError:
+            with self._socks_lock:
+                if addr not in self._socks:
+                    self._socks[addr] = self._connect(addr)
+                conn = self._socks[addr]
+        return conn if conn is not None and not conn.broken else None
+
+    def _connect(self, addr: str) -> local_control.ControlConnection | None:
+        try:
+            async def ask() -> Any:
+                return await asyncio.wait_for(self._worker.rpc(addr).interdist_control_endpoint(), 10)
+
+            ep = sync(self._worker.loop, ask)
+            if ep is None or ep["host"] != local_control.host_id():
+                return None
+            return local_control.ControlConnection(ep["path"], ep["token"])
+        except Exception:  # noqa: BLE001 - another host, an old peer, another user: Dask comms
+            return None
+
+    def close(self) -> None:
+        with self._socks_lock:
+            conns, self._socks = list(self._socks.values()), {}
+        for c in conns:
+            if c is not None:
+                c.close()
 
     def flush(self, timeout: float | None = None) -> None:
         # A delivery slower than the collective timeout means the peer is wedged: raise.
@@ -153,9 +210,11 @@ def packet_from_payload(payload: Any) -> Any:
     return Packet(payload["h"], [memoryview(b).cast("B") for b in payload["b"]], payload.get("s"))
 
 
-def make_transport(worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox) -> Transport:
-    """Dask comms, with shared memory for large packets to peers on this host."""
-    inner = DaskTransport(worker, group_id, rank, peers, mailbox)
+def make_transport(worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox,
+                   sockets: bool = True) -> Transport:
+    """Dask comms, with shared memory for large packets to peers on this host (and, with ``sockets``,
+    their control sockets for the messages themselves)."""
+    inner = DaskTransport(worker, group_id, rank, peers, mailbox, sockets)
     transport = SharedMemoryTransport(inner, inner.is_local)
     transport.name = inner.name  # the backend is still Dask; shared memory is its same-host path
     return transport

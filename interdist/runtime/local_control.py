@@ -235,6 +235,16 @@ class ControlConnection:
         self.reader = FrameReader(self.sock)
         self.pending: set[int] = set()  # steps sent whose reply has not been read
         self.broken = False
+        self._write_lock = threading.Lock()
+
+    def post(self, data: bytes) -> None:
+        """Send a message that has no reply (a collective packet to a peer); from any thread."""
+        with self._write_lock:
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                self.broken = True
+                raise
 
     def fileno(self) -> int:
         return self.sock.fileno()

@@ -76,7 +76,8 @@ class ReplicaRuntime(WorkerPlugin):
     def _mailbox(self, group: str) -> Mailbox:
         box = self.mailboxes.get(group)
         if box is None:
-            box = self.mailboxes[group] = Mailbox()
+            # setdefault: the event loop and a control socket's thread may both ask first
+            box = self.mailboxes.setdefault(group, Mailbox())
         return box
 
     def _emit(self, msg: dict[str, Any]) -> None:
@@ -102,7 +103,8 @@ class ReplicaRuntime(WorkerPlugin):
         old = self.replicas.get(group)
         if old is not None:
             _close_transport(old)
-        transport = make_transport(self.worker, group, rank, list(peers), self._mailbox(group))
+        transport = make_transport(self.worker, group, rank, list(peers), self._mailbox(group),
+                                   sockets=bool(spec_d.get("local_control", True)))
         self.replicas[group] = Replica(group, rank, spec_d, transport, self._emit, transport.abort_peers)
         self.replicas[group].worker = self.worker  # replica programs that read Dask collections use its client
         if group not in self.executors:
@@ -139,7 +141,11 @@ class ReplicaRuntime(WorkerPlugin):
         return self._control.endpoint()
 
     def _handle_control(self, msg: dict[str, Any], reply: Callable[[dict[str, Any]], None]) -> None:
-        """A program that came over the control socket: as ``execute``, replying from the replica thread."""
+        """A program that came over the control socket: as ``execute``, replying from the replica thread;
+        or a peer's collective packet: as ``coll``."""
+        if msg.get("op") == "coll":
+            self._mailbox(msg["group"]).put(msg["step"], msg["seq"], msg["src"], packet_from_payload(msg["payload"]))
+            return
         if msg.get("op") != "execute":
             raise ValueError(f"unknown control request {msg.get('op')!r}")
         group, step = msg["group"], msg["step"]

@@ -22,6 +22,7 @@ from ..reduce_op import ReduceOp, resolve
 from ..collectives.base import reduce_arrays
 from ..runtime import cluster as cluster_lib
 from ..runtime import programs
+from ..config import settings
 from ..errors import WorkerLostError
 from ..runtime.group import DaskGroup
 from ..runtime.replica import ArgRef, StoreRef, ValueMeta, VarRef
@@ -216,6 +217,8 @@ class Strategy:
         self._lease = self._acquire(specs, cluster)
         spec = dict(spec or {})
         spec.update(world_size=len(devices), devices=devices, kind=self._kind)
+        # Collective messages between replicas on one host go over Unix sockets (runtime/local_control.py).
+        spec.setdefault("local_control", settings.local_control)
         self._group = DaskGroup(self._lease.client, self._lease.addresses, spec, self._lease.names)
         self._group_id = self._group.group_id
         register_strategy(self._group_id, self)
