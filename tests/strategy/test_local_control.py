@@ -106,3 +106,32 @@ def test_workers_on_another_host_use_dask_comms(mirrored2: idist.MirroredStrateg
         assert group._control is None and group._control_refused
     finally:
         group._control_refused = False
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_collective_packets_between_workers_use_sockets_unless_switched_off(on: bool) -> None:
+    settings = idist.config.settings
+    settings.local_control = on
+    try:
+        with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+            def fn() -> object:
+                ctx = idist.get_replica_context()
+                r = int(ctx.replica_id_in_sync_group)
+                # one packet in the pickle, one out of band through shared memory
+                return ctx.all_reduce("sum", np.float32(r + 1)), ctx.all_reduce("sum", np.full(10000, r + 1.0))
+
+            small, big = s.run(fn)
+            assert [float(v) for v in s.experimental_local_results(small)] == [3.0, 3.0]
+            for v in s.experimental_local_results(big):
+                np.testing.assert_array_equal(np.asarray(v), np.full(10000, 3.0))
+            group = s._group  # type: ignore[attr-defined]
+
+            def peer_sockets(dask_worker: object, gid: str = group.group_id) -> list[str]:
+                t = dask_worker.interdist_runtime.replicas[gid].transport.inner  # type: ignore[attr-defined]
+                return sorted(a for a, c in t._socks.items() if c is not None)
+
+            socks = s.client.run(peer_sockets, workers=group.addresses)
+            a, b = group.addresses
+            assert socks == ({a: [b], b: [a]} if on else {a: [], b: []})
+    finally:
+        settings.local_control = True
