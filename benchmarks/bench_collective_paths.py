@@ -9,6 +9,7 @@ cite numbers from this script.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -19,7 +20,7 @@ import numpy as np
 import interdist as idist
 import interdist.collectives.algorithms as al
 
-SIZES = (4_096, 16_000, 256_000, 1_000_000, 4_000_000)
+SIZES = tuple(int(s) for s in os.environ.get("BENCH_SIZES", "4096,16000,256000,1000000,4000000").split(","))
 
 
 def _paths(v: Any, reps: int) -> dict[str, float]:

@@ -73,8 +73,10 @@ class DaskTransport(Transport):
                 continue
             try:
                 # Written before this returns: the packet holds nothing of the caller's afterwards.
+                raw = {"h": packet.header, "s": packet.shm,
+                       "b": [memoryview(np.ascontiguousarray(np.frombuffer(b, np.uint8))) for b in packet.buffers]}
                 conn.post(local_control.pack({"op": "coll", "group": self._group_id, "step": step, "seq": seq,
-                                              "src": self.rank, "payload": payload}))
+                                              "src": self.rank, "payload": raw}))
             except OSError as exc:
                 self.mailbox.abort(step, f"could not deliver to replica {d} ({self._peers[d]}): {exc!r}")
                 if on_error is not None:

@@ -135,3 +135,20 @@ def test_collective_packets_between_workers_use_sockets_unless_switched_off(on: 
             assert socks == ({a: [b], b: [a]} if on else {a: [], b: []})
     finally:
         settings.local_control = True
+
+
+def test_out_of_band_buffers_over_the_peer_socket(mirrored2: idist.MirroredStrategy) -> None:
+    """A packet with raw buffers (arrays above the in-band size) that does not go through shared memory."""
+    def fn() -> object:
+        ctx = idist.get_replica_context()
+        transport = ctx._replica.transport  # type: ignore[attr-defined]
+        saved, transport.threshold = transport.threshold, -1  # shared memory off for this collective
+        try:
+            r = int(ctx.replica_id_in_sync_group)
+            return ctx.all_reduce("sum", np.arange(50_000, dtype=np.float32) * (r + 1))
+        finally:
+            transport.threshold = saved
+
+    out = mirrored2.run(fn)
+    for v in mirrored2.experimental_local_results(out):
+        np.testing.assert_array_equal(np.asarray(v), np.arange(50_000, dtype=np.float32) * 3)
