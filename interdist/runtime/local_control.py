@@ -17,6 +17,7 @@ as it does over Dask comms.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hmac
 import logging
@@ -120,6 +121,28 @@ class FrameReader:
 
 
 # -- the worker's side -----------------------------------------------------------
+_DIR_PREFIX = "interdist-control-"
+
+
+def _remove_stale_dirs() -> None:
+    """Remove socket directories of this user's processes that are gone (killed: no atexit ran)."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(_DIR_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            pid = int(name[len(_DIR_PREFIX):].split("-", 1)[0])
+            if os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(pid, 0)  # raises if no such process
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (ValueError, OSError):
+            continue
+
 class ControlServer:
     """One per worker: a listening Unix socket and one serving thread per connection.
 
@@ -130,7 +153,8 @@ class ControlServer:
     def __init__(self, handle: Callable[[dict[str, Any], Callable[[dict[str, Any]], None]], None]) -> None:
         self._handle = handle
         self.token = secrets.token_bytes(TOKEN_BYTES)
-        self.dir = tempfile.mkdtemp(prefix="interdist-")  # mode 0700: only this user may enter
+        _remove_stale_dirs()
+        self.dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")  # mode 0700: only this user may enter
         self.path = os.path.join(self.dir, "control.sock")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(self.path)
@@ -139,6 +163,7 @@ class ControlServer:
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
         self.closed = False
+        atexit.register(self.close)  # the directory goes with the process, also without a teardown
         threading.Thread(target=self._accept, name="interdist-control-accept", daemon=True).start()
 
     def endpoint(self) -> dict[str, Any]:
@@ -201,6 +226,7 @@ class ControlServer:
                 conn.close()
 
     def close(self) -> None:
+        atexit.unregister(self.close)
         with self._lock:
             self.closed = True
             conns, self._conns = list(self._conns), set()

@@ -152,3 +152,19 @@ def test_out_of_band_buffers_over_the_peer_socket(mirrored2: idist.MirroredStrat
     out = mirrored2.run(fn)
     for v in mirrored2.experimental_local_results(out):
         np.testing.assert_array_equal(np.asarray(v), np.arange(50_000, dtype=np.float32) * 3)
+
+
+def test_socket_directories_of_killed_workers_are_removed() -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tempfile.mkdtemp(prefix=f"{local_control._DIR_PREFIX}{dead.pid}-")
+    live = tempfile.mkdtemp(prefix=f"{local_control._DIR_PREFIX}{os.getpid()}-")
+    try:
+        local_control._remove_stale_dirs()
+        assert not os.path.exists(stale) and os.path.isdir(live)
+    finally:
+        os.rmdir(live)
