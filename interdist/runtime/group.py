@@ -21,6 +21,8 @@ from ..errors import CollectiveAbortedError, ReplicaError, WorkerLostError
 from . import local_control
 from .plugin import PLUGIN_NAME, ReplicaRuntime
 
+LOCAL_MAX_BYTES = 1 << 30
+
 _registered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 _register_lock = threading.Lock()
 
@@ -158,7 +160,8 @@ class DaskGroup:
             release = {r: self._release[r] for r in range(self.world_size)}
             self._release = {r: [] for r in range(self.world_size)}
             try:
-                conns = self._control_connections()
+                # Messages over 1 GiB stay on Dask comms, which split large frames (msgpack's limit is 4 GiB).
+                conns = self._control_connections() if max(map(len, args_bytes)) < LOCAL_MAX_BYTES else None
                 if conns is not None:
                     replies = self._execute_local(conns, step, fn_bytes, args_bytes, system, release)
                 else:

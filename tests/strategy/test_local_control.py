@@ -168,3 +168,24 @@ def test_socket_directories_of_killed_workers_are_removed() -> None:
         assert not os.path.exists(stale) and os.path.isdir(live)
     finally:
         os.rmdir(live)
+
+
+def test_very_large_arguments_take_dask_comms(mirrored2: idist.MirroredStrategy,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from interdist.runtime import group as group_mod
+
+    monkeypatch.setattr(group_mod, "LOCAL_MAX_BYTES", 1000)  # stands for 1 GiB
+    sent: list[int] = []
+    real = mirrored2._group._execute_async  # type: ignore[attr-defined]
+
+    async def spy(*a: object) -> object:
+        sent.append(1)
+        return await real(*a)
+
+    monkeypatch.setattr(mirrored2._group, "_execute_async", spy)  # type: ignore[attr-defined]
+    big = np.arange(10_000, dtype=np.float64)
+    out = mirrored2.run(lambda x: x.sum(), args=(big,))
+    assert [float(v) for v in mirrored2.experimental_local_results(out)] == [float(big.sum())] * 2
+    assert sent == [1]
+    mirrored2.run(lambda: np.float32(1.0))  # small again: the sockets
+    assert sent == [1]
