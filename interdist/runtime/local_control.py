@@ -36,7 +36,6 @@ import msgpack
 
 logger = logging.getLogger("interdist")
 
-_HEADER = struct.Struct("!Q")
 TOKEN_BYTES = 32
 
 
@@ -61,63 +60,95 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"cannot send {type(obj).__name__} on the local control path")
 
 
-def pack(msg: Any) -> bytes:
-    body: bytes = msgpack.packb(msg, use_bin_type=True, default=_default)
-    return _HEADER.pack(len(body)) + body
+# A message is a msgpack header and, after it, the raw bytes of its large fields ("blobs"): a
+# pickled 16 MB argument is written from its own buffer and read into one buffer of its own,
+# instead of being copied into and out of the msgpack body (measured: 16 MB argument, 2 replicas,
+# 110 ms with the body copies against 84 ms over Dask comms).
+_PREFIX = struct.Struct("!QI")  # header length, number of blobs
+_LEN = struct.Struct("!Q")
+_BLOB = 1  # msgpack extension code: the field is blob number N
+BLOB_MIN = 64 << 10
 
 
-def unpack(body: bytes | memoryview) -> Any:
-    return msgpack.unpackb(body, raw=False, use_list=False, strict_map_key=False)
+def _extract(obj: Any, blobs: list[Any], depth: int = 0) -> Any:
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        if memoryview(obj).nbytes >= BLOB_MIN:
+            blobs.append(memoryview(obj).cast("B"))
+            return msgpack.ExtType(_BLOB, _LEN.pack(len(blobs) - 1))
+        return obj
+    if depth >= 3:
+        return obj
+    if isinstance(obj, dict):
+        return {k: (v if k == "events" else _extract(v, blobs, depth + 1)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_extract(v, blobs, depth + 1) for v in obj]
+    return obj
 
 
-class FrameReader:
-    """Reassembles length-prefixed frames from a stream socket."""
+def pack(msg: Any) -> list[Any]:
+    """``msg`` as the buffers to write, in order (``send_parts``)."""
+    blobs: list[Any] = []
+    header: bytes = msgpack.packb(_extract(msg, blobs), use_bin_type=True, default=_default)
+    lengths = b"".join(_LEN.pack(b.nbytes) for b in blobs)
+    return [_PREFIX.pack(len(header), len(blobs)) + lengths + header, *blobs]
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self._buf = bytearray()
 
-    def _frame(self) -> bytes | None:
-        if len(self._buf) < _HEADER.size:
+def send_parts(sock: socket.socket, parts: list[Any]) -> None:
+    """Write every part, in order, without joining them (``sendmsg`` may write part of them)."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        sent = sock.sendmsg(views[:64])
+        while sent:
+            if sent >= views[0].nbytes:
+                sent -= views[0].nbytes
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytearray | None:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
             return None
-        (n,) = _HEADER.unpack_from(self._buf)
-        end = _HEADER.size + n
-        if len(self._buf) < end:
+        got += k
+    return buf
+
+
+def read_message(sock: socket.socket) -> Any:
+    """The next message, blocking; ``None`` at end of stream."""
+    prefix = _recv_exact(sock, _PREFIX.size)
+    if prefix is None:
+        return None
+    header_len, nblobs = _PREFIX.unpack(prefix)
+    rest = _recv_exact(sock, _LEN.size * nblobs + header_len)
+    if rest is None:
+        return None
+    lengths = [_LEN.unpack_from(rest, _LEN.size * i)[0] for i in range(nblobs)]
+    blobs = []
+    for n in lengths:
+        blob = _recv_exact(sock, n)
+        if blob is None:
             return None
-        body = bytes(self._buf[_HEADER.size:end])
-        del self._buf[:end]
-        return body
+        blobs.append(blob)
 
-    def read(self) -> bytes | None:
-        """The next whole frame, blocking; ``None`` at end of stream."""
-        while True:
-            frame = self._frame()
-            if frame is not None:
-                return frame
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                return None
-            self._buf += chunk
+    def ext(code: int, data: bytes) -> Any:
+        if code != _BLOB:
+            return msgpack.ExtType(code, data)
+        return blobs[_LEN.unpack(data)[0]]
 
-    def read_available(self) -> tuple[list[bytes], bool]:
-        """Frames whose bytes have arrived, without blocking; and whether the stream ended."""
-        eof = False
-        while True:
-            try:
-                chunk = self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                eof = True
-                break
-            if not chunk:
-                eof = True
-                break
-            self._buf += chunk
-        frames = []
-        while (frame := self._frame()) is not None:
-            frames.append(frame)
-        return frames, eof
+    return msgpack.unpackb(memoryview(rest)[_LEN.size * nblobs:], raw=False, use_list=False,
+                           strict_map_key=False, ext_hook=ext)
+
+
+def _readable(sock: socket.socket) -> bool:
+    poller = select.poll()  # not select.select: it fails on descriptors above 1023
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 # -- the worker's side -----------------------------------------------------------
@@ -186,10 +217,10 @@ class ControlServer:
         write_lock = threading.Lock()
 
         def reply(msg: dict[str, Any]) -> None:
-            data = pack(msg)
+            parts = pack(msg)
             with write_lock:
                 try:
-                    conn.sendall(data)
+                    send_parts(conn, parts)
                 except OSError:
                     pass  # the notebook went away; its group sees the step as lost
 
@@ -206,12 +237,10 @@ class ControlServer:
                 return
             conn.settimeout(None)
             conn.sendall(b"OK")
-            reader = FrameReader(conn)
             while True:
-                frame = reader.read()
-                if frame is None:
+                msg = read_message(conn)
+                if msg is None:
                     return
-                msg = unpack(frame)
                 try:
                     self._handle(msg, reply)
                 except Exception as exc:  # noqa: BLE001 - reported as this step's reply
@@ -258,16 +287,15 @@ class ControlConnection:
         except BaseException:
             self.sock.close()
             raise
-        self.reader = FrameReader(self.sock)
         self.pending: set[int] = set()  # steps sent whose reply has not been read
         self.broken = False
         self._write_lock = threading.Lock()
 
-    def post(self, data: bytes) -> None:
+    def post(self, parts: list[Any]) -> None:
         """Send a message that has no reply (a collective packet to a peer); from any thread."""
         with self._write_lock:
             try:
-                self.sock.sendall(data)
+                send_parts(self.sock, parts)
             except OSError:
                 self.broken = True
                 raise
@@ -275,18 +303,28 @@ class ControlConnection:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def send(self, data: bytes, step: int) -> None:
+    def send(self, parts: list[Any], step: int) -> None:
         self.pending.add(step)
-        self.sock.sendall(data)
+        send_parts(self.sock, parts)
 
     def replies(self) -> tuple[list[dict[str, Any]], bool]:
-        """Replies that have arrived (stale ones are dropped from ``pending`` too); and end of stream."""
-        frames, eof = self.reader.read_available()
+        """Replies that have arrived (stale ones are dropped from ``pending`` too); and end of stream.
+
+        Reads while the socket is readable: a reply whose first bytes have come is read to its
+        end (the worker writes a reply in one go).
+        """
         out = []
-        for f in frames:
-            msg = unpack(f)
-            self.pending.discard(msg.get("step"))
-            out.append(msg)
+        eof = False
+        try:
+            while _readable(self.sock):
+                msg = read_message(self.sock)
+                if msg is None:
+                    eof = True
+                    break
+                self.pending.discard(msg.get("step"))
+                out.append(msg)
+        except (OSError, ValueError):
+            eof = True
         if eof:
             self.broken = True
         return out, eof

@@ -189,3 +189,16 @@ def test_very_large_arguments_take_dask_comms(mirrored2: idist.MirroredStrategy,
     assert sent == [1]
     mirrored2.run(lambda: np.float32(1.0))  # small again: the sockets
     assert sent == [1]
+
+
+def test_large_arguments_and_results_as_blobs(mirrored2: idist.MirroredStrategy) -> None:
+    """Fields over BLOB_MIN travel after the msgpack header, each read into a buffer of its own."""
+    x = np.arange(300_000, dtype=np.float64)  # 2.4 MB pickled: a blob
+    assert x.nbytes > local_control.BLOB_MIN
+    out = mirrored2.run(lambda v: (v.sum(), v[::-1].copy()), args=(x,))
+    sums, rev = out
+    assert [float(s) for s in mirrored2.experimental_local_results(sums)] == [float(x.sum())] * 2
+    for r in mirrored2.experimental_local_results(rev):
+        np.testing.assert_array_equal(np.asarray(r), x[::-1])
+    parts = local_control.pack({"step": 1, "fn": b"f" * 10, "args": x.tobytes()})
+    assert len(parts) == 2 and parts[1].nbytes == x.nbytes  # the big field is its own buffer, not copied
