@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
+import os
 import queue
 import threading
 import warnings
@@ -53,6 +54,9 @@ __all__ = ["DaskChunksDataset", "DaskSliceDataset", "Plan", "contains_dask", "is
 WINDOW_ROWS = 16384
 # Windows read ahead of the replica by its background thread.
 PREFETCH_WINDOWS = 2
+# Rows of persisted chunks on this host are read from their holder's memory (``_direct.py``);
+# INTERDIST_DIRECT_READS=0 reads every row through Dask.
+_direct_reads = os.environ.get("INTERDIST_DIRECT_READS", "1") != "0"
 
 
 def is_dask_collection(x: Any) -> bool:
@@ -219,6 +223,12 @@ def _read_rows(leaves: list[Any], rows: np.ndarray, client: Any) -> list[np.ndar
     """The given rows (sorted) of every leaf; a contiguous run is read as a slice."""
     if len(rows) == 0:
         return [np.empty((0, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]
+    if _worker is not None and getattr(client, "_interdist_reader", False) and _direct_reads:
+        from . import _direct
+
+        direct = _direct.read_rows(_worker, leaves, rows, client)
+        if direct is not None:
+            return direct
     lo, hi = int(rows[0]), int(rows[-1]) + 1
     if hi - lo == len(rows):
         return compute([leaf[lo:hi] for leaf in leaves], client)
@@ -514,6 +524,9 @@ class PrefetchingReader:
         except BaseException as e:  # noqa: BLE001 - handed to the replica that reads next
             self._put(("error", e))
         finally:
+            from . import _direct
+
+            _direct.close_connections()
             self._reading.__exit__(None, None, None)
 
     def _put(self, item: Any) -> bool:

@@ -107,16 +107,7 @@ class DaskTransport(Transport):
         return conn if conn is not None and not conn.broken else None
 
     def _connect(self, addr: str) -> local_control.ControlConnection | None:
-        try:
-            async def ask() -> Any:
-                return await asyncio.wait_for(self._worker.rpc(addr).interdist_control_endpoint(), 10)
-
-            ep = sync(self._worker.loop, ask)
-            if ep is None or ep["host"] != local_control.host_id():
-                return None
-            return local_control.ControlConnection(ep["path"], ep["token"])
-        except Exception:  # noqa: BLE001 - another host, an old peer, another user: Dask comms
-            return None
+        return local_control.connect_from_worker(self._worker, addr)
 
     def close(self) -> None:
         with self._socks_lock:

@@ -341,6 +341,25 @@ class ControlConnection:
             self.sock.close()
 
 
+def connect_from_worker(worker: Any, addr: str) -> ControlConnection | None:
+    """From a thread on a worker (not its event loop): a connection to the worker at ``addr`` when it
+    shares this host, else ``None`` (another host, an old peer, another user)."""
+    import asyncio
+
+    from distributed.utils import sync
+
+    try:
+        async def ask() -> Any:
+            return await asyncio.wait_for(worker.rpc(addr).interdist_control_endpoint(), 10)
+
+        ep = sync(worker.loop, ask)
+        if ep is None or ep["host"] != host_id():
+            return None
+        return ControlConnection(ep["path"], ep["token"])
+    except Exception:  # noqa: BLE001 - then the caller uses Dask comms
+        return None
+
+
 def wait_replies(conns: dict[int, ControlConnection], step: int, on_reply: Callable[[int, dict[str, Any]], None],
                  timeout_after_failure: Callable[[], float | None]) -> list[int]:
     """Read each rank's reply for ``step``; the ranks that did not answer when the wait timed out.

@@ -142,9 +142,14 @@ class ReplicaRuntime(WorkerPlugin):
 
     def _handle_control(self, msg: dict[str, Any], reply: Callable[[dict[str, Any]], None]) -> None:
         """A program that came over the control socket: as ``execute``, replying from the replica thread;
-        or a peer's collective packet: as ``coll``."""
+        a peer's collective packet: as ``coll``; or a reader's request for rows of a chunk held here."""
         if msg.get("op") == "coll":
             self._mailbox(msg["group"]).put(msg["step"], msg["seq"], msg["src"], packet_from_payload(msg["payload"]))
+            return
+        if msg.get("op") == "rows":  # a replica on this host reads rows of a chunk this worker holds
+            from ..input import _direct
+
+            reply(_direct.serve_rows(self.worker, msg))
             return
         if msg.get("op") != "execute":
             raise ValueError(f"unknown control request {msg.get('op')!r}")

@@ -276,3 +276,75 @@ def test_a_stuck_read_raises_instead_of_hanging(mirrored2: Any) -> None:
     finally:
         mirrored2.client.run(_set_input_timeout, 300.0)
     assert local(mirrored2, mirrored2.run(lambda: np.float32(2.0))) == [2.0, 2.0]
+
+
+# -- rows read from the holder's memory (input/_direct.py) -----------------------------------------
+def _direct_stats(dask_worker: Any) -> dict[str, int]:
+    from interdist.input import _direct
+
+    return dict(_direct.stats)
+
+
+def _set_direct(dask_worker: Any, on: bool) -> None:
+    _dask._direct_reads = on
+
+
+def _direct_delta(strategy: Any, before: dict[str, dict[str, int]]) -> dict[str, int]:
+    after = strategy.client.run(_direct_stats, workers=strategy._group.addresses)
+    return {k: sum(after[w][k] - before[w][k] for w in after) for k in ("rows", "windows", "fallbacks")}
+
+
+@pytest.mark.parametrize("batch", [8, 12])  # 4 replicas: 2 or 3 rows each of every batch, across chunks of 7
+def test_rows_of_persisted_chunks_come_from_their_holders(mirrored4: Any, batch: int) -> None:
+    from distributed import futures_of
+
+    x, y = mirrored4.client.persist(list(dask_xy()))
+    mirrored4.client.gather(futures_of([x, y]))  # in memory before the first read
+    build = lambda d: d.map(lambda a, b: (a * 2, b + 1)).batch(batch).repeat(2)  # noqa: E731
+    want = [local(mirrored4, b) for b in mirrored4.experimental_distribute_dataset(
+        build(Dataset.from_tensor_slices((X, Y))))]
+    before = mirrored4.client.run(_direct_stats, workers=mirrored4._group.addresses)
+    got = [local(mirrored4, b) for b in mirrored4.experimental_distribute_dataset(
+        build(Dataset.from_tensor_slices((x, y))))]
+    assert got == want
+    delta = _direct_delta(mirrored4, before)
+    assert delta["windows"] > 0 and delta["fallbacks"] == 0
+    assert delta["rows"] == 2 * 23  # each row once per epoch, across the replicas
+    # The same through Dask, for comparison.
+    mirrored4.client.run(_set_direct, on=False, workers=mirrored4._group.addresses)
+    try:
+        before = mirrored4.client.run(_direct_stats, workers=mirrored4._group.addresses)
+        again = [local(mirrored4, b) for b in mirrored4.experimental_distribute_dataset(
+            build(Dataset.from_tensor_slices((x, y))))]
+        assert again == want and _direct_delta(mirrored4, before)["windows"] == 0
+    finally:
+        mirrored4.client.run(_set_direct, on=True, workers=mirrored4._group.addresses)
+
+
+def test_chunks_not_in_memory_are_read_through_dask(mirrored2: Any) -> None:
+    x = da.from_array(np.arange(40, dtype=np.float64).reshape(20, 2), chunks=(5, 2)) + 1  # not persisted
+    before = mirrored2.client.run(_direct_stats, workers=mirrored2._group.addresses)
+    got = [local(mirrored2, b) for b in mirrored2.experimental_distribute_dataset(
+        Dataset.from_tensor_slices(x).batch(4))]
+    want = [local(mirrored2, b) for b in mirrored2.experimental_distribute_dataset(
+        Dataset.from_tensor_slices(np.arange(40, dtype=np.float64).reshape(20, 2) + 1).batch(4))]
+    assert got == want
+    delta = _direct_delta(mirrored2, before)
+    assert delta["windows"] == 0 and delta["fallbacks"] > 0
+
+
+def test_holder_answers_a_missing_chunk_with_an_error_not_a_crash() -> None:
+    from interdist.input import _direct
+
+    class FakeWorker:
+        data: dict[Any, Any] = {("x", 0, 0): np.arange(6.0).reshape(3, 2)}
+
+    ok = _direct.serve_rows(FakeWorker(), {"rid": 1, "key": ("x", 0, 0), "lo": 1, "hi": 3})
+    assert ok["ok"] and ok["shape"] == [2, 2]
+    np.testing.assert_array_equal(np.frombuffer(ok["data"], ok["dtype"]).reshape(2, 2), [[2.0, 3.0], [4.0, 5.0]])
+    picked = _direct.serve_rows(FakeWorker(), {"rid": 2, "key": ("x", 0, 0),
+                                               "index": np.array([0, 2], np.int64).tobytes()})
+    np.testing.assert_array_equal(np.frombuffer(picked["data"], picked["dtype"]).reshape(2, 2),
+                                  [[0.0, 1.0], [4.0, 5.0]])
+    missing = _direct.serve_rows(FakeWorker(), {"rid": 3, "key": ("y", 0, 0), "lo": 0, "hi": 1})
+    assert missing == {"rid": 3, "ok": False, "message": "KeyError(('y', 0, 0))"}
