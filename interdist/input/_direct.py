@@ -65,6 +65,7 @@ def read_rows(worker: Any, leaves: list[Any], rows: np.ndarray, client: Any) -> 
         out = [_read_leaf(worker, leaf, rows, client) for leaf in leaves]
     except Exception as exc:  # noqa: BLE001 - any doubt: read through Dask
         logger.debug("interdist: direct row read not possible (%r); reading through Dask", exc)
+        close_connections()  # a reply may still be on its way: never read it as the next one's
         out = [None]
     if any(o is None for o in out):
         stats["fallbacks"] += 1

@@ -37,6 +37,7 @@ import msgpack
 logger = logging.getLogger("interdist")
 
 TOKEN_BYTES = 32
+PEER_TIMEOUT = 60.0  # seconds, for worker-to-worker connections
 
 
 def available() -> bool:
@@ -355,7 +356,11 @@ def connect_from_worker(worker: Any, addr: str) -> ControlConnection | None:
         ep = sync(worker.loop, ask)
         if ep is None or ep["host"] != host_id():
             return None
-        return ControlConnection(ep["path"], ep["token"])
+        conn = ControlConnection(ep["path"], ep["token"])
+        # A peer that stops reading (a frozen process) must not block a replica for ever: a send
+        # or a reply that takes this long fails, and the caller aborts the step or reads via Dask.
+        conn.sock.settimeout(PEER_TIMEOUT)
+        return conn
     except Exception:  # noqa: BLE001 - then the caller uses Dask comms
         return None
 
