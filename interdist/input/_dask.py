@@ -36,6 +36,7 @@ import itertools
 import os
 import queue
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -183,7 +184,8 @@ def compute(arrays: list[Any], client: Any = None) -> list[np.ndarray]:
         import dask
 
         return [np.asarray(a) for a in dask.compute(*arrays, scheduler="threads")]
-    for attempt in builtins.range(3):
+    attempts = 6
+    for attempt in builtins.range(attempts):
         try:
             if _worker is not None and getattr(client, "_interdist_reader", False):
                 return _compute_here(arrays, client)
@@ -191,9 +193,11 @@ def compute(arrays: list[Any], client: Any = None) -> list[np.ndarray]:
         except Exception as e:
             # A read whose inputs another client released and re-persisted under the same keys at
             # that moment is cancelled by the scheduler ("lost dependencies"); reads are pure, so
-            # read again (seen when a benchmark re-persists one array while readers finish).
-            if type(e).__name__ not in ("FutureCancelledError", "CancelledError") or attempt == 2:
+            # read again once the scheduler has settled (seen when a notebook deletes a persisted
+            # array and persists it again, then reads at once: up to ~1 s of such cancels).
+            if type(e).__name__ not in ("FutureCancelledError", "CancelledError") or attempt == attempts - 1:
                 raise
+            time.sleep(0.05 * 2 ** attempt)
     raise AssertionError("unreachable")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ logger = logging.getLogger("interdist")
 stats = {"rows": 0, "windows": 0, "fallbacks": 0}
 _local = threading.local()  # each reading thread keeps its own connections (request, then reply)
 _rid = itertools.count(1)
+SLOW_READ_S = 5.0  # a direct read slower than this is logged with where its time went
 
 
 def _flat_keys(keys: Any) -> list[Any]:
@@ -61,12 +63,17 @@ def close_connections() -> None:
 
 def read_rows(worker: Any, leaves: list[Any], rows: np.ndarray, client: Any) -> list[np.ndarray] | None:
     """The given (sorted, unique) rows of every leaf, or ``None`` when this path cannot read them."""
+    t0 = time.monotonic()
     try:
         out = [_read_leaf(worker, leaf, rows, client) for leaf in leaves]
     except Exception as exc:  # noqa: BLE001 - any doubt: read through Dask
         logger.debug("interdist: direct row read not possible (%r); reading through Dask", exc)
         close_connections()  # a reply may still be on its way: never read it as the next one's
         out = [None]
+    took = time.monotonic() - t0
+    if took > SLOW_READ_S:
+        logger.warning("interdist: a direct read of %d rows took %.1f s (phases: %s)", len(rows), took,
+                       getattr(_local, "phases", {}))
     if any(o is None for o in out):
         stats["fallbacks"] += 1
         return None
@@ -83,7 +90,9 @@ def _read_leaf(worker: Any, leaf: Any, rows: np.ndarray, client: Any) -> np.ndar
     bounds = np.searchsorted(rows, starts)  # rows[bounds[j]:bounds[j+1]] fall in chunk j
     wanted = [j for j in range(len(keys)) if bounds[j + 1] > bounds[j]]
     # The scheduler's own who_has (Client.who_has takes futures, and a plan carries keys).
+    t = time.monotonic()
     who = client.sync(client.scheduler.who_has, keys=[keys[j] for j in wanted])
+    phases = _local.phases = {"who_has": round(time.monotonic() - t, 3)}
     out = np.empty((len(rows), *leaf.shape[1:]), np.dtype(leaf.dtype))
     requests: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for j in wanted:
@@ -107,12 +116,17 @@ def _read_leaf(worker: Any, leaf: Any, rows: np.ndarray, client: Any) -> np.ndar
             msg["index"] = idx.astype(np.int64).tobytes()
         requests.setdefault(holders[0], []).append((j, msg))
     for addr, reqs in requests.items():
+        t = time.monotonic()
         conn = _conn(worker, addr)
+        phases[f"connect {addr}"] = round(time.monotonic() - t, 3)
+        t = time.monotonic()
         if conn is None:
             return None  # another host: Dask moves the chunks
-        for _, msg in reqs:  # all requests first: the holder answers them in order
-            local_control.send_parts(conn.sock, local_control.pack(msg))
         for j, msg in reqs:
+            # One request at a time: with several written ahead, the holder could block writing a
+            # large reply that this thread does not read yet, while this thread blocks writing a
+            # request that the holder does not read yet (seen: a 60 s stall).
+            local_control.send_parts(conn.sock, local_control.pack(msg))
             rep = local_control.read_message(conn.sock)
             if rep is None:
                 conn.broken = True
@@ -123,6 +137,7 @@ def _read_leaf(worker: Any, leaf: Any, rows: np.ndarray, client: Any) -> np.ndar
                 return None
             piece = np.frombuffer(rep["data"], np.dtype(rep["dtype"])).reshape(rep["shape"])
             out[bounds[j]:bounds[j + 1]] = piece
+        phases[f"rows from {addr}"] = round(time.monotonic() - t, 3)
     return out
 
 

@@ -348,3 +348,17 @@ def test_holder_answers_a_missing_chunk_with_an_error_not_a_crash() -> None:
                                   [[0.0, 1.0], [4.0, 5.0]])
     missing = _direct.serve_rows(FakeWorker(), {"rid": 3, "key": ("y", 0, 0), "lo": 0, "hi": 1})
     assert missing == {"rid": 3, "ok": False, "message": "KeyError(('y', 0, 0))"}
+
+
+def test_an_array_deleted_and_persisted_again_reads_at_once(mirrored4: Any) -> None:
+    """Re-running a notebook cell: the same keys are released and persisted again while the replicas
+    start reading (the scheduler cancels reads of keys in that state for a moment: they are retried)."""
+    data = np.arange(16384 * 256, dtype=np.float32).reshape(-1, 256)  # 16 MB: the race needs a busy scheduler
+    want = [local(mirrored4, b) for b in mirrored4.experimental_distribute_dataset(
+        Dataset.from_tensor_slices(data).map(lambda r: r * 2).batch(1024))]
+    for _ in range(3):
+        x = mirrored4.client.persist(da.from_array(data, chunks=(2048, 256)))
+        got = [local(mirrored4, b) for b in mirrored4.experimental_distribute_dataset(
+            Dataset.from_tensor_slices(x).map(lambda r: r * 2).batch(1024))]
+        assert got == want
+        del x
