@@ -64,23 +64,32 @@ _reaper: threading.Thread | None = None
 _MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 
 
+def _malloc_env() -> Any:
+    """Config under which embedded clusters start: ``_MALLOC_ENV`` in every worker's environment at spawn
+    (glibc reads it when the process starts, so setting it later in the worker would be too late)."""
+    import dask
+
+    spawn_env = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **_MALLOC_ENV}
+    return dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_env})
+
+
+def _list_for_lab(lease: Lease, cluster: Any, n: int) -> None:
+    from ..lab.registry import register
+
+    lease.registry_file = register(cluster.scheduler_address, lease.dashboard_link, n)  # never raises
+
+
 def _start_local_cpu(n: int) -> Lease:
     from distributed import Client, LocalCluster
 
     from ..dashboard.pages import register_pages
 
     register_pages()  # the scheduler reads its dashboard pages once, as it starts
-    import dask
-
-    # Read by glibc when a worker process starts, so they must be in its environment at spawn.
-    spawn_env = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **_MALLOC_ENV}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_env}):
+    with _malloc_env():
         cluster = _local_cluster(n, LocalCluster)
     client = Client(cluster, set_as_default=False)
     lease = _lease_from(client, cluster, n, embedded=True, key=("CPU", n))
-    from ..lab.registry import register
-
-    lease.registry_file = register(cluster.scheduler_address, lease.dashboard_link, n)  # never raises
+    _list_for_lab(lease, cluster, n)
     return lease
 
 
@@ -121,9 +130,10 @@ def _start_local_gpu(indices: list[int]) -> Lease:
     physical = _physical_gpu_ids(n_gpus)
     cluster = None
     try:
-        cluster = _start_dask_cuda([physical[i] for i in indices]) if _use_dask_cuda() else None
-        if cluster is None:
-            cluster = local_gpu_cluster([physical[i] for i in indices])
+        with _malloc_env():
+            cluster = _start_dask_cuda([physical[i] for i in indices]) if _use_dask_cuda() else None
+            if cluster is None:
+                cluster = local_gpu_cluster([physical[i] for i in indices])
     except NoGPUError:
         raise
     except Exception as e:  # noqa: BLE001 - NVML/driver errors come in many types
@@ -143,6 +153,7 @@ def _start_local_gpu(indices: list[int]) -> Lease:
         for stale in [x for x in _all_embedded if x.cluster is cluster]:
             _all_embedded.remove(stale)
         raise
+    _list_for_lab(lease, cluster, n)
     return lease
 
 

@@ -90,3 +90,30 @@ def test_pages_from_individual_plots() -> None:
         {"name": "Interdist Placement", "url": "http://h:1/individual-interdist-placement"},
         {"name": "Interdist Timeline", "url": "http://h:1/individual-interdist-timeline"}]
     assert interdist_pages([1], "http://h:1") == []
+
+
+def test_embedded_gpu_clusters_are_listed_and_get_the_allocator_settings(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    """The GPU start path, on CPU workers: a GPU is pretended (no CUDA is touched by these workers)."""
+    import importlib.util
+    import os
+
+    from interdist.runtime import cluster as cl
+
+    monkeypatch.setenv(registry.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv("INTERDIST_GPU_CLUSTER", "builtin")  # the CUDA_VISIBLE_DEVICES launcher
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(cl, "visible_gpus", lambda: 2)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "cupy" else real_find_spec(name, *a))
+    monkeypatch.setattr(cl, "check_gpu_workers", lambda client, addresses: [])
+    lease = cl._start_local_gpu([0, 1])
+    try:
+        (found,) = registry.live_clusters(tmp_path)
+        assert found["scheduler_address"] == lease.cluster.scheduler_address and found["n_workers"] == 2
+        env = lease.client.run(lambda: (os.environ.get("MALLOC_TRIM_THRESHOLD_"), os.environ["CUDA_VISIBLE_DEVICES"]))
+        assert sorted(env.values()) == [(str(256 << 20), "0,1"), (str(256 << 20), "1,0")]
+    finally:
+        cl._shutdown(lease)
+    assert registry.live_clusters(tmp_path) == []
