@@ -19,9 +19,11 @@ with_options)*`` is described by a :class:`Plan`: which rows make each global
 batch. Every replica works out the same sequence of batches from the plan and
 reads only its own rows of each (TF's split rule), in windows of many steps, on
 its own worker, with the next window read by a background thread while the
-replica computes. The rows are fetched with the worker's own Dask client, so
-chunks held by other workers move worker to worker and chunks not yet computed
-are computed by the cluster; the notebook holds only the plan. Element-wise
+replica computes. Rows of chunks already in memory on this host are read from
+the memory of the worker holding them, only the rows this replica needs
+(``_direct.py``); otherwise they are fetched with the worker's own Dask client,
+so chunks held by other workers move worker to worker and chunks not yet
+computed are computed by the cluster. The notebook holds only the plan. Element-wise
 ``map`` functions run on the rows a replica reads, before they are batched, so
 they cost the same as in one process but run on every replica at once.
 

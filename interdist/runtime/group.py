@@ -267,7 +267,7 @@ class DaskGroup:
 
         try:
             self.client.sync(go)
-        except Exception:  # noqa: BLE001 - best effort: the workers may be gone
+        except Exception:  # noqa: BLE001, S110 - best effort: the workers may be gone
             pass
 
     async def _execute_async(self, step: int, fn: bytes, args: list[bytes], system: bool,

@@ -47,9 +47,8 @@ def available() -> bool:
 def host_id() -> str:
     """This machine's identity: host name and boot id (two containers may share a host name)."""
     boot = ""
-    with contextlib.suppress(OSError):
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
     return f"{socket.gethostname()}/{boot}"
 
 
