@@ -41,7 +41,8 @@ PEER_TIMEOUT = 60.0  # seconds, for worker-to-worker connections
 
 
 def available() -> bool:
-    return hasattr(socket, "AF_UNIX")
+    """Unix sockets, ``poll`` and ``sendmsg`` (not on Windows: there every message takes Dask comms)."""
+    return hasattr(socket, "AF_UNIX") and hasattr(select, "poll") and hasattr(socket.socket, "sendmsg")
 
 
 def host_id() -> str:
