@@ -167,7 +167,9 @@ class ReplicaRuntime(WorkerPlugin):
             result["step"] = step
             reply(result)
 
-        self.executors[group].call(replica.execute, (step, msg["fn"], msg["args"], msg["system"]), done)
+        # Out-of-band buffers: arrays unpickled over them must be writable, as any argument is.
+        buffers = [b if isinstance(b, bytearray) else bytearray(b) for b in msg.get("bufs") or ()]
+        self.executors[group].call(replica.execute, (step, msg["fn"], msg["args"], msg["system"], buffers), done)
 
     async def execute(self, group: str, step: int, fn: bytes, args: bytes, system: bool,
                       release: list[str] | None = None, timeout: float | None = None) -> dict[str, Any]:

@@ -176,8 +176,12 @@ class Replica:
         return self.collective(op, nbytes, lambda s, q, w: self.collectives.exchange(s, q, obj, w))
 
     # -- execution -----------------------------------------------------------
-    def execute(self, step: int, fn_bytes: bytes, args_bytes: bytes, system: bool) -> dict[str, Any]:
-        """Run one program for ``step``; never raises: failures become the reply."""
+    def execute(self, step: int, fn_bytes: bytes, args_bytes: bytes, system: bool,
+                buffers: list[Any] | None = None) -> dict[str, Any]:
+        """Run one program for ``step``; never raises: failures become the reply.
+
+        ``buffers``: the out-of-band buffers of ``args_bytes`` (pickle protocol 5), if any.
+        """
         with self.lock:
             self.step = step
             self.seq = 0
@@ -193,7 +197,7 @@ class Replica:
             try:
                 with resolving(self):
                     fn = cloudpickle.loads(fn_bytes)
-                    args, kwargs = cloudpickle.loads(args_bytes)
+                    args, kwargs = cloudpickle.loads(args_bytes, buffers=buffers or ())
                 fn_name = getattr(fn, "__qualname__", getattr(fn, "__name__", type(fn).__name__))
                 program = "run" if not system else fn_name
                 self.emit(events.RunStarted(self.group_id, step, self.rank, t0, fn_name, program))

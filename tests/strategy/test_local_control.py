@@ -170,27 +170,6 @@ def test_socket_directories_of_killed_workers_are_removed() -> None:
         os.rmdir(live)
 
 
-def test_very_large_arguments_take_dask_comms(mirrored2: idist.MirroredStrategy,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from interdist.runtime import group as group_mod
-
-    monkeypatch.setattr(group_mod, "LOCAL_MAX_BYTES", 1000)  # stands for 1 GiB
-    sent: list[int] = []
-    real = mirrored2._group._execute_async  # type: ignore[attr-defined]
-
-    async def spy(*a: object) -> object:
-        sent.append(1)
-        return await real(*a)
-
-    monkeypatch.setattr(mirrored2._group, "_execute_async", spy)  # type: ignore[attr-defined]
-    big = np.arange(10_000, dtype=np.float64)
-    out = mirrored2.run(lambda x: x.sum(), args=(big,))
-    assert [float(v) for v in mirrored2.experimental_local_results(out)] == [float(big.sum())] * 2
-    assert sent == [1]
-    mirrored2.run(lambda: np.float32(1.0))  # small again: the sockets
-    assert sent == [1]
-
-
 def test_large_arguments_and_results_as_blobs(mirrored2: idist.MirroredStrategy) -> None:
     """Fields over BLOB_MIN travel after the msgpack header, each read into a buffer of its own."""
     x = np.arange(300_000, dtype=np.float64)  # 2.4 MB pickled: a blob
@@ -202,3 +181,23 @@ def test_large_arguments_and_results_as_blobs(mirrored2: idist.MirroredStrategy)
         np.testing.assert_array_equal(np.asarray(r), x[::-1])
     parts = local_control.pack({"step": 1, "fn": b"f" * 10, "args": x.tobytes()})
     assert len(parts) == 2 and parts[1].nbytes == x.nbytes  # the big field is its own buffer, not copied
+
+
+def test_arguments_out_of_band_are_private_writable_copies(mirrored2: idist.MirroredStrategy) -> None:
+    """Arrays sent out of band (pickle protocol 5) arrive as writable arrays of the replica's own."""
+    x = np.arange(100_000, dtype=np.float32)  # contiguous: out of band
+    y = np.arange(200_000, dtype=np.float64)[::2]  # not contiguous: inside the pickle
+    small = np.arange(10, dtype=np.int64)  # out of band, below the blob size
+
+    def fn(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> object:
+        a += 1  # in place, on the replica's copy
+        b *= 2
+        c -= 1
+        return a.sum(dtype=np.float64), b.sum(), c.sum(), np.bool_(a.flags.writeable and c.flags.writeable)
+
+    out = mirrored2.run(fn, args=(x, y, small))
+    for a, b, c, w in zip(*(mirrored2.experimental_local_results(o) for o in out), strict=True):
+        assert float(a) == float(x.astype(np.float64).sum() + x.size)
+        assert float(b) == float(y.sum() * 2) and int(c) == int(small.sum() - small.size) and bool(w)
+    np.testing.assert_array_equal(x, np.arange(100_000, dtype=np.float32))  # the notebook's arrays unchanged
+    np.testing.assert_array_equal(small, np.arange(10))
