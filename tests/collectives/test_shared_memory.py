@@ -66,12 +66,33 @@ def _run(transports: list[SharedMemoryTransport], body: Any, timeout: float = 5.
     return out
 
 
-@pytest.fixture(params=["all-gather", "reduce-scatter"])
+@pytest.fixture(params=["all-gather", "reduce-scatter", "reduce-broadcast"])
 def algorithm(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(algorithms, "RB_MIN_ELEMENTS_ONE_HOST", 1 << 62)
     if request.param == "reduce-scatter":
         monkeypatch.setattr(algorithms, "RS_MIN_ELEMENTS", 0)
         monkeypatch.setattr(algorithms, "RS_MIN_ELEMENTS_ONE_HOST", 0)
+    if request.param == "reduce-broadcast":  # used from 3 replicas on (2 keep all-gather-reduce)
+        monkeypatch.setattr(algorithms, "RB_MIN_ELEMENTS_ONE_HOST", 0)
     return str(request.param)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_reduce_broadcast_is_chosen_from_three_replicas_on_one_host(world: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(algorithms, "RB_MIN_ELEMENTS_ONE_HOST", 1000)
+    colls: list[Any] = []
+
+    def body(r: int, c: Any) -> Any:
+        colls.append(c)
+        small = c.all_reduce(1, 1, [np.ones(999, np.float32)], ReduceOp.SUM, "t")[0]
+        a1 = c.last_timing.algorithm
+        big = c.all_reduce(1, 2, [np.full(1000, r + 1.0)], ReduceOp.SUM, "t")[0]
+        return small, a1, big, c.last_timing.algorithm
+
+    out = _run(_group(world), body)
+    for small, a1, big, a2 in out:
+        assert a1 == algorithms.AG and a2 == (algorithms.RB if world >= 3 else algorithms.AG)
+        assert small.tolist() == [float(world)] * 999 and big.tolist() == [world * (world + 1) / 2] * 1000
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])

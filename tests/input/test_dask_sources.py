@@ -330,7 +330,9 @@ def test_chunks_not_in_memory_are_read_through_dask(mirrored2: Any) -> None:
         Dataset.from_tensor_slices(np.arange(40, dtype=np.float64).reshape(20, 2) + 1).batch(4))]
     assert got == want
     delta = _direct_delta(mirrored2, before)
-    assert delta["windows"] == 0 and delta["fallbacks"] > 0
+    # The first read computes the chunks through Dask. A later window may still find chunks that read
+    # left in memory (their release is asynchronous) and read them directly: also correct.
+    assert delta["fallbacks"] > 0 and delta["rows"] < 20
 
 
 def test_holder_answers_a_missing_chunk_with_an_error_not_a_crash() -> None:
