@@ -82,12 +82,20 @@ def main() -> None:
                         s.run(lambda v: v, args=(dv,))))
                     s.run(lambda t: t, args=(total,))
 
+                # The relay through the notebook, two ways: over interdist's same-host sockets (the
+                # default), and over Dask comms only (as before them, and as between hosts).
                 t_nb = median_time(via_notebook, repeat=max(5, repeat // 4), warmup=1)
+                idist.config.settings.local_control = False
+                try:
+                    t_nb_dask = median_time(via_notebook, repeat=max(5, repeat // 4), warmup=1)
+                finally:
+                    idist.config.settings.local_control = True
                 busbw = 2 * (n - 1) / n * nbytes / t / 1e9
                 t_tf = tf_times.get(size)
                 vs_tf = f", TF {t_tf * 1e3:.3f} ms: ratio {t / t_tf:.2f}x" if t_tf is not None else ""
                 print(f"n={n} {nbytes / 1e6:8.3f} MB: all_reduce {t * 1e3:8.3f} ms, bus bw {busbw:6.3f} GB/s, "
-                      f"vs np.add {t / t_add:8.1f}x, notebook baseline / all_reduce {t_nb / t:5.2f}x{vs_tf}")
+                      f"vs np.add {t / t_add:8.1f}x, notebook baseline / all_reduce {t_nb / t:5.2f}x "
+                      f"(over Dask comms {t_nb_dask / t:5.2f}x){vs_tf}")
 
 
 if __name__ == "__main__":
