@@ -29,6 +29,9 @@ from ..errors import CollectiveTimeoutError
 from . import local_control
 
 
+_MISSING: Any = object()
+
+
 class DaskTransport(Transport):
     name = "dask"
 
@@ -44,6 +47,8 @@ class DaskTransport(Transport):
         # loop on either side (a 4 KB all_reduce on 2 replicas: 2.2 -> ~1 ms). Keyed by address.
         self._sockets = sockets and local_control.available()
         self._socks: dict[str, local_control.ControlConnection | None] = {}
+        self._connecting: set[str] = set()
+        self._closed_socks = False
         self._socks_lock = threading.Lock()
 
     def send_packet(self, dsts: list[int], step: int, seq: int, packet: Packet,
@@ -93,24 +98,52 @@ class DaskTransport(Transport):
             self._pending.extend(futures)
 
     def _socket(self, dst: int) -> local_control.ControlConnection | None:
-        """The control socket of ``dst``'s worker when it shares this host (asked once per address)."""
+        """The control socket of ``dst``'s worker when it shares this host; ``None`` until it is ready.
+
+        Connections are made on a thread of their own (``connect_peers``), never while a collective
+        waits: a peer that died before its first packet would hold the sender in a connection attempt
+        (up to 10 s, seen with a worker killed mid-step) instead of letting the abort reach it.
+        """
         if not self._sockets:
             return None
         addr = self._peers[dst]
-        try:
-            conn = self._socks[addr]
-        except KeyError:
-            with self._socks_lock:
-                if addr not in self._socks:
-                    self._socks[addr] = self._connect(addr)
-                conn = self._socks[addr]
+        conn = self._socks.get(addr, _MISSING)
+        if conn is _MISSING:
+            self.connect_peers([addr])
+            return None
         return conn if conn is not None and not conn.broken else None
+
+    def connect_peers(self, addrs: list[str] | None = None) -> None:
+        """Connect to these peers' control sockets (all others by default) in the background."""
+        if not self._sockets:
+            return
+        with self._socks_lock:
+            todo = [a for a in (addrs if addrs is not None else
+                                [p for r, p in enumerate(self._peers) if r != self.rank])
+                    if a not in self._socks and a not in self._connecting]
+            self._connecting.update(todo)
+        if not todo:
+            return
+
+        def run() -> None:
+            for addr in todo:
+                conn = self._connect(addr)
+                with self._socks_lock:
+                    self._connecting.discard(addr)
+                    if self._closed_socks:
+                        if conn is not None:
+                            conn.close()
+                        continue
+                    self._socks[addr] = conn
+
+        threading.Thread(target=run, name="interdist-peer-connect", daemon=True).start()
 
     def _connect(self, addr: str) -> local_control.ControlConnection | None:
         return local_control.connect_from_worker(self._worker, addr)
 
     def close(self) -> None:
         with self._socks_lock:
+            self._closed_socks = True
             conns, self._socks = list(self._socks.values()), {}
         for c in conns:
             if c is not None:

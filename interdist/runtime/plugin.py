@@ -106,6 +106,9 @@ class ReplicaRuntime(WorkerPlugin):
         transport = make_transport(self.worker, group, rank, list(peers), self._mailbox(group),
                                    sockets=bool(spec_d.get("local_control", True)))
         self.replicas[group] = Replica(group, rank, spec_d, transport, self._emit, transport.abort_peers)
+        inner = getattr(transport, "inner", transport)
+        if hasattr(inner, "connect_peers"):
+            inner.connect_peers()  # in the background: the peers' control sockets, before the first packet
         self.replicas[group].worker = self.worker  # replica programs that read Dask collections use its client
         if group not in self.executors:
             self.executors[group] = ReplicaThread(f"interdist-replica-{rank}")
