@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 import numpy as np
+from dask.core import flatten
 
 from interdist.runtime import local_control
 
@@ -29,18 +30,6 @@ stats = {"rows": 0, "windows": 0, "fallbacks": 0}
 _local = threading.local()  # each reading thread keeps its own connections (request, then reply)
 _rid = itertools.count(1)
 SLOW_READ_S = 5.0  # a direct read slower than this is logged with where its time went
-
-
-def _flat_keys(keys: Any) -> list[Any]:
-    out: list[Any] = []
-    stack = [keys]
-    while stack:
-        k = stack.pop()
-        if isinstance(k, list):
-            stack.extend(reversed(k))
-        else:
-            out.append(k)
-    return out
 
 
 def _conn(worker: Any, addr: str) -> local_control.ControlConnection | None:
@@ -85,7 +74,7 @@ def read_rows(worker: Any, leaves: list[Any], rows: np.ndarray, client: Any) -> 
 def _read_leaf(worker: Any, leaf: Any, rows: np.ndarray, client: Any) -> np.ndarray | None:
     if any(len(c) != 1 for c in leaf.chunks[1:]) or np.dtype(leaf.dtype).hasobject:
         return None
-    keys = _flat_keys(leaf.__dask_keys__())
+    keys = list(flatten(leaf.__dask_keys__()))  # one per row chunk (checked: one column chunk)
     starts = np.concatenate([[0], np.cumsum(leaf.chunks[0])]).astype(np.int64)
     bounds = np.searchsorted(rows, starts)  # rows[bounds[j]:bounds[j+1]] fall in chunk j
     wanted = [j for j in range(len(keys)) if bounds[j + 1] > bounds[j]]

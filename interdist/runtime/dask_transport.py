@@ -71,17 +71,20 @@ class DaskTransport(Transport):
                 raise
 
         far = []
+        parts: list[Any] | None = None  # the message for the sockets, packed once for every peer
         for d in dsts:
             conn = self._socket(d)
             if conn is None:
                 far.append(d)
                 continue
+            if parts is None:
+                raw = {"h": packet.header, "s": packet.shm,
+                       "b": [memoryview(np.frombuffer(b, np.uint8)) for b in packet.buffers]}
+                parts = local_control.pack({"op": "coll", "group": self._group_id, "step": step, "seq": seq,
+                                            "src": self.rank, "payload": raw})
             try:
                 # Written before this returns: the packet holds nothing of the caller's afterwards.
-                raw = {"h": packet.header, "s": packet.shm,
-                       "b": [memoryview(np.ascontiguousarray(np.frombuffer(b, np.uint8))) for b in packet.buffers]}
-                conn.post(local_control.pack({"op": "coll", "group": self._group_id, "step": step, "seq": seq,
-                                              "src": self.rank, "payload": raw}))
+                conn.post(parts)
             except OSError as exc:
                 self.mailbox.abort(step, f"could not deliver to replica {d} ({self._peers[d]}): {exc!r}")
                 if on_error is not None:
@@ -127,7 +130,7 @@ class DaskTransport(Transport):
 
         def run() -> None:
             for addr in todo:
-                conn = self._connect(addr)
+                conn = local_control.connect_from_worker(self._worker, addr)
                 with self._socks_lock:
                     self._connecting.discard(addr)
                     if self._closed_socks:
@@ -137,9 +140,6 @@ class DaskTransport(Transport):
                     self._socks[addr] = conn
 
         threading.Thread(target=run, name="interdist-peer-connect", daemon=True).start()
-
-    def _connect(self, addr: str) -> local_control.ControlConnection | None:
-        return local_control.connect_from_worker(self._worker, addr)
 
     def close(self) -> None:
         with self._socks_lock:
