@@ -108,9 +108,36 @@ EVENT_TYPES: dict[str, type[Event]] = {
 def from_msg(msg: dict[str, Any]) -> Event:
     """Rebuild an event from the dict that crossed the wire."""
     cls = EVENT_TYPES[msg["kind"]]
-    fields = _field_names(cls)
-    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in msg.items() if k in fields}
-    return cls(**kwargs)
+    # Positionally, in field order (msgpack turns tuples into lists: back to tuples). ~3x cheaper than
+    # filtering the dict into keyword arguments, which cost 14 us an event, two events a fused step.
+    values: list[Any] = [tuple(v) if type(v) is list else v for v in map(msg.__getitem__, _field_names(cls))]
+    return cls(*values)
+
+
+RUN_STEPS = "run-steps"
+"""The wire form of consecutive steps of a fused loop that emitted nothing else: one record for
+them all (``times`` holds each step's start and end), expanded to ``RunStarted``/``RunFinished``
+pairs where it is read. Per step, two dicts cost ~4 us to build and pack on the worker and
+~10 us to unpack and rebuild in the notebook, more than a small batch's step itself."""
+
+
+def steps_msg(group: str, first_step: int, replica: int, fn: str, times: list[float]) -> dict[str, Any]:
+    """The record of steps ``first_step``, ``first_step + 1``, ... whose (start, end) are in ``times``."""
+    return {"kind": RUN_STEPS, "group": group, "step": first_step, "replica": replica, "time": times[0],
+            "fn": fn, "program": "run", "times": times}
+
+
+def expand(msg: dict[str, Any]) -> list[Event]:
+    """The events of one wire message: one event, or a ``run-steps`` record's pairs."""
+    if msg["kind"] != RUN_STEPS:
+        return [from_msg(msg)]
+    group, first, replica, fn, times = msg["group"], msg["step"], msg["replica"], msg["fn"], msg["times"]
+    out: list[Event] = []
+    for k in range(len(times) // 2):
+        t0, t1 = times[2 * k], times[2 * k + 1]
+        out.append(RunStarted(group, first + k, replica, t0, fn, "run"))
+        out.append(RunFinished(group, first + k, replica, t1, fn, "run", t1 - t0, True))
+    return out
 
 
 @functools.cache

@@ -43,6 +43,8 @@ class Mailbox:
 
     def begin_step(self, step: int) -> None:
         """Forget what belongs to steps before ``step`` (later steps may already have messages)."""
+        if not self._messages and not self._aborted:
+            return  # the common case between steps without collectives (a fused loop's): no lock
         with self._cond:
             dropped = [self._messages.pop(k) for k in [k for k in self._messages if k[0] < step]]
             for s in [s for s in self._aborted if s < step]:

@@ -48,7 +48,8 @@ class EventsPlugin(SchedulerPlugin):
         worker = msg.get("worker")
         for m in msg.get("batch", ()):
             try:
-                self.hub.feed(events.from_msg(m), worker)
+                for event in events.expand(m):
+                    self.hub.feed(event, worker)
             except Exception:
                 logger.debug("interdist dashboard: skipped event %r", m, exc_info=True)
 

@@ -11,14 +11,27 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import cloudpickle
+
 from .. import _context, events
 from .replica import Replica
 
 _END = object()
 
 
+class PickledFunction:
+    """A replica function already pickled by the notebook (``fn_pickle.cached_dumps``)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
 def fused_steps(replica: Replica, fn: Callable[..., Any], source: tuple[str, Any], steps: int) -> Any:
     """Run ``fn(batch)`` for up to ``steps`` batches; the last step's result and how many ran."""
+    if isinstance(fn, PickledFunction):
+        fn = cloudpickle.loads(fn.data)
     kind, payload = source
     if kind == "remote":
         # Pull this call's batches first, then agree once on how many steps every replica can
@@ -29,25 +42,63 @@ def fused_steps(replica: Replica, fn: Callable[..., Any], source: tuple[str, Any
             if batch is _END:
                 break
             buffer.append(batch)
-        common = min(replica.exchange("fused_count", len(buffer)))
+        # Never more than this call's steps: batches a replica holds beyond them stay for the next call.
+        common = min(steps, *replica.exchange("fused_count", len(buffer)))
         kind, payload = "shipped", [buffer.pop(0) for _ in range(common)]
     first = replica.step
     out: Any = None
     done = 0
     name = getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
-    for k in range(steps):
-        if k >= len(payload):
-            break
-        batch = payload[k]
-        step = first + k
-        if k:
-            replica.step, replica.seq = step, 0
-            replica.transport.mailbox.begin_step(step)
-        t0 = time.time()
-        replica.emit(events.RunStarted(replica.group_id, step, replica.rank, t0, name, "run"))
-        with _context.enter(replica.view, replica.context):
-            out = fn(batch)
-        replica.emit(events.RunFinished(replica.group_id, step, replica.rank, time.time(), name, "run",
-                                        time.time() - t0, True))
-        done += 1
+    group, rank = replica.group_id, replica.rank
+    # Steps that emit no event of their own are recorded together, as one ``run-steps`` record
+    # (events.RUN_STEPS); a step that does emit (a collective, a variable) gets its own
+    # RunStarted/RunFinished around its events, in order, through ``replica.before_emit``.
+    pending: list[float] = []  # (start, end) of the steps since ``pending_first``
+    pending_first = first
+    step, t0, alone = first, 0.0, False
+
+    def flush() -> None:
+        nonlocal pending
+        if pending:
+            replica.emit_msg(events.steps_msg(group, pending_first, rank, name, pending))
+            pending = []
+
+    def before_event() -> None:  # this step is about to emit: what came before it goes first
+        nonlocal alone
+        alone = True
+        flush()
+        replica.emit_msg({"group": group, "step": step, "replica": rank, "time": t0, "fn": name,
+                          "program": "run", "kind": events.RunStarted.kind})
+
+    try:
+        with _context.enter(replica.view, replica.context):  # once for the call: the same for every step
+            for k in range(min(steps, len(payload))):
+                batch = payload[k]
+                step = first + k
+                if k:
+                    replica.step, replica.seq = step, 0
+                    replica.transport.mailbox.begin_step(step)
+                alone = False
+                replica.before_emit = before_event
+                t0 = time.time()
+                out = fn(batch)
+                t1 = time.time()
+                if alone:
+                    replica.emit_msg({"group": group, "step": step, "replica": rank, "time": t1, "fn": name,
+                                      "program": "run", "duration_s": t1 - t0, "ok": True,
+                                      "kind": events.RunFinished.kind})
+                    pending_first = step + 1
+                else:
+                    replica.before_emit = None
+                    if not pending:
+                        pending_first = step
+                    pending += (t0, t1)
+                done += 1
+    except BaseException:
+        if not alone:
+            before_event()  # the failing step's RunStarted (its failure event follows, from Replica.execute)
+        raise
+    finally:
+        replica.before_emit = None
+        flush()
     return out, done

@@ -19,6 +19,7 @@ import cloudpickle
 from ..config import settings
 from ..errors import CollectiveAbortedError, ReplicaError, WorkerLostError
 from . import local_control
+from .fn_pickle import dumps_fn
 from .plugin import PLUGIN_NAME, ReplicaRuntime
 
 _registered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
@@ -157,7 +158,7 @@ class DaskGroup:
         with self._lock:
             step = self.step + 1
             self.step += steps  # a fused program numbers its inner steps step .. step + steps - 1
-            fn_bytes = cloudpickle.dumps(fn)
+            fn_bytes = dumps_fn(fn)
             conns = self._control_connections()
             # Over the sockets, arrays travel out of band (pickle protocol 5): their memory is written
             # to the socket as it is and read into a buffer the worker's array then uses, one copy

@@ -128,6 +128,7 @@ class Replica:
         self.transport = transport
         self._sink = emit
         self.step_events: list[dict[str, Any]] = []
+        self.before_emit: Callable[[], None] | None = None  # called once before the next event (fused.py)
         self._abort_peers = abort_peers
         self.store: dict[str, Any] = {}
         self.variables: dict[int, Any] = {}
@@ -148,7 +149,14 @@ class Replica:
 
     def emit(self, event: events.Event) -> None:
         """Record an event: it travels back with this step's reply, and to the sink (Dask's event log)."""
-        msg = event.to_msg()
+        self.emit_msg(event.to_msg())
+
+    def emit_msg(self, msg: dict[str, Any]) -> None:
+        """``emit`` of an event already in its wire form (``Event.to_msg()``)."""
+        hook = self.before_emit
+        if hook is not None:  # a fused loop's steps so far go first, to keep the events in order
+            self.before_emit = None
+            hook()
         self.step_events.append(msg)
         self._sink(msg)
 
@@ -218,7 +226,7 @@ class Replica:
                 tb = traceback.format_exc()
                 if not secondary:
                     self._abort_peers(self.step, f"replica {self.rank} raised {type(exc).__name__}: {exc}")
-                self.emit(events.ReplicaFailed(self.group_id, step, self.rank, time.time(),
+                self.emit(events.ReplicaFailed(self.group_id, self.step, self.rank, time.time(),
                                                f"{type(exc).__name__}: {exc}", tb))
                 reply = {"ok": False, "secondary": secondary, "error": _dump_exception(exc), "traceback": tb,
                          "type": type(exc).__name__, "message": str(exc)}

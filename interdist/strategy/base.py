@@ -55,8 +55,19 @@ class EventLog:
         self.listeners: list[Callable[[events.Event], None]] = []
 
     def add_msgs(self, msgs: Any) -> None:
-        for m in msgs:
-            self.add(events.from_msg(m))
+        batch = [e for m in msgs for e in events.expand(m)]
+        if not batch:
+            return
+        # One lock and one wake-up per reply, not per event: a fused call brings two events per step.
+        with self._cond:
+            self.events.extend(batch)
+            self._cond.notify_all()
+        for listener in list(self.listeners):
+            for event in batch:
+                try:
+                    listener(event)
+                except Exception:  # noqa: BLE001, S112 - a broken view must not break the strategy
+                    continue
 
     def add(self, event: events.Event) -> None:
         with self._cond:
@@ -350,14 +361,21 @@ class Strategy:
         ...     [v.tolist() for v in map(np.asarray, s.experimental_local_results(last))]
         [[40], [50]]
         """
-        from ..runtime.fused import fused_steps
+        from ..runtime.fused import PickledFunction, fused_steps
 
         self._check_usable()
         if not isinstance(steps, int) or steps < 1:
             raise ValueError(f"run_steps requires steps >= 1, but got {steps!r}")
+        from ..runtime.fn_pickle import cached_dumps
+
+        # ``fn`` travels inside the program's arguments; a function whose pickle can be reused goes
+        # as those bytes (pickling it anew cost ~1 ms a call: runtime/fn_pickle.py).
+        packed = cached_dumps(fn)
+        fn_arg: Any = fn if packed is None else PickledFunction(packed)
         remote_key = getattr(iterator, "_key", None)
         if remote_key is not None and getattr(iterator, "_strategy", None) is self:
-            per_rank = [(fn, ("remote", remote_key), steps)] * self.num_replicas_in_sync
+            # One argument object for every rank: the group pickles it (and ``fn``) once, not per rank.
+            per_rank = [(fn_arg, ("remote", remote_key), steps)] * self.num_replicas_in_sync
         else:
             batches = []
             for _ in range(steps):
@@ -367,10 +385,11 @@ class Strategy:
                     break
             if not batches:
                 raise StopIteration("run_steps: the iterator has no batch left")
-            per_rank = [(fn, ("shipped", [self._select(r, b) for b in batches]), steps)
+            per_rank = [(fn_arg, ("shipped", [self._select(r, b) for b in batches]), steps)
                         for r in range(self.num_replicas_in_sync)]
         with self._enter_or_check():
-            results = self._group.execute(fused_steps, [(a, {}) for a in per_rank], system=True,
+            shared = {id(a): (a, {}) for a in per_rank}
+            results = self._group.execute(fused_steps, [shared[id(a)] for a in per_rank], system=True,
                                           what=f"run_steps of {_fn_name(fn)}", steps=steps)
         done = results[0][1].value
         if done == 0:

@@ -70,3 +70,63 @@ def test_failure_inside_fused_names_the_step(mirrored2: idist.MirroredStrategy) 
     assert "replica 1" in "\n".join(info.value.__notes__)
     out = s.run(lambda: np.float32(1.0))  # still usable
     assert [float(v) for v in s.experimental_local_results(out)] == [1.0, 1.0]
+
+
+def _own_events(s: idist.MirroredStrategy, first: int, replica: int) -> list[tuple[str, int]]:
+    """Replica ``replica``'s events from step ``first`` on, less the fused program's own (its start,
+    end and the exchange of batch counts)."""
+    return [(e.kind, e.step) for e in s.events.events
+            if e.group == s._group_id and e.replica == replica and e.step >= first
+            and not (e.kind.startswith("collective") and e.op == "fused_count")
+            and not (e.kind.startswith("run-") and e.program != "run")]
+
+
+def test_events_of_fused_steps_keep_their_order(mirrored2: idist.MirroredStrategy) -> None:
+    """Steps that emit nothing travel as one record; expanded, the notebook sees exactly a step-by-step log."""
+    s = mirrored2
+    first = s._group.step + 1
+    it = iter(s.experimental_distribute_dataset(idist.data.Dataset.range(10).batch(2)))
+
+    def fn(b: np.ndarray) -> object:
+        if int(b[0]) in (2, 3):  # only the second step makes a collective
+            return idist.get_replica_context().all_reduce("sum", b)
+        return b
+
+    s.run_steps(fn, it, steps=4)
+    for r in (0, 1):
+        got = [(k, st - first) for k, st in _own_events(s, first, r)]
+        assert got[:2] == [("run-started", 0), ("run-finished", 0)]
+        assert got[2:6] == [("run-started", 1), ("collective-entered", 1), ("collective-exited", 1),
+                            ("run-finished", 1)]
+        assert got[6:10] == [("run-started", 2), ("run-finished", 2), ("run-started", 3), ("run-finished", 3)]
+        finished = [e for e in s.events.events if isinstance(e, events.RunFinished) and e.group == s._group_id
+                    and e.replica == r and first <= e.step < first + 4 and e.program == "run"]
+        assert [e.fn for e in finished] == ["test_events_of_fused_steps_keep_their_order.<locals>.fn"] * 4
+        assert all(e.ok and e.duration_s >= 0 for e in finished)
+
+
+def test_a_failing_fused_step_keeps_the_steps_before_it(mirrored2: idist.MirroredStrategy) -> None:
+    s = mirrored2
+    first = s._group.step + 1
+    it = iter(s.experimental_distribute_dataset(idist.data.Dataset.range(8).batch(2)))
+
+    def fn(b: np.ndarray) -> object:
+        if int(b[0]) == 4:  # replica 0 of the third step
+            raise ValueError("bad")
+        return b
+
+    with pytest.raises(ValueError, match="bad"):
+        s.run_steps(fn, it, steps=4)
+    kinds = [(k, st - first) for k, st in _own_events(s, first, 0) if st < first + 4]
+    assert kinds[:5] == [("run-started", 0), ("run-finished", 0), ("run-started", 1), ("run-finished", 1),
+                         ("run-started", 2)]
+    assert ("replica-failed", 2) in kinds[5:]
+
+
+def test_a_run_steps_record_expands_to_step_events() -> None:
+    msg = events.steps_msg("g", 7, 1, "fn", [1.0, 1.5, 2.0, 2.25])
+    assert events.expand(msg) == [
+        events.RunStarted("g", 7, 1, 1.0, "fn", "run"), events.RunFinished("g", 7, 1, 1.5, "fn", "run", 0.5, True),
+        events.RunStarted("g", 8, 1, 2.0, "fn", "run"), events.RunFinished("g", 8, 1, 2.25, "fn", "run", 0.25, True)]
+    one = events.RunStarted("g", 1, 0, 0.5, "f", "run")
+    assert events.expand(one.to_msg()) == [one]

@@ -1,0 +1,120 @@
+"""The pickled form of a replica function, made once while nothing it captures can have changed.
+
+cloudpickle pickles a notebook function by value: its code, defaults, closure and the globals it
+names. For every global that is a package it also scans ``sys.modules`` for imported submodules,
+~1 ms a package with the modules a notebook holds (Dask, Bokeh, NumPy), on every ``run``: more
+than the whole round trip to the replicas.
+
+The bytes are reused only for a function whose captured values are all immutable in a way an
+identity check can see: modules, numbers, strings, ``None``, classes and functions pickled by
+reference, tuples of these, and functions pickled by value that satisfy the same rule. The
+fingerprint is the identity of each of them (so rebinding a global, a default or a closure cell
+makes a new pickle; the cache entry holds them, so no identity can be reused by a new object while
+it lives) plus the number of imported modules (a new import may add a submodule the function
+uses). Anything else (a list, an array, a model, a variable handle) is pickled anew on every call,
+as before.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+from collections import OrderedDict
+from typing import Any
+
+import cloudpickle
+from cloudpickle import cloudpickle as _cp
+
+_SCALARS = (int, float, complex, str, bytes, bool, type(None), type(Ellipsis))
+_MAX_DEPTH = 4
+# The function's code -> (fingerprint, the objects it names (kept alive), bytes). Keyed by code, not
+# by function: ``run_steps(lambda b: ..., it, steps=64)`` in a loop makes a new function each call,
+# with the same code and captures, hence the same pickle. The most recent _MAX_ENTRIES are kept.
+_MAX_ENTRIES = 128
+_cache: OrderedDict[Any, tuple[Any, list[Any], bytes]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def dumps_fn(fn: Any) -> bytes:
+    """``cloudpickle.dumps(fn)``, reused while ``fn`` and what it captures are unchanged."""
+    data = cached_dumps(fn)
+    return cloudpickle.dumps(fn) if data is None else data
+
+
+def cached_dumps(fn: Any) -> bytes | None:
+    """``cloudpickle.dumps(fn)`` for a function whose pickle can be reused (see above), else None.
+    Such bytes hold no handle to replica values: they unpickle the same anywhere."""
+    if not isinstance(fn, types.FunctionType):
+        return None  # classes, builtins, callables: pickled by reference or by their own state
+    refs: list[Any] = []
+    fingerprint = _fingerprint(fn, 0, refs)
+    if fingerprint is None:
+        return None
+    key = (len(sys.modules), fingerprint)
+    code = fn.__code__
+    with _lock:
+        hit = _cache.get(code)
+        if hit is not None and hit[0] == key:
+            _cache.move_to_end(code)
+            reused: bytes = hit[2]
+            return reused
+    data: bytes = cloudpickle.dumps(fn)
+    with _lock:
+        _cache[code] = (key, refs, data)
+        _cache.move_to_end(code)
+        while len(_cache) > _MAX_ENTRIES:
+            _cache.popitem(last=False)
+    return data
+
+
+def _fingerprint(obj: Any, depth: int, refs: list[Any]) -> tuple[Any, ...] | None:
+    """Identities of what pickling ``obj`` captures (each appended to ``refs``); None when something
+    captured could change unseen."""
+    refs.append(obj)
+    if isinstance(obj, (*_SCALARS, types.ModuleType)):
+        return (id(obj),)
+    if isinstance(obj, tuple):
+        items = [_fingerprint(x, depth, refs) for x in obj]
+        return None if any(p is None for p in items) else (id(obj), *items)
+    if isinstance(obj, (type, types.BuiltinFunctionType)) or (
+            isinstance(obj, types.FunctionType) and _cp._should_pickle_by_reference(obj)):
+        return (id(obj),) if _cp._should_pickle_by_reference(obj) else None
+    if not isinstance(obj, types.FunctionType) or depth >= _MAX_DEPTH:
+        return None
+    if obj.__dict__ or obj.__kwdefaults__ or not isinstance(obj.__code__, types.CodeType):
+        return None
+    code = obj.__code__
+    # (Annotations are pickled too but left out: they are a new dict per function and change nothing
+    # the replica runs.)
+    named = (code, obj.__name__, obj.__qualname__, obj.__doc__, obj.__module__)
+    refs.extend(named)
+    parts: list[Any] = [*map(id, named)]
+    for value in (obj.__defaults__ or ()):
+        p = _fingerprint(value, depth + 1, refs)
+        if p is None:
+            return None
+        parts.append(p)
+    for cell in (obj.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell (a name bound later in the enclosing function)
+            return None
+        p = _fingerprint(value, depth + 1, refs)
+        if p is None:
+            return None
+        parts.append(p)
+    g = obj.__globals__
+    for name in sorted(_cp._extract_code_globals(code)):
+        if name not in g:
+            parts.append((name, None))  # a builtin, or not yet defined: cloudpickle captures nothing
+            continue
+        value = g[name]
+        if value is obj:
+            parts.append((name, "self"))  # recursion
+            continue
+        p = _fingerprint(value, depth + 1, refs)
+        if p is None:
+            return None
+        parts.append((name, p))
+    return tuple(parts)

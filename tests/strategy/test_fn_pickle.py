@@ -1,0 +1,109 @@
+"""Reused pickles of replica functions (runtime/fn_pickle.py): reused only while nothing they capture changed.
+
+The functions are made as a notebook makes them: in ``__main__``, so that cloudpickle pickles
+them by value with the globals they name (functions of importable modules go by reference).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pytest
+
+import interdist as idist
+from interdist.runtime import fn_pickle
+
+NOTEBOOK_CELL = '''
+SCALE = 2.0
+TABLE = [1.0]
+
+def scaled(b):
+    return b * SCALE
+
+def helper(b):
+    return np.float32(math.floor(b))
+
+def uses_helper(b):
+    return helper(b) + 1
+
+def uses_list(b):
+    return b * TABLE[0]
+
+def with_default(b, k=2.0):
+    return b * k
+
+def make(k):
+    return lambda b: b * k
+'''
+
+
+@pytest.fixture()
+def nb() -> dict[str, Any]:
+    """A notebook's namespace after running ``NOTEBOOK_CELL``."""
+    ns: dict[str, Any] = {"__name__": "__main__", "np": np, "math": math}
+    exec(compile(NOTEBOOK_CELL, "<notebook cell>", "exec"), ns)  # noqa: S102 - test code, made here
+    return ns
+
+
+def test_a_function_of_modules_and_constants_is_pickled_once(nb: dict[str, Any]) -> None:
+    first = fn_pickle.cached_dumps(nb["uses_helper"])
+    assert first is not None
+    assert fn_pickle.cached_dumps(nb["uses_helper"]) is first  # the same bytes object: not pickled again
+    assert cloudpickle.loads(first)(2.5) == np.float32(3.0)
+
+
+def test_new_lambdas_with_the_same_code_share_a_pickle(nb: dict[str, Any]) -> None:
+    made = [nb["make"](3.0) for _ in range(2)]
+    assert made[0] is not made[1]
+    assert fn_pickle.cached_dumps(made[1]) is fn_pickle.cached_dumps(made[0])
+
+
+def test_rebinding_a_global_makes_a_new_pickle(nb: dict[str, Any]) -> None:
+    before = fn_pickle.cached_dumps(nb["scaled"])
+    nb["SCALE"] = 3.0
+    after = fn_pickle.cached_dumps(nb["scaled"])
+    assert after is not before
+    assert cloudpickle.loads(after)(2.0) == 6.0
+    nb["SCALE"] = 2.0
+    assert cloudpickle.loads(fn_pickle.cached_dumps(nb["scaled"]))(2.0) == 4.0
+
+
+def test_closures_and_defaults_are_part_of_the_key(nb: dict[str, Any]) -> None:
+    assert cloudpickle.loads(fn_pickle.cached_dumps(nb["make"](2.0)))(1.0) == 2.0
+    assert cloudpickle.loads(fn_pickle.cached_dumps(nb["make"](5.0)))(1.0) == 5.0
+    f = nb["with_default"]
+    assert cloudpickle.loads(fn_pickle.cached_dumps(f))(1.0) == 2.0
+    f.__defaults__ = (7.0,)
+    assert cloudpickle.loads(fn_pickle.cached_dumps(f))(1.0) == 7.0
+
+
+def test_mutable_captures_are_never_reused(nb: dict[str, Any]) -> None:
+    assert fn_pickle.cached_dumps(nb["uses_list"]) is None
+    box = np.ones(3)
+    assert fn_pickle.cached_dumps(lambda b: b + box) is None
+    assert fn_pickle.cached_dumps(np.sum) is None  # not a Python function: cloudpickle's own way
+    assert cloudpickle.loads(fn_pickle.dumps_fn(nb["uses_list"]))(2.0) == 2.0
+
+
+def test_replicas_see_a_rebound_global_and_a_mutated_list(mirrored2: idist.MirroredStrategy,
+                                                         nb: dict[str, Any]) -> None:
+    s = mirrored2
+
+    def values(out: Any) -> list[float]:
+        return [float(np.asarray(v).ravel()[0]) for v in s.experimental_local_results(out)]
+
+    one = np.float32(1.0)
+    assert values(s.run(nb["scaled"], args=(one,))) == [2.0, 2.0]
+    nb["SCALE"] = 10.0
+    assert values(s.run(nb["scaled"], args=(one,))) == [10.0, 10.0]
+    nb["TABLE"][0] = 4.0
+    assert values(s.run(nb["uses_list"], args=(one,))) == [4.0, 4.0]
+    nb["TABLE"][0] = 5.0
+    assert values(s.run(nb["uses_list"], args=(one,))) == [5.0, 5.0]
+    it = iter(s.experimental_distribute_dataset(idist.data.Dataset.range(6).batch(2)))
+    assert values(s.run_steps(nb["scaled"], it, steps=1)) == [0.0, 10.0]
+    nb["SCALE"] = 100.0
+    assert values(s.run_steps(nb["scaled"], it, steps=2)) == [400.0, 500.0]  # fused: the reused pickle, renewed
