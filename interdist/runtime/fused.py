@@ -87,7 +87,6 @@ def fused_steps(replica: Replica, fn: Callable[..., Any], source: tuple[str, Any
                     replica.emit_msg({"group": group, "step": step, "replica": rank, "time": t1, "fn": name,
                                       "program": "run", "duration_s": t1 - t0, "ok": True,
                                       "kind": events.RunFinished.kind})
-                    pending_first = step + 1
                 else:
                     replica.before_emit = None
                     if not pending:
