@@ -12,6 +12,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import msgpack
+
 TOPIC = "interdist"
 
 
@@ -138,6 +140,24 @@ def expand(msg: dict[str, Any]) -> list[Event]:
         out.append(RunStarted(group, first + k, replica, t0, fn, "run"))
         out.append(RunFinished(group, first + k, replica, t1, fn, "run", t1 - t0, True))
     return out
+
+
+def pack_batch(msgs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A worker's batch of event messages as it goes to the scheduler's event log: packed once
+    into msgpack bytes. Dask checks and sizes every element of a structure it is given to log;
+    on a batch of dicts that cost the worker's event loop ~15% of a fused loop's time (measured)."""
+    return {"packed": msgpack.packb(msgs, use_bin_type=True), "count": len(msgs)}
+
+
+def unpack_batch(logged: Any) -> list[dict[str, Any]]:
+    """The event messages of one entry of the scheduler's ``interdist`` topic (see ``pack_batch``)."""
+    if not isinstance(logged, dict):
+        return []
+    packed = logged.get("packed")
+    if isinstance(packed, bytes):
+        msgs = msgpack.unpackb(packed, raw=False, use_list=True)
+        return msgs if isinstance(msgs, list) else []
+    return list(logged.get("batch", ()))  # a batch logged as plain structures
 
 
 @functools.cache

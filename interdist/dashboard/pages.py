@@ -46,7 +46,7 @@ class EventsPlugin(SchedulerPlugin):
         if topic != events.TOPIC or not isinstance(msg, dict):
             return
         worker = msg.get("worker")
-        for m in msg.get("batch", ()):
+        for m in events.unpack_batch(msg):
             try:
                 for event in events.expand(m):
                     self.hub.feed(event, worker)

@@ -90,7 +90,7 @@ class ReplicaRuntime(WorkerPlugin):
             return
         batch, self._outbox = self._outbox, []
         try:
-            self.worker.log_event(events.TOPIC, {"batch": batch})
+            self.worker.log_event(events.TOPIC, events.pack_batch(batch))
         except Exception:  # noqa: BLE001 - instrumentation must never break a step
             logger.exception("interdist: could not log %d events", len(batch))
 

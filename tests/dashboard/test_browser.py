@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from interdist import events
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"  # screenshots
 
 pytestmark = [
@@ -33,7 +35,7 @@ def trained() -> Iterator[Any]:
     sched = s._lease.cluster.scheduler
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        msgs = [m for _, b in sched.get_events("interdist") for m in b.get("batch", ())
+        msgs = [m for _, b in sched.get_events("interdist") for m in events.unpack_batch(b)
                 if m.get("group") == s._group_id]
         if sum(m["kind"] == "run-finished" and m["fn"] == "step" for m in msgs) >= 8:
             break

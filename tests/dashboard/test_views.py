@@ -177,13 +177,16 @@ def test_pages_are_registered_and_read_the_scheduler_topic() -> None:
     half = len(stream) // 2
     worker_of = {0: "tcp://127.0.0.1:4001", 1: "tcp://127.0.0.1:4002"}
 
-    def batches(evs: list[ev.Event]) -> list[dict[str, Any]]:
-        return [{"batch": [e.to_msg() for e in evs if e.replica == r], "worker": worker_of[r]} for r in (0, 1)]
+    def batches(evs: list[ev.Event], packed: bool) -> list[dict[str, Any]]:
+        # As workers log them (packed msgpack bytes), and as plain structures.
+        msgs = [[e.to_msg() for e in evs if e.replica == r] for r in (0, 1)]
+        return [{**(ev.pack_batch(msgs[r]) if packed else {"batch": msgs[r]}), "worker": worker_of[r]}
+                for r in (0, 1)]
 
-    sched = FakeScheduler([(0.0, b) for b in batches(stream[:half])])
+    sched = FakeScheduler([(0.0, b) for b in batches(stream[:half], packed=False)])
     plugin = ensure_plugin(sched)  # catches up on what was logged before it existed
     assert ensure_plugin(sched) is plugin
-    for b in batches(stream[half:]):
+    for b in batches(stream[half:], packed=True):
         plugin.log_event("interdist", b)
     plugin.log_event("other-topic", {"batch": [{"kind": "nonsense"}]})
     m = plugin.model()

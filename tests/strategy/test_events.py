@@ -38,3 +38,25 @@ def test_events_of_one_all_reduce_step(mirrored2: idist.MirroredStrategy) -> Non
 def test_event_roundtrip() -> None:
     e = events.CollectiveExited("g", 3, 1, 12.5, "all_reduce", 1, 64, "all-gather-reduce", "dask", 0.1, 0.2)
     assert events.from_msg(e.to_msg()) == e
+
+
+def test_the_event_log_keeps_arrival_order_whether_or_not_it_expanded_yet() -> None:
+    from interdist.strategy.base import EventLog
+
+    log = EventLog(maxlen=5)
+    a = events.RunStarted("g", 1, 0, 1.0, "f", "run")
+    record = events.steps_msg("g", 2, 0, "f", [2.0, 2.5])
+    log.add_msgs([a.to_msg(), record])
+    log.add(events.RunStarted("g", 9, 1, 9.0, "f", "run"))  # after the messages, so after their events
+    assert [(e.kind, e.step) for e in log.events] == [
+        ("run-started", 1), ("run-started", 2), ("run-finished", 2), ("run-started", 9)]
+    seen: list[events.Event] = []
+    log.listeners.append(seen.append)
+    log.add_msgs([events.steps_msg("g", 3, 0, "f", [3.0, 3.5])])
+    assert [(e.kind, e.step) for e in seen] == [("run-started", 3), ("run-finished", 3)]  # at once, expanded
+    assert [e.step for e in log.events] == [2, 2, 9, 3, 3]  # maxlen 5: the oldest went
+    log.listeners.clear()
+    log.add_msgs([events.steps_msg("g", 10 + k, 0, "f", [1.0, 1.0]) for k in range(8)])  # more than maxlen, raw
+    last = [("run-finished", 15), ("run-started", 16), ("run-finished", 16), ("run-started", 17), ("run-finished", 17)]
+    assert [(e.kind, e.step) for e in log.wait_for(lambda evs: evs[-1].step == 17, timeout=1)] == last
+    assert [(e.kind, e.step) for e in log.events] == last

@@ -130,3 +130,15 @@ def test_a_run_steps_record_expands_to_step_events() -> None:
         events.RunStarted("g", 8, 1, 2.0, "fn", "run"), events.RunFinished("g", 8, 1, 2.25, "fn", "run", 0.25, True)]
     one = events.RunStarted("g", 1, 0, 0.5, "f", "run")
     assert events.expand(one.to_msg()) == [one]
+
+
+def test_event_batches_for_the_scheduler_round_trip() -> None:
+    """Workers log their events to the scheduler packed; the dashboard pages read them back."""
+    msgs = [events.RunStarted("g", 1, 0, 0.5, "f", "run").to_msg(), events.steps_msg("g", 2, 0, "f", [1.0, 2.0])]
+    logged = events.pack_batch(msgs)
+    assert isinstance(logged["packed"], bytes) and logged["count"] == 2
+    assert [e for m in events.unpack_batch(logged) for e in events.expand(m)] == [
+        events.RunStarted("g", 1, 0, 0.5, "f", "run"), events.RunStarted("g", 2, 0, 1.0, "f", "run"),
+        events.RunFinished("g", 2, 0, 2.0, "f", "run", 1.0, True)]
+    assert events.unpack_batch({"batch": msgs}) == msgs
+    assert events.unpack_batch("not a batch") == []
