@@ -66,6 +66,10 @@ class BatchDataset(_Unary):
             leaves = _nest.flatten(src._value)
             n, b = src._length, self.batch_size
             stop = n - n % b if self.drop_remainder else n
+            if src._value is leaves[0]:  # one array: the batch is the copy itself (as _dask.iterate_plan)
+                for i in range(0, stop, b):
+                    yield np.array(src._value[i:i + b])
+                return
             for i in range(0, stop, b):
                 yield _nest.pack_sequence_as(src._value, [np.array(leaf[i:i + b]) for leaf in leaves])
             return
