@@ -1,8 +1,10 @@
 """Instrumentation as data: the frozen events the runtime emits.
 
-Workers send them with ``worker.log_event("interdist", event.to_msg())``; the
-notebook subscribes with ``client.subscribe_topic``. Only summaries travel
-(shape, dtype, norm, checksum), never whole arrays. The dashboard reads only these.
+Each replica returns its events, as ``event.to_msg()`` dicts, with the reply to the
+program that emitted them (the notebook's ``EventLog``); its worker also logs them,
+batched and packed (``pack_batch``), to the scheduler's ``interdist`` topic for the
+dashboard pages. Only summaries travel (shape, dtype, norm, checksum), never whole
+arrays. The dashboard reads only these.
 """
 
 from __future__ import annotations
