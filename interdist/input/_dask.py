@@ -456,21 +456,19 @@ def iterate_plan(plan: Plan, rank: int = 0, num_replicas: int = 1, client: Any =
     ids = plan.batch_ids()
     if isinstance(leaves[0], np.ndarray):
         # A NumPy source: each step's rows are one slice of it (rows is a range), copied once.
-        if plan.maps or stats is not None or plan.structure is not leaves[0]:
-            for j in ids:
-                piece = _pieces(plan, plan.batch_rows(j), rank, num_replicas)
-                lo, hi, step = piece.start, piece.stop, piece.step
-                columns = [np.array(leaf[lo:hi:step]) for leaf in leaves]
-                if stats is not None:
-                    stats["rows"] = stats.get("rows", 0) + len(piece)
-                yield _batch(plan, columns, len(piece))
-            return
         # One array, no map (a dataset_fn's `from_tensor_slices(x).batch(b)`): the batch is the
         # copy itself, without the structure round trip (~1/3 of a 128-row batch's time).
-        array = leaves[0]
+        single = not plan.maps and plan.structure is leaves[0]
         for j in ids:
             piece = _pieces(plan, plan.batch_rows(j), rank, num_replicas)
-            yield np.array(array[piece.start:piece.stop:piece.step])
+            lo, hi, step = piece.start, piece.stop, piece.step
+            if stats is not None:
+                stats["rows"] = stats.get("rows", 0) + len(piece)
+            if single:
+                yield np.array(leaves[0][lo:hi:step])
+                continue
+            columns = [np.array(leaf[lo:hi:step]) for leaf in leaves]
+            yield _batch(plan, columns, len(piece))
         return
     per_step = max(1, (plan.batch_size or (max(plan.chunks or (1,)) or 1)) // num_replicas)
     most = max(1, window_rows // per_step)

@@ -77,9 +77,8 @@ def _fingerprint(obj: Any, depth: int, refs: list[Any]) -> tuple[Any, ...] | Non
     if isinstance(obj, tuple):
         items = [_fingerprint(x, depth, refs) for x in obj]
         return None if any(p is None for p in items) else (id(obj), *items)
-    if isinstance(obj, (type, types.BuiltinFunctionType)) or (
-            isinstance(obj, types.FunctionType) and _cp._should_pickle_by_reference(obj)):
-        return (id(obj),) if _cp._should_pickle_by_reference(obj) else None
+    if isinstance(obj, (type, types.BuiltinFunctionType, types.FunctionType)) and _cp._should_pickle_by_reference(obj):
+        return (id(obj),)
     if not isinstance(obj, types.FunctionType) or depth >= _MAX_DEPTH:
         return None
     if obj.__dict__ or obj.__kwdefaults__ or not isinstance(obj.__code__, types.CodeType):

@@ -88,23 +88,14 @@ class EventLog:
                 if len(self._raw) > (self._events.maxlen or 0):
                     self._expand()  # bounded: never more unexpanded than the log keeps
             self._cond.notify_all()  # one wake-up per reply, not per event
-        for listener in listeners:
-            for event in batch:
-                try:
-                    listener(event)
-                except Exception:  # noqa: BLE001, S112 - a broken view must not break the strategy
-                    continue
+        _tell(listeners, batch)
 
     def add(self, event: events.Event) -> None:
         with self._cond:
             self._expand()
             self._events.append(event)
             self._cond.notify_all()
-        for listener in list(self.listeners):
-            try:
-                listener(event)
-            except Exception:  # noqa: BLE001 - a broken view must not break the strategy
-                pass
+        _tell(list(self.listeners), [event])
 
     def wait_for(self, predicate: Callable[[list[events.Event]], bool], timeout: float = 10.0) -> list[events.Event]:
         def ready() -> bool:
@@ -115,6 +106,15 @@ class EventLog:
             self._cond.wait_for(ready, timeout)
             self._expand()
             return list(self._events)
+
+
+def _tell(listeners: list[Callable[[events.Event], None]], batch: list[events.Event]) -> None:
+    for listener in listeners:
+        for event in batch:
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001, S112 - a broken view must not break the strategy
+                continue
 
 
 class StrategyExtended:
@@ -393,13 +393,12 @@ class Strategy:
         ...     [v.tolist() for v in map(np.asarray, s.experimental_local_results(last))]
         [[40], [50]]
         """
+        from ..runtime.fn_pickle import cached_dumps
         from ..runtime.fused import PickledFunction, fused_steps
 
         self._check_usable()
         if not isinstance(steps, int) or steps < 1:
             raise ValueError(f"run_steps requires steps >= 1, but got {steps!r}")
-        from ..runtime.fn_pickle import cached_dumps
-
         # ``fn`` travels inside the program's arguments; a function whose pickle can be reused goes
         # as those bytes (pickling it anew cost ~1 ms a call: runtime/fn_pickle.py).
         packed = cached_dumps(fn)
@@ -407,7 +406,7 @@ class Strategy:
         remote_key = getattr(iterator, "_key", None)
         if remote_key is not None and getattr(iterator, "_strategy", None) is self:
             # One argument object for every rank: the group pickles it (and ``fn``) once, not per rank.
-            per_rank = [(fn_arg, ("remote", remote_key), steps)] * self.num_replicas_in_sync
+            per_rank = [((fn_arg, ("remote", remote_key), steps), {})] * self.num_replicas_in_sync
         else:
             batches = []
             for _ in range(steps):
@@ -417,11 +416,10 @@ class Strategy:
                     break
             if not batches:
                 raise StopIteration("run_steps: the iterator has no batch left")
-            per_rank = [(fn_arg, ("shipped", [self._select(r, b) for b in batches]), steps)
+            per_rank = [((fn_arg, ("shipped", [self._select(r, b) for b in batches]), steps), {})
                         for r in range(self.num_replicas_in_sync)]
         with self._enter_or_check():
-            shared = {id(a): (a, {}) for a in per_rank}
-            results = self._group.execute(fused_steps, [shared[id(a)] for a in per_rank], system=True,
+            results = self._group.execute(fused_steps, per_rank, system=True,
                                           what=f"run_steps of {_fn_name(fn)}", steps=steps)
         done = results[0][1].value
         if done == 0:
