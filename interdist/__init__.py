@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from . import cluster_resolver, config, data, debug, experimental, metrics, optimizers
 from .checkpoint import Checkpoint
-from .cross_device_ops import CrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce, ReductionToOneDevice
+from .collectives.cross_device_ops import CrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce, ReductionToOneDevice
 from .distribute_lib import (experimental_set_strategy, get_cross_replica_context, get_replica_context, get_strategy,
                              has_strategy, in_cross_replica_context)
 from .errors import (CollectiveAbortedError, CollectiveTimeoutError, InterdistError, NoGPUError, ReplicaError,
                      WorkerLostError)
 from .input.input_context import InputContext, InputOptions, InputReplicationMode
 from .reduce_op import ReduceOp
-from .runtime.programs import ValueContext
-from .runtime.replica_view import ReplicaContext
+from .replica.programs import ValueContext
+from .replica.view import ReplicaContext
 from .strategy.base import RunOptions, Strategy, StrategyExtended
 from .server import Server
 from .strategy.mirrored import MirroredStrategy

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ._gpu import is_cupy
+from interdist._gpu import is_cupy
 
 _INT32 = np.iinfo(np.int32)
 

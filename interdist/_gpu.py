@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import NoGPUError
+from interdist.errors import NoGPUError
 
 
 def cupy_module() -> ModuleType | None:
@@ -61,7 +61,7 @@ def to_host(x: Any) -> Any:
 
 def tree_to_host(structure: Any) -> Any:
     """:func:`to_host` on every leaf of a nested structure."""
-    from . import _nest
+    from interdist import _nest
 
     return _nest.map_structure(to_host, structure)
 
@@ -108,7 +108,7 @@ def is_gpu_device(device: str) -> bool:
 
 def inputs_to_device(structure: Any) -> Any:
     """NumPy arrays in ``structure`` copied to the current GPU (other leaves unchanged)."""
-    from . import _nest
+    from interdist import _nest
 
     def leaf(x: Any) -> Any:
         if isinstance(x, np.ndarray) and x.dtype.kind in "biufc":

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ._convert import as_array
-from ._gpu import same_place, xp_of
-from .collectives.base import reduce_arrays
-from .reduce_op import ReduceOp
+from interdist._convert import as_array
+from interdist._gpu import same_place, xp_of
+from interdist.collectives.base import reduce_arrays
+from interdist.reduce_op import ReduceOp
 
 
 def check_axis(a: np.ndarray, axis: int) -> int:

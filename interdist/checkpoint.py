@@ -52,7 +52,7 @@ class Checkpoint:
         self._counter = 0
 
     def _variables(self) -> dict[str, Any]:
-        from .values.variables import Variable
+        from interdist.values.variables import Variable
 
         out: dict[str, Any] = {}
 

@@ -31,7 +31,7 @@ class _Settings:
     stuck_grace: float = float(os.environ.get("INTERDIST_STUCK_GRACE", "10"))
     # Values at most this many bytes travel with the reply of ``run`` and are shown by repr.
     inline_bytes: int = 4096
-    # Programs go to replicas on the notebook's host over a Unix socket (runtime/local_control.py)
+    # Programs go to replicas on the notebook's host over a Unix socket (control.py)
     # instead of Dask comms; 0 keeps every message on Dask comms.
     local_control: bool = os.environ.get("INTERDIST_LOCAL_CONTROL", "1") != "0"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _context
-from .strategy import default as _default  # noqa: F401 - installs the default strategy
+from interdist import _context
+from interdist.strategy import default as _default  # noqa: F401 - installs the default strategy
 
 
 def get_strategy() -> Any:

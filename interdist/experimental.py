@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from . import coordinator, partitioners
-from .input.input_context import InputContext, InputOptions, InputReplicationMode
-from .runtime.programs import ValueContext
-from .strategy.central_storage import CentralStorageStrategy
-from .strategy.multi_worker import CollectiveCommunication, CommunicationImplementation, CommunicationOptions
-from .strategy.multi_worker import ExperimentalMultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy
-from .strategy.parameter_server import ParameterServerStrategy
+from interdist import partitioners
+from interdist.strategy import coordinator
+from interdist.input.input_context import InputContext, InputOptions, InputReplicationMode
+from interdist.replica.programs import ValueContext
+from interdist.strategy.central_storage import CentralStorageStrategy
+from interdist.strategy.multi_worker import CollectiveCommunication, CommunicationImplementation, CommunicationOptions
+from interdist.strategy.multi_worker import ExperimentalMultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy
+from interdist.strategy.parameter_server import ParameterServerStrategy
 
 __all__ = ["CentralStorageStrategy", "CollectiveCommunication", "CommunicationImplementation",
            "CommunicationOptions", "InputContext", "InputOptions", "InputReplicationMode",

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .values.variables import Variable, VariableAggregation, VariableSynchronization
+from interdist.values.variables import Variable, VariableAggregation, VariableSynchronization
 
 
 def _sum_var(name: str, dtype: Any) -> Any:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _context, _gpu
-from .reduce_op import ReduceOp
+from interdist import _context, _gpu
+from interdist.reduce_op import ReduceOp
 
 
 class Optimizer:
@@ -28,7 +28,7 @@ class Optimizer:
         self.name = name or type(self).__name__
         self._id = uuid.uuid4().hex
         self._local_slots: dict[Any, dict[str, Any]] = {}
-        from .values.variables import Variable, VariableAggregation
+        from interdist.values.variables import Variable, VariableAggregation
 
         # How many times apply_gradients ran (once per call, not per replica), as Keras counts.
         self.iterations = Variable(np.int64(0), name="iteration", trainable=False,
@@ -44,7 +44,7 @@ class Optimizer:
         if ctx is not None and not _context.is_default(strategy):
             central = getattr(strategy.extended, "_apply_gradients_in_replica_context", None)
             if central is not None and central(self, pairs):
-                return  # central storage: gradients summed onto the variables' holder (runtime/replica_view.py)
+                return  # central storage: gradients summed onto the variables' holder (replica/view.py)
             ctx.merge_call(self._distributed_apply, args=(pairs,))
             return
         if ctx is None:

@@ -24,8 +24,8 @@ import signal
 import threading
 from typing import Any
 
-from .cluster_resolver import ClusterSpec, TFConfigClusterResolver
-from .runtime import roles
+from interdist.cluster_resolver import ClusterSpec, TFConfigClusterResolver
+from interdist.client import roles
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -132,7 +132,7 @@ class Server:
     async def _start(self) -> None:
         from distributed import Nanny, Scheduler
 
-        from .dashboard.pages import register_pages
+        from interdist.dashboard.pages import register_pages
 
         if self.is_scheduler:
             register_pages()

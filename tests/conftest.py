@@ -18,7 +18,7 @@ _FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "-
 @pytest.fixture(scope="session", autouse=True)
 def _close_clusters() -> Iterator[None]:
     yield
-    from interdist.runtime import cluster
+    from interdist.client import cluster
 
     cluster.shutdown_all()
 

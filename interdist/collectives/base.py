@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from .._gpu import any_cupy, same_place, xp_of
-from ..reduce_op import ReduceOp
-from .mailbox import Mailbox
+from interdist._gpu import any_cupy, same_place, xp_of
+from interdist.reduce_op import ReduceOp
+from interdist.collectives.mailbox import Mailbox
 
 
 @dataclass
@@ -185,7 +185,7 @@ def mean_of_sum(total: np.ndarray, n: int) -> np.ndarray:
 
 
 # The ops live next door (they need the names above); this import path is kept.
-from .algorithms import Collectives
+from interdist.collectives.algorithms import Collectives
 
 __all__ = ["INBAND_MAX", "Collectives", "Packet", "Timing", "Transport", "check_shapes", "mean_of_sum", "pack",
            "reduce_arrays", "unpack"]

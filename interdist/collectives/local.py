@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .base import Packet, Transport
-from .mailbox import Mailbox
+from interdist.collectives.base import Packet, Transport
+from interdist.collectives.mailbox import Mailbox
 
 
 class LocalTransport(Transport):

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CollectiveAbortedError, CollectiveTimeoutError
+from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
 
 Tag = tuple[int, int]  # (step, seq)
 

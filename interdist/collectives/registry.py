@@ -6,7 +6,7 @@ from typing import Any
 
 _BACKENDS: dict[str, str] = {
     "local": "interdist.collectives.local:LocalTransport",
-    "dask": "interdist.runtime.dask_transport:DaskTransport",
+    "dask": "interdist.collectives.dask_comms:DaskTransport",
     "shm": "interdist.collectives.shared_memory:SharedMemoryTransport",
 }
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Packet, Transport
+from interdist.collectives.base import Packet, Transport
 
 PREFIX = "idist-"
 _HEADER = 64

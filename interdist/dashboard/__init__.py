@@ -9,9 +9,9 @@ them (the scheduler builds its dashboard before it calls ``dask_setup``), and
 
 from __future__ import annotations
 
-from .inline import InlineDashboard, show
-from .model import DashboardModel, ModelHub
-from .pages import dask_setup, register_pages
+from interdist.dashboard.inline import InlineDashboard, show
+from interdist.dashboard.model import DashboardModel, ModelHub
+from interdist.dashboard.pages import dask_setup, register_pages
 
 register_pages()
 

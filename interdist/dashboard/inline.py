@@ -16,9 +16,9 @@ import weakref
 from collections import deque
 from typing import Any
 
-from .. import events
-from .components import VIEWS, View
-from .model import DashboardModel
+from interdist import events
+from interdist.dashboard.components import VIEWS, View
+from interdist.dashboard.model import DashboardModel
 
 logger = logging.getLogger("interdist")
 

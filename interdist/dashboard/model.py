@@ -16,7 +16,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from .. import events
+from interdist import events
 
 # Checksums are float64 sums computed on each worker; mirrored copies updated by the
 # same all-reduced values agree to rounding, so only a real difference may show.

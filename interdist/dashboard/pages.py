@@ -18,8 +18,8 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from .. import events
-from .model import DashboardModel, ModelHub
+from interdist import events
+from interdist.dashboard.model import DashboardModel, ModelHub
 
 logger = logging.getLogger("interdist")
 
@@ -75,7 +75,7 @@ def ensure_plugin(scheduler: Any) -> EventsPlugin:
 def _page(view_name: str, scheduler: Any, extra: dict[str, Any], doc: Any) -> None:
     from distributed.dashboard.components.scheduler import BOKEH_THEME
 
-    from .components import VIEWS
+    from interdist.dashboard.components import VIEWS
 
     plugin = ensure_plugin(scheduler)
     view = VIEWS[view_name]()
@@ -94,7 +94,7 @@ def _page(view_name: str, scheduler: Any, extra: dict[str, Any], doc: Any) -> No
 
 
 def page_names() -> list[str]:
-    from .components import VIEWS
+    from interdist.dashboard.components import VIEWS
 
     return [PREFIX + name for name in VIEWS]
 

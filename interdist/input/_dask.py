@@ -230,7 +230,7 @@ def _read_rows(leaves: list[Any], rows: np.ndarray, client: Any) -> list[np.ndar
     if len(rows) == 0:
         return [np.empty((0, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]
     if _worker is not None and getattr(client, "_interdist_reader", False) and _direct_reads:
-        from . import _direct
+        from interdist.input import _direct
 
         direct = _direct.read_rows(_worker, leaves, rows, client)
         if direct is not None:
@@ -536,7 +536,7 @@ class PrefetchingReader:
         except BaseException as e:  # noqa: BLE001 - handed to the replica that reads next
             self._put(("error", e))
         finally:
-            from . import _direct
+            from interdist.input import _direct
 
             _direct.close_connections()
             self._reading.__exit__(None, None, None)

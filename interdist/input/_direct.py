@@ -4,7 +4,7 @@ A replica's read of rows through Dask (``_dask._compute_here``) moves every chun
 touches whole, worker to worker (~300 MB/s measured here), to take part of it: on 2
 replicas half of each chunk, on 4 a quarter. When the chunks are already in memory
 (a persisted array) and their holders share this host, the reader instead asks each
-holder for just its rows, over the holder's control socket (``runtime/local_control.py``):
+holder for just its rows, over the holder's control socket (``control.py``):
 the holder slices its chunk and writes the rows; chunks this worker holds are sliced
 in place. Where that is not possible (not persisted, another host, chunks split along
 columns, object dtypes, a chunk that moved) the read goes through Dask as before.
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from dask.core import flatten
 
-from interdist.runtime import local_control
+from interdist import control as local_control
 
 logger = logging.getLogger("interdist")
 

@@ -57,7 +57,7 @@ class BatchDataset(_Unary):
         self.drop_remainder = bool(drop_remainder)
 
     def _iterate(self) -> Iterator[Any]:
-        from ._sources import TensorSliceDataset
+        from interdist.input._sources import TensorSliceDataset
 
         src = self._input
         if type(src) is TensorSliceDataset and all(isinstance(x, np.ndarray) for x in _nest.flatten(src._value)):

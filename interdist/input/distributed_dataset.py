@@ -14,23 +14,23 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .. import _nest
-from .. import device as device_lib
-from ..errors import NotADatasetError
-from ..values.distributed import PerReplica
-from ..values.tensor import Tensor
-from . import _dask
-from ._transforms import UnbatchDataset
-from .dataset import Dataset
-from .input_context import (
+from interdist import _nest
+from interdist import device as device_lib
+from interdist.errors import NotADatasetError
+from interdist.values.distributed import PerReplica
+from interdist.values.tensor import Tensor
+from interdist.input import _dask
+from interdist.input._transforms import UnbatchDataset
+from interdist.input.dataset import Dataset
+from interdist.input.input_context import (
     InputContext,
     InputOptions,
     InputReplicationMode,
     check_options_for_datasets_from_function,
     check_options_for_distribute_dataset,
 )
-from .options import AutoShardPolicy
-from .rebatch import rebatch_element_spec, shard_for_worker, split_for_replicas, static_batch_size, with_batch_size
+from interdist.input.options import AutoShardPolicy
+from interdist.input.rebatch import rebatch_element_spec, shard_for_worker, split_for_replicas, static_batch_size, with_batch_size
 
 _TRANSFORMATIONS = {"map", "batch", "unbatch", "repeat", "shard", "take", "skip", "prefetch", "filter", "shuffle",
                     "cache", "with_options", "rebatch", "apply", "flat_map", "interleave", "padded_batch"}
@@ -102,7 +102,7 @@ class DistributedDataset(_NoTransformations):
         every ``W``-th per-worker batch of the whole pipeline, which is exactly the contiguous
         split of each global batch that the notebook makes: it is read once, in the notebook.
         """
-        from ..strategy.multi_worker import MultiWorkerMirroredStrategy
+        from interdist.strategy.multi_worker import MultiWorkerMirroredStrategy
 
         strategy, dataset = self._strategy, self._dataset
         workers = strategy.num_replicas_in_sync  # one replica per worker task

@@ -21,7 +21,7 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
-    from .handlers import setup_handlers
+    from interdist.lab.handlers import setup_handlers
 
     setup_handlers(serverapp.web_app)
     serverapp.log.info("interdist: /interdist/clusters registered")

@@ -12,7 +12,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado.httpclient import AsyncHTTPClient
 
-from . import registry
+from interdist.lab import registry
 
 PAGES_TIMEOUT_S = 3.0
 

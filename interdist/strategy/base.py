@@ -1,6 +1,6 @@
 """``Strategy`` and ``StrategyExtended`` in the notebook, for strategies whose replicas are Dask workers.
 
-The notebook holds handles; programs run on the replicas (``runtime/``). The
+The notebook holds handles; programs run on the replicas (``replica/``). The
 arithmetic shared with the replicas lives in ``_reduction``.
 """
 
@@ -16,22 +16,22 @@ from typing import Any
 
 import numpy as np
 
-from .. import _context, _nest, _reduction, device as device_lib, events
-from .._convert import as_array, same_object_across
-from ..reduce_op import ReduceOp, resolve
-from ..collectives.base import reduce_arrays
-from ..runtime import cluster as cluster_lib
-from ..runtime import programs
-from ..config import settings
-from ..errors import WorkerLostError
-from ..runtime.group import DaskGroup
-from ..runtime.replica import ArgRef, StoreRef, ValueMeta, VarRef
-from ..runtime.resolve import register_strategy
-from ..values.distributed import DistributedValues, Mirrored, PerReplica
-from ..values.distributed_variable import (CentralVariable, DistributedVariable, MirroredVariable,
+from interdist import _context, _nest, _reduction, device as device_lib, events
+from interdist._convert import as_array, same_object_across
+from interdist.reduce_op import ReduceOp, resolve
+from interdist.collectives.base import reduce_arrays
+from interdist.client import cluster as cluster_lib
+from interdist.replica import programs
+from interdist.config import settings
+from interdist.errors import WorkerLostError
+from interdist.client.group import DaskGroup
+from interdist.replica.replica import ArgRef, StoreRef, ValueMeta, VarRef
+from interdist.protocol import register_strategy
+from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
+from interdist.values.distributed_variable import (CentralVariable, DistributedVariable, MirroredVariable,
                                            SyncOnReadVariable, _Handle, variable_kind)
-from ..values.tensor import ArrayValue, RemoteValue, Tensor
-from ..values.variables import (Variable, VariableSynchronization, args_from_meta, check_mean_dtype, normalize_args,
+from interdist.values.tensor import ArrayValue, RemoteValue, Tensor
+from interdist.values.variables import (Variable, VariableSynchronization, args_from_meta, check_mean_dtype, normalize_args,
                                 variable_meta)
 
 
@@ -200,7 +200,7 @@ class StrategyExtended:
 
     def value_container(self, value: Any) -> Any:
         """The distributed variable a component belongs to (else ``value`` itself)."""
-        from ..values.distributed_variable import VariableComponent
+        from interdist.values.distributed_variable import VariableComponent
 
         if isinstance(value, VariableComponent):
             return value._variable
@@ -260,7 +260,7 @@ class Strategy:
         self._lease = self._acquire(specs, cluster)
         spec = dict(spec or {})
         spec.update(world_size=len(devices), devices=devices, kind=self._kind)
-        # Collective messages between replicas on one host go over Unix sockets (runtime/local_control.py).
+        # Collective messages between replicas on one host go over Unix sockets (control.py).
         spec.setdefault("local_control", settings.local_control)
         self._group = DaskGroup(self._lease.client, self._lease.addresses, spec, self._lease.names)
         self._group_id = self._group.group_id
@@ -291,7 +291,7 @@ class Strategy:
         self.close()
 
     def __reduce__(self) -> Any:
-        from ..runtime.resolve import resolve_strategy
+        from interdist.protocol import resolve_strategy
 
         return (resolve_strategy, (self._group_id,))
 
@@ -302,7 +302,7 @@ class Strategy:
 
     def dashboard(self, interval: float = 0.2, threshold_s: float = 5.0) -> Any:
         """A live dashboard of the replicas (ipywidgets), see ``interdist.dashboard.show``."""
-        from ..dashboard import show
+        from interdist.dashboard import show
 
         return show(self, interval=interval, threshold_s=threshold_s)
 
@@ -393,14 +393,14 @@ class Strategy:
         ...     [v.tolist() for v in map(np.asarray, s.experimental_local_results(last))]
         [[40], [50]]
         """
-        from ..runtime.fn_pickle import cached_dumps
-        from ..runtime.fused import PickledFunction, fused_steps
+        from interdist.client.fn_pickle import cached_dumps
+        from interdist.replica.fused import PickledFunction, fused_steps
 
         self._check_usable()
         if not isinstance(steps, int) or steps < 1:
             raise ValueError(f"run_steps requires steps >= 1, but got {steps!r}")
         # ``fn`` travels inside the program's arguments; a function whose pickle can be reused goes
-        # as those bytes (pickling it anew cost ~1 ms a call: runtime/fn_pickle.py).
+        # as those bytes (pickling it anew cost ~1 ms a call: client/fn_pickle.py).
         packed = cached_dumps(fn)
         fn_arg: Any = fn if packed is None else PickledFunction(packed)
         remote_key = getattr(iterator, "_key", None)
@@ -606,7 +606,7 @@ class Strategy:
     def _create_variable(self, initial_value: Any = None, trainable: bool | None = None, name: str | None = None,
                          dtype: Any = None, synchronization: Any = VariableSynchronization.AUTO,
                          aggregation: Any = None, shape: Any = None, **_: Any) -> Any:
-        from ..values.variables import VariableAggregation
+        from interdist.values.variables import VariableAggregation
 
         if _context.get_replica_context() is not None:
             raise NotImplementedError(
@@ -631,7 +631,7 @@ class Strategy:
 
     def _forget_variable(self, var_id: int) -> None:
         """A variable's handle was collected: its copies go with the next program (called by a finalizer)."""
-        from ..runtime.replica import VARIABLE_KEY
+        from interdist.replica.replica import VARIABLE_KEY
 
         group = getattr(self, "_group", None)
         if group is None or group.closed:
@@ -690,7 +690,7 @@ class Strategy:
         return list(self._devices)
 
     def _variable_by_id(self, var_id: int) -> Any:
-        from ..runtime.resolve import _client_variables
+        from interdist.protocol import _client_variables
 
         return _client_variables.get((self._group_id, var_id))
 
@@ -710,7 +710,7 @@ class Strategy:
         return self._read_copy(var, 0)
 
     def _assign_variable(self, var: Any, op: str, value: Any) -> Any:
-        from ..runtime.replica_variable import convert_for_variable
+        from interdist.replica.variable import convert_for_variable
 
         if _context.get_replica_context() is not None and not _context.is_default(_context.get_strategy()):
             raise RuntimeError("a distributed variable was assigned in the notebook inside a replica context")
@@ -756,13 +756,13 @@ class Strategy:
     # -- input ---------------------------------------------------------------------
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
         """Split each global batch of ``dataset`` into per-replica batches (see ``interdist.input``)."""
-        from ..input.distributed_dataset import DistributedDataset
+        from interdist.input.distributed_dataset import DistributedDataset
 
         return DistributedDataset(self, dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable[..., Any], options: Any = None) -> Any:
         """Call ``dataset_fn(InputContext)`` on each worker; replicas dequeue their batches there."""
-        from ..input.distributed_dataset import DistributedDatasetsFromFunction
+        from interdist.input.distributed_dataset import DistributedDatasetsFromFunction
 
         return DistributedDatasetsFromFunction(self, dataset_fn, options)
 
@@ -774,7 +774,7 @@ class Strategy:
         """A ``Dataset`` of the slices of ``numpy_input`` (deprecated, as in TF)."""
         warnings.warn("experimental_make_numpy_dataset is deprecated: use "
                       "interdist.data.Dataset.from_tensor_slices instead", DeprecationWarning, stacklevel=2)
-        from ..input.dataset import Dataset
+        from interdist.input.dataset import Dataset
 
         return Dataset.from_tensor_slices(numpy_input)
 

@@ -24,7 +24,7 @@ Where the value lives
     So the parameter device is a placement (what ``v.device`` says and where the value
     is, in host memory), and the worker that holds it is chosen as above.
 
-How replicas read and update (runtime/replica_variable.py)
+How replicas read and update (replica/variable.py)
     A replica that does not hold a variable fetches its value from the holder,
     worker to worker, at its first read in a step, and keeps it until the variable is
     written or the program ends: one message each way, only for the variables the
@@ -44,16 +44,16 @@ from typing import Any
 
 import numpy as np
 
-from .. import _context, _nest
-from .. import device as device_lib
-from ..errors import WorkerLostError
-from ..runtime import replica_variable as rv
-from ..runtime.replica import VarRef
-from ..values.distributed import DistributedValues, PerReplica
-from ..values.tensor import ArrayValue
-from ..values.variables import Variable
-from .base import Strategy, StrategyExtended
-from .mirrored import resolve_devices
+from interdist import _context, _nest
+from interdist import device as device_lib
+from interdist.errors import WorkerLostError
+from interdist.replica import variable as rv
+from interdist.replica.replica import VarRef
+from interdist.values.distributed import DistributedValues, PerReplica
+from interdist.values.tensor import ArrayValue
+from interdist.values.variables import Variable
+from interdist.strategy.base import Strategy, StrategyExtended
+from interdist.strategy.mirrored import resolve_devices
 
 
 class _CentralExtended(StrategyExtended):

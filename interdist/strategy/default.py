@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import _context, _reduction, device as device_lib
-from ..collectives.local import local_group
-from ..reduce_op import resolve
-from ..runtime.programs import ValueContext
-from ..runtime.replica import Replica
-from ..runtime.replica_view import ReplicaContext
-from ..values.distributed import DistributedValues
+from interdist import _context, _reduction, device as device_lib
+from interdist.collectives.local import local_group
+from interdist.reduce_op import resolve
+from interdist.replica.programs import ValueContext
+from interdist.replica.replica import Replica
+from interdist.replica.view import ReplicaContext
+from interdist.values.distributed import DistributedValues
 
 
 class _DefaultReplicaContext(ReplicaContext):
@@ -69,7 +69,7 @@ class _DefaultExtended:
         yield
 
     def variable_created_in_scope(self, v: Any) -> bool:
-        from ..values.variables import Variable
+        from interdist.values.variables import Variable
 
         return isinstance(v, Variable) and getattr(v, "_strategy", None) is None
 
@@ -125,7 +125,7 @@ class _DefaultStrategy:
         return dataset
 
     def distribute_datasets_from_function(self, dataset_fn: Callable[..., Any], options: Any = None) -> Any:
-        from ..input.input_context import InputContext
+        from interdist.input.input_context import InputContext
 
         return dataset_fn(InputContext())
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import device as device_lib
-from ..config import get_logical_cpu_devices
-from ..runtime.cluster import visible_gpus
-from .base import Strategy
+from interdist import device as device_lib
+from interdist.config import get_logical_cpu_devices
+from interdist.client.cluster import visible_gpus
+from interdist.strategy.base import Strategy
 
 
 def resolve_devices(devices: Any, allow_duplicates: bool = False) -> list[str]:

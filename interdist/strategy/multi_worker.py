@@ -3,7 +3,7 @@
 Semantics are ``MirroredStrategy``'s; only where the replicas come from differs.
 Each TF task of the ``chief`` and ``worker`` jobs is one replica (replica 0 is the
 chief when there is one, as TF numbers them), played by the Dask worker of that
-task (``runtime/roles.py``). Device strings are TF's:
+task (``client/roles.py``). Device strings are TF's:
 ``/job:worker/replica:0/task:1/device:CPU:0``.
 
 One difference from TF, by design: TF runs the same program in every task and
@@ -16,11 +16,11 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from ..cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
-from ..runtime import cluster as cluster_lib
-from ..runtime import roles
-from .base import Strategy, StrategyExtended
-from .mirrored import resolve_devices
+from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
+from interdist.client import cluster as cluster_lib
+from interdist.client import roles
+from interdist.strategy.base import Strategy, StrategyExtended
+from interdist.strategy.mirrored import resolve_devices
 
 
 class CommunicationImplementation(enum.Enum):

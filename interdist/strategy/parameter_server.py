@@ -2,9 +2,9 @@
 
 Variables are placed round-robin over the ps tasks (each shard of a partitioned
 variable takes the next ps). Steps are scheduled by a ``ClusterCoordinator``
-(``interdist.coordinator``): each runs on one worker, reads the variables at its
+(``interdist.strategy.coordinator``): each runs on one worker, reads the variables at its
 start and sends its updates at its end; a ps applies them at once, without
-waiting for the other workers (``runtime/ps_step.py``, ``runtime/ps_store.py``).
+waiting for the other workers (``replica/ps_step.py``, ``worker/ps_store.py``).
 
 The notebook is TF's coordinator (the ``chief``). ``strategy.run`` called in the
 notebook runs one step there, with the same read-then-apply rule.
@@ -22,14 +22,16 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from .. import _context
-from ..cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
-from ..runtime import cluster as cluster_lib
-from ..runtime import ps_input, ps_step, roles
-from ..runtime.ps_store import ensure_ps_plugin
-from ..values import ps_variable
-from ..values.variables import VariableAggregation, VariableSynchronization, normalize_args
-from .base import EventLog, Strategy, StrategyExtended
+from interdist import _context
+from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
+from interdist.client import cluster as cluster_lib
+from interdist.replica import ps_input
+from interdist.replica import ps_step
+from interdist.client import roles
+from interdist.worker.ps_store import ensure_ps_plugin
+from interdist.values import ps_variable
+from interdist.values.variables import VariableAggregation, VariableSynchronization, normalize_args
+from interdist.strategy.base import EventLog, Strategy, StrategyExtended
 
 _strategies: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
@@ -147,7 +149,7 @@ class ParameterServerStrategy(Strategy):
     def _create_variable(self, initial_value: Any = None, trainable: bool | None = None, name: str | None = None,
                          dtype: Any = None, synchronization: Any = VariableSynchronization.AUTO,
                          aggregation: Any = None, shape: Any = None, **_: Any) -> Any:
-        from ..partitioners import row_splits
+        from interdist.partitioners import row_splits
 
         self._check_usable()
         if ps_step.current_step() is not None or _context.get_replica_context() is not None:
@@ -212,7 +214,7 @@ class ParameterServerStrategy(Strategy):
 
         As in TF 2, every worker then makes the whole ``dataset`` (no sharding, whatever
         its auto-shard policy) and each step takes its worker's next batch. ``iter()`` of
-        the result raises ``ValueError``: pass it to the coordinator. See ``runtime/ps_input.py``.
+        the result raises ``ValueError``: pass it to the coordinator. See ``replica/ps_input.py``.
         """
         self._check_usable()
         return ps_input.DistributedDataset(dataset, options)
@@ -260,7 +262,7 @@ def _resolve_strategy(store: str) -> Any:
 
 def _close(lease: cluster_lib.Lease, ps_addresses: list[str], worker_addresses: list[str], store: str) -> None:
     conn = ps_step.ClientConnection(lease.client)
-    # The ps tasks drop the variables, the workers the per-worker datasets and iterators (runtime/ps_input.py).
+    # The ps tasks drop the variables, the workers the per-worker datasets and iterators (replica/ps_input.py).
     for a in [*ps_addresses, *worker_addresses]:
         with contextlib.suppress(Exception):  # closing must not fail because a task is gone
             conn.call_many([(a, "interdist_ps_drop", {"store": store})])

@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import _context
-from ..runtime.resolve import register_variable, resolve_variable
-from .distributed import DistributedValues, Mirrored, PerReplica
-from .tensor import ArrayValue
-from .variables import Variable, VariableAggregation, VariableSynchronization
+from interdist import _context
+from interdist.protocol import register_variable, resolve_variable
+from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
+from interdist.values.tensor import ArrayValue
+from interdist.values.variables import Variable, VariableAggregation, VariableSynchronization
 
 
 class VariableComponent(ArrayValue):
@@ -144,7 +144,7 @@ class CentralVariable(OneDeviceVariable):
 
     Only the worker of the parameter device (or replica 0's worker when the parameter
     device computes nothing) holds the value; the notebook reads it from there, and the
-    other replicas read it at use (``runtime/replica_variable.py``).
+    other replicas read it at use (``replica/variable.py``).
     """
 
     kind = "central"

@@ -3,7 +3,7 @@
 A handle carries everything needed to find its shards (ps addresses, shard ids,
 row ranges), so it works unchanged when it travels inside a scheduled function
 to a worker: there it reads and writes through the worker's current step
-(``runtime/ps_step.py``); in the notebook it reads the ps tasks directly.
+(``replica/ps_step.py``); in the notebook it reads the ps tasks directly.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime import ps_step
-from .variables import Variable, VariableAggregation, VariableSynchronization
+from interdist.replica import ps_step
+from interdist.values.variables import Variable, VariableAggregation, VariableSynchronization
 
 # (store id, variable id) -> the notebook's handle, so a handle coming back from a worker is the same object.
 _handles: dict[tuple[str, int], Any] = {}

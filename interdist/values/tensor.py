@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from .._gpu import to_host
+from interdist._gpu import to_host
 
 
 def _format_numpy(a: np.ndarray) -> str:

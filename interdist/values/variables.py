@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from .. import _context
-from .._convert import as_array
-from .distributed import DistributedValues, PerReplica
-from .tensor import ArrayValue
+from interdist import _context
+from interdist._convert import as_array
+from interdist.values.distributed import DistributedValues, PerReplica
+from interdist.values.tensor import ArrayValue
 
 
 def _maybe(read_value: bool, variable: Any) -> Any:
@@ -190,7 +190,7 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
 
     # writes
     def _check(self, value: Any) -> np.ndarray:
-        from ..runtime.replica_variable import convert_for_variable
+        from interdist.replica.variable import convert_for_variable
 
         if isinstance(value, PerReplica):
             raise ValueError(f"Cannot assign a PerReplica value to the variable {self._name}")
@@ -198,7 +198,7 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
                                     else value, self.dtype, self.shape, self._name)
 
     def _apply(self, op: str, value: Any) -> Any:
-        from ..runtime.replica_variable import apply_op
+        from interdist.replica.variable import apply_op
 
         self._value = apply_op(op, self._value, self._check(value))
         return self

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import interdist as idist
-from interdist.runtime.cluster import local_gpu_cluster
+from interdist.client.cluster import local_gpu_cluster
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ def gpu() -> dict[str, Any]:
 def cluster_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
                  gpu: dict[str, Any]) -> Iterator[str]:
     """How embedded GPU clusters start (``INTERDIST_GPU_CLUSTER``); pooled clusters are closed around it."""
-    from interdist.runtime import cluster as cluster_lib
+    from interdist.client import cluster as cluster_lib
 
     mode = request.param
     if mode == "dask-cuda":

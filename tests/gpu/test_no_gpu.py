@@ -14,11 +14,11 @@ import pytest
 
 import interdist as idist
 from interdist import _gpu
-from interdist.runtime import cluster as cluster_lib
+from interdist.client import cluster as cluster_lib
 
 
 def test_import_loads_no_gpu_library() -> None:
-    code = ("import sys, interdist, interdist.runtime.cluster, interdist._gpu; "
+    code = ("import sys, interdist, interdist.client.cluster, interdist._gpu; "
             "print(sorted(m for m in ('cupy', 'dask_cuda', 'cupy_backends') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"

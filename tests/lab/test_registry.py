@@ -65,7 +65,7 @@ def test_registry_dir_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
 
 def test_embedded_cluster_registers_and_unregisters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from interdist.runtime import cluster
+    from interdist.client import cluster
 
     monkeypatch.setenv(registry.ENV_DIR, str(tmp_path))
     lease = cluster._start_local_cpu(1)
@@ -98,7 +98,7 @@ def test_embedded_gpu_clusters_are_listed_and_get_the_allocator_settings(monkeyp
     import importlib.util
     import os
 
-    from interdist.runtime import cluster as cl
+    from interdist.client import cluster as cl
 
     monkeypatch.setenv(registry.ENV_DIR, str(tmp_path))
     monkeypatch.setenv("INTERDIST_GPU_CLUSTER", "builtin")  # the CUDA_VISIBLE_DEVICES launcher

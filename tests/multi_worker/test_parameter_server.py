@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import interdist as idist
-from interdist.coordinator import ClusterCoordinator
+from interdist.strategy.coordinator import ClusterCoordinator
 from interdist.experimental import ParameterServerStrategy, partitioners
-from interdist.runtime.ps_store import ShardStore
+from interdist.worker.ps_store import ShardStore
 
 
 @pytest.fixture(scope="module")

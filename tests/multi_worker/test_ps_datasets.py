@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 import interdist as idist
-from interdist.coordinator import ClusterCoordinator, PerWorkerValues
+from interdist.strategy.coordinator import ClusterCoordinator, PerWorkerValues
 from interdist.errors import CancelledError, NotADatasetError
 from interdist.experimental import ParameterServerStrategy
 from interdist.input import AutoShardPolicy, InputContext, InputOptions, InputReplicationMode, Options, TensorSpec
@@ -229,7 +229,7 @@ def test_dropped_iterators_leave_the_workers(ps: Any) -> None:
     assert coord.schedule(_next, args=(it,)).fetch() == 0
 
     def held(key: str = key, store: str = store) -> bool:
-        from interdist.runtime import ps_input as worker_input
+        from interdist.replica import ps_input as worker_input
 
         slot = worker_input._slots.get(store)
         return slot is not None and key in slot.iterators
@@ -267,7 +267,7 @@ def test_closing_the_strategy_drops_the_worker_datasets(named_cluster: Any) -> N
         store, client, addresses = s._store, s._lease.client, list(s._worker_addresses)
 
         def has_store(store: str = store) -> bool:
-            from interdist.runtime import ps_input as worker_input
+            from interdist.replica import ps_input as worker_input
 
             return store in worker_input._slots
 

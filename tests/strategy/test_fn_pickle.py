@@ -1,4 +1,4 @@
-"""Reused pickles of replica functions (runtime/fn_pickle.py): reused only while nothing they capture changed.
+"""Reused pickles of replica functions (client/fn_pickle.py): reused only while nothing they capture changed.
 
 The functions are made as a notebook makes them: in ``__main__``, so that cloudpickle pickles
 them by value with the globals they name (functions of importable modules go by reference).
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import interdist as idist
-from interdist.runtime import fn_pickle
+from interdist.client import fn_pickle
 
 NOTEBOOK_CELL = '''
 SCALE = 2.0

@@ -1,4 +1,4 @@
-"""The same-host control path (runtime/local_control.py): who may connect, and that it changes no result."""
+"""The same-host control path (control.py): who may connect, and that it changes no result."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import interdist as idist
-from interdist.runtime import local_control
+from interdist import control as local_control
 
 
 def _endpoint(s: idist.MirroredStrategy, rank: int) -> dict[str, object]:

@@ -11,7 +11,7 @@ from typing import Any
 from bokeh.models.layouts import LayoutDOM
 from bokeh.models.sources import ColumnDataSource
 
-from ..model import DashboardModel
+from interdist.dashboard.model import DashboardModel
 
 
 class View:

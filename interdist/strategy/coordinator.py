@@ -2,13 +2,13 @@
 
 ``ClusterCoordinator(strategy)`` keeps one thread per worker task. ``schedule``
 queues a step and returns a ``RemoteValue`` at once; an idle worker takes the
-next step and runs it (``runtime/ps_step.py``). Each step has an id: when a
+next step and runs it (``replica/ps_step.py``). Each step has an id: when a
 worker dies during a step, the step goes back to the front of the queue and
 another worker (or the dead one's replacement, found again by its Dask worker
 name) runs it; the ps tasks apply a step id at most once.
 
 Per-worker datasets (``create_per_worker_dataset``) are made on every worker
-(``runtime/ps_input.py``); a step's iterator argument becomes the iterator of the
+(``replica/ps_input.py``); a step's iterator argument becomes the iterator of the
 worker that runs it. A worker that comes back after dying gets every dataset and
 iterator again before its next step, the iterators from their first element (TF
 re-creates them the same way).
@@ -35,9 +35,9 @@ from typing import Any
 
 import cloudpickle
 
-from . import _nest
-from .errors import CancelledError, WorkerLostError
-from .runtime import ps_input
+from interdist import _nest
+from interdist.errors import CancelledError, WorkerLostError
+from interdist.replica import ps_input
 
 #: A step whose worker died this many times is given up (TF retries for ever).
 MAX_ATTEMPTS = 10
@@ -98,7 +98,7 @@ class ClusterCoordinator:
     """Schedules steps on the workers of a ``ParameterServerStrategy`` and collects their results."""
 
     def __init__(self, strategy: Any) -> None:
-        from .strategy.parameter_server import ParameterServerStrategy
+        from interdist.strategy.parameter_server import ParameterServerStrategy
 
         if not isinstance(strategy, ParameterServerStrategy):
             raise ValueError(f"ClusterCoordinator needs a ParameterServerStrategy, but got {type(strategy).__name__}")
@@ -118,7 +118,7 @@ class ClusterCoordinator:
         self._session = uuid.uuid4().hex[:8]
         self._addresses: list[str] = strategy._worker_addresses  # updated in place when a worker is replaced
         self._devices = [f"/job:worker/replica:0/task:{t.index}/device:CPU:0" for t in strategy._worker_tasks]
-        # Per-worker datasets and iterators (runtime/ps_input.py), in creation order: key -> (kind, payload).
+        # Per-worker datasets and iterators (replica/ps_input.py), in creation order: key -> (kind, payload).
         self._resources: dict[str, tuple[str, Any]] = {}
         self._built: list[set[str]] = [set() for _ in self._addresses]  # what each worker holds
         self._to_drop: list[set[str]] = [set() for _ in self._addresses]
@@ -184,7 +184,7 @@ class ClusterCoordinator:
         NotADatasetError
             ``dataset_fn`` returned something that is not a dataset.
         """
-        from .input.dataset import Dataset
+        from interdist.input.dataset import Dataset
 
         if not (callable(dataset_fn) or isinstance(dataset_fn, Dataset) or ps_input.is_distributed(dataset_fn)):
             raise ValueError(f"Unexpected dataset type! create_per_worker_dataset takes a dataset_fn, a Dataset or "

@@ -51,7 +51,7 @@ def coordinator_task(spec: Any) -> tuple[str, int]:
 
 def scheduler_address(resolver: Any) -> tuple[str, str]:
     """(Dask scheduler address, the task it belongs to) for a cluster resolver."""
-    from ..cluster_resolver import DaskClusterResolver
+    from interdist.cluster_resolver import DaskClusterResolver
 
     if isinstance(resolver, DaskClusterResolver):
         return resolver.master(), "the Dask scheduler"

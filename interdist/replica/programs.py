@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import _context, _gpu, _reduction, events
-from .._convert import as_array, is_array_like
-from ..reduce_op import ReduceOp
-from .replica import Replica, summarize
-from .replica_variable import ReplicaVariable
+from interdist import _context, _gpu, _reduction, events
+from interdist._convert import as_array, is_array_like
+from interdist.reduce_op import ReduceOp
+from interdist.replica.replica import Replica, summarize
+from interdist.replica.variable import ReplicaVariable
 
 
 class ValueContext:

@@ -16,11 +16,11 @@ from typing import Any
 
 import cloudpickle
 
-from ..config import settings
-from ..errors import CollectiveAbortedError, ReplicaError, WorkerLostError
-from . import local_control
-from .fn_pickle import dumps_fn
-from .plugin import PLUGIN_NAME, ReplicaRuntime
+from interdist.config import settings
+from interdist.errors import CollectiveAbortedError, ReplicaError, WorkerLostError
+from interdist import control as local_control
+from interdist.client.fn_pickle import dumps_fn
+from interdist.worker.plugin import PLUGIN_NAME, ReplicaRuntime
 
 _registered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 _register_lock = threading.Lock()

@@ -25,9 +25,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import settings
-from ..device import DeviceSpec
-from ..errors import NoGPUError
+from interdist.config import settings
+from interdist.device import DeviceSpec
+from interdist.errors import NoGPUError
 
 
 @dataclass
@@ -74,7 +74,7 @@ def _malloc_env() -> Any:
 
 
 def _list_for_lab(lease: Lease, cluster: Any, n: int) -> None:
-    from ..lab.registry import register
+    from interdist.lab.registry import register
 
     lease.registry_file = register(cluster.scheduler_address, lease.dashboard_link, n)  # never raises
 
@@ -82,7 +82,7 @@ def _list_for_lab(lease: Lease, cluster: Any, n: int) -> None:
 def _start_local_cpu(n: int) -> Lease:
     from distributed import Client, LocalCluster
 
-    from ..dashboard.pages import register_pages
+    from interdist.dashboard.pages import register_pages
 
     register_pages()  # the scheduler reads its dashboard pages once, as it starts
     with _malloc_env():
@@ -123,7 +123,7 @@ def _start_local_gpu(indices: list[int]) -> Lease:
         raise NoGPUError(
             f"{asked} asked for, but this machine shows {n_gpus} GPU(s) (GPU:0..GPU:{n_gpus - 1}). To run several "
             "replicas on one GPU, pass a cluster whose workers share it: "
-            f"cluster=interdist.runtime.cluster.local_gpu_cluster(gpus={[0] * n})")
+            f"cluster=interdist.client.cluster.local_gpu_cluster(gpus={[0] * n})")
     if importlib.util.find_spec("cupy") is None:
         raise NoGPUError("GPU replicas need CuPy: pip install 'interdist[gpu]' (or the cupy-cuda12x / cupy-cuda13x "
                          "wheel that matches the NVIDIA driver)")
@@ -186,7 +186,7 @@ def _use_dask_cuda() -> bool:
 def _start_dask_cuda(gpu_ids: list[str]) -> Any:
     from dask_cuda import LocalCUDACluster
 
-    from ..dashboard.pages import register_pages
+    from interdist.dashboard.pages import register_pages
 
     register_pages()
     return LocalCUDACluster(CUDA_VISIBLE_DEVICES=gpu_ids, n_workers=len(gpu_ids), threads_per_worker=1,
@@ -221,7 +221,7 @@ def local_gpu_cluster(gpus: list[int | str], scheduler_host: str = "127.0.0.1", 
     """
     from distributed import Nanny, Scheduler, SpecCluster
 
-    from ..dashboard.pages import register_pages
+    from interdist.dashboard.pages import register_pages
 
     ids = [str(g) for g in gpus]
     if not ids:
@@ -240,7 +240,7 @@ def local_gpu_cluster(gpus: list[int | str], scheduler_host: str = "127.0.0.1", 
 
 def check_gpu_workers(client: Any, addresses: list[str]) -> list[dict[str, Any]]:
     """Check that each worker can use a GPU through CuPy; ``NoGPUError`` naming the ones that cannot."""
-    from .._gpu import probe_worker
+    from interdist._gpu import probe_worker
 
     try:
         found = client.run(probe_worker, workers=list(addresses))
@@ -336,7 +336,7 @@ def release(lease: Lease) -> None:
 
 def _shutdown(lease: Lease) -> None:
     if lease.registry_file is not None:
-        from ..lab.registry import unregister
+        from interdist.lab.registry import unregister
 
         unregister(lease.registry_file)
         lease.registry_file = None

@@ -20,10 +20,10 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from .. import _context, _nest, _reduction
-from ..reduce_op import resolve
-from ..values.distributed import DistributedValues
-from .replica_variable import apply_op
+from interdist import _context, _nest, _reduction
+from interdist.reduce_op import resolve
+from interdist.values.distributed import DistributedValues
+from interdist.replica.variable import apply_op
 
 _state = threading.local()
 
@@ -173,8 +173,8 @@ def step_context(ctx: StepContext) -> Any:
 
 def materialize(result: Any) -> Any:
     """A step's result as plain values (variables read, handles fetched), to send back."""
-    from ..values.tensor import ArrayValue
-    from ..values.variables import Variable
+    from interdist.values.tensor import ArrayValue
+    from interdist.values.variables import Variable
 
     def leaf(x: Any) -> Any:
         if isinstance(x, (Variable, ArrayValue)):
@@ -219,9 +219,9 @@ class PSWorkerView:
     """The ``ParameterServerStrategy`` as a step sees it on its worker: one replica, the worker's CPU."""
 
     def __init__(self, store: str, device: str) -> None:
-        from ..collectives.local import local_group
-        from .replica import Replica
-        from .replica_view import ReplicaContext
+        from interdist.collectives.local import local_group
+        from interdist.replica.replica import Replica
+        from interdist.replica.view import ReplicaContext
 
         self._store = store
         spec = {"world_size": 1, "devices": [device], "kind": "parameter_server"}
@@ -260,12 +260,12 @@ class PSWorkerView:
     # A dataset_fn given to ClusterCoordinator.create_per_worker_dataset runs on the worker and may
     # call these (TF's example does): the same descriptions the notebook's strategy makes.
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
-        from .ps_input import DistributedDataset
+        from interdist.replica.ps_input import DistributedDataset
 
         return DistributedDataset(dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable[..., Any], options: Any = None) -> Any:
-        from .ps_input import DistributedDatasetsFromFunction
+        from interdist.replica.ps_input import DistributedDatasetsFromFunction
 
         return DistributedDatasetsFromFunction(dataset_fn, options)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from .replica import current_resolving
+from interdist.replica.replica import current_resolving
 
 # group id -> the notebook's strategy, so that a handle unpickled in the notebook finds it again
 _client_strategies: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()

@@ -33,10 +33,10 @@ from typing import Any
 
 import cloudpickle
 
-from ..errors import InterdistError, NotADatasetError
-from ..input import distributed_dataset as _dd
-from ..input.dataset import Dataset
-from ..input.input_context import InputContext, InputOptions, check_options_for_datasets_from_function
+from interdist.errors import InterdistError, NotADatasetError
+from interdist.input import distributed_dataset as _dd
+from interdist.input.dataset import Dataset
+from interdist.input.input_context import InputContext, InputOptions, check_options_for_datasets_from_function
 
 #: TF 2.21's messages for ``iter()`` of a ParameterServerStrategy dataset outside the coordinator.
 NOT_BUILT_DATASET = "To use this dataset, you need to pass this dataset to ClusterCoordinator.create_per_worker_dataset."
@@ -193,7 +193,7 @@ def _as_dataset(obj: Any, slot: _Slot, key: str) -> Any:
 
 
 def _build_dataset(slot: _Slot, key: str, payload: bytes, conn: Any, store: str, device: str) -> Any:
-    from . import ps_step
+    from interdist.replica import ps_step
 
     # Inside a step context the strategy (captured by a dataset_fn) unpickles as this worker's view.
     ctx = ps_step.StepContext(f"input-{key}", conn, store, device)

@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from .. import _context, _gpu, events
-from .._convert import as_array
-from .._gpu import to_host
-from ..collectives.base import Timing, pack, reduce_arrays, unpack
-from ..collectives.shared_memory import SharedMemoryTransport
-from ..errors import CollectiveAbortedError, CollectiveTimeoutError
-from ..reduce_op import ReduceOp
-from ..values.distributed import DistributedValues
-from ..values.variables import _maybe
+from interdist import _context, _gpu, events
+from interdist._convert import as_array
+from interdist._gpu import to_host
+from interdist.collectives.base import Timing, pack, reduce_arrays, unpack
+from interdist.collectives.shared_memory import SharedMemoryTransport
+from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
+from interdist.reduce_op import ReduceOp
+from interdist.values.distributed import DistributedValues
+from interdist.values.variables import _maybe
 
 if TYPE_CHECKING:
-    from .replica import Replica
+    from interdist.replica.replica import Replica
 
 
 def convert_for_variable(value: Any, dtype: np.dtype[Any], shape: tuple[int, ...], name: str) -> np.ndarray:
@@ -70,7 +70,7 @@ class ReplicaVariable(NDArrayOperatorsMixin):
         self.group_id = replica.group_id
 
     def __reduce__(self) -> Any:
-        from .resolve import resolve_variable
+        from interdist.protocol import resolve_variable
 
         return (resolve_variable, (self.group_id, self.var_id))
 
@@ -98,13 +98,13 @@ class ReplicaVariable(NDArrayOperatorsMixin):
 
     @property
     def aggregation(self) -> Any:
-        from ..values.variables import VariableAggregation
+        from interdist.values.variables import VariableAggregation
 
         return VariableAggregation[self.meta["aggregation"]]
 
     @property
     def synchronization(self) -> Any:
-        from ..values.variables import VariableSynchronization
+        from interdist.values.variables import VariableSynchronization
 
         return VariableSynchronization[self.meta["synchronization"]]
 
@@ -695,7 +695,7 @@ def create_central_variable(replica: Replica, var_id: int, meta: dict[str, Any],
     var = CentralReplicaVariable(replica, var_id, meta, value)
     replica.variables[var_id] = var
     if var._state.is_holder:
-        from .replica import summarize
+        from interdist.replica.replica import summarize
 
         norm, checksum = summarize(var.raw)
         replica.emit(events.VariableCreated(

@@ -19,11 +19,11 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from .. import _context, _gpu, _nest, events
-from .._convert import as_array, is_array_like
-from ..collectives.base import Collectives, Transport
-from ..config import settings
-from ..errors import CollectiveAbortedError
+from interdist import _context, _gpu, _nest, events
+from interdist._convert import as_array, is_array_like
+from interdist.collectives.base import Collectives, Transport
+from interdist.config import settings
+from interdist.errors import CollectiveAbortedError
 
 # The replica whose payload is being unpickled, so that handles inside it
 # (variables, strategies, stored values) resolve to this replica's objects.
@@ -140,9 +140,9 @@ class Replica:
         self.warnings: list[str] = []
         self.lock = threading.Lock()  # one program at a time
         # Called with True when a program starts and False when it ends (central storage keeps
-        # per-program read caches and update counts: runtime/replica_variable.py).
+        # per-program read caches and update counts: replica/variable.py).
         self.program_hooks: list[Callable[[bool], None]] = []
-        from .replica_view import ReplicaContext, ReplicaStrategyView
+        from interdist.replica.view import ReplicaContext, ReplicaStrategyView
 
         self.view = ReplicaStrategyView(self)
         self.context = ReplicaContext(self)
@@ -253,7 +253,7 @@ class Replica:
 
     def encode(self, result: Any, step: int, arg_ids: dict[int, int] | None = None) -> Any:
         """Keep result leaves in the store; reply with their metadata (and small values)."""
-        from .replica_variable import ReplicaVariable
+        from interdist.replica.variable import ReplicaVariable
 
         counter = iter(range(1 << 30))
 

@@ -7,7 +7,7 @@ steps whose updates it applied (so that a step run again after its worker died
 is never applied twice) and, for each applied step, its staleness: how many
 other updates this store applied between the step's read and its apply. On a
 ``worker`` task it runs scheduled steps (``ps_step.run_step``) one at a time and
-keeps the per-worker datasets and iterators of ``runtime/ps_input.py``.
+keeps the per-worker datasets and iterators of ``replica/ps_input.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import cloudpickle
 import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .replica_variable import apply_op
+from interdist.replica.variable import apply_op
 
 PLUGIN_NAME = "interdist-ps"
 
@@ -95,7 +95,7 @@ class PSRuntime(WorkerPlugin):
         worker.interdist_ps = self
 
     def teardown(self, worker: Any) -> None:
-        from . import ps_input
+        from interdist.replica import ps_input
 
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.input_executor.shutdown(wait=False, cancel_futures=True)
@@ -126,14 +126,14 @@ class PSRuntime(WorkerPlugin):
         return self._store(store).stats() if store in self.stores else {}
 
     async def drop(self, store: str) -> str:
-        from . import ps_input
+        from interdist.replica import ps_input
 
         self.stores.pop(store, None)
         ps_input.drop_store(store)
         return "OK"
 
     async def step(self, store: str, step_id: str, fn: bytes, args: bytes, device: str) -> dict[str, Any]:
-        from .ps_step import WorkerConnection, run_step
+        from interdist.replica.ps_step import WorkerConnection, run_step
 
         conn = WorkerConnection(self.worker)
         loop = asyncio.get_running_loop()
@@ -141,8 +141,8 @@ class PSRuntime(WorkerPlugin):
 
     async def input(self, store: str, builds: list[Any], drops: list[str], device: str) -> dict[str, Any]:
         """Make the per-worker datasets and iterators this worker lacks (``ps_input.sync_resources``)."""
-        from .ps_input import sync_resources
-        from .ps_step import WorkerConnection
+        from interdist.replica.ps_input import sync_resources
+        from interdist.replica.ps_step import WorkerConnection
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.input_executor, sync_resources, WorkerConnection(self.worker), store,

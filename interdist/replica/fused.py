@@ -13,8 +13,8 @@ from typing import Any
 
 import cloudpickle
 
-from .. import _context, events
-from .replica import Replica
+from interdist import _context, events
+from interdist.replica.replica import Replica
 
 _END = object()
 

@@ -17,10 +17,10 @@ from typing import Any
 import cloudpickle
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .. import _gpu, events
-from ..collectives.mailbox import Mailbox
-from .dask_transport import answer_probe, make_transport, packet_from_payload
-from .replica import Replica
+from interdist import _gpu, events
+from interdist.collectives.mailbox import Mailbox
+from interdist.collectives.dask_comms import answer_probe, make_transport, packet_from_payload
+from interdist.replica.replica import Replica
 
 logger = logging.getLogger("interdist")
 
@@ -135,7 +135,7 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def control_endpoint(self) -> dict[str, Any] | None:
         """Where a notebook on this host can send programs without the event loops (local_control.py)."""
-        from . import local_control
+        from interdist import control as local_control
 
         if not local_control.available():
             return None
@@ -150,7 +150,7 @@ class ReplicaRuntime(WorkerPlugin):
             self._mailbox(msg["group"]).put(msg["step"], msg["seq"], msg["src"], packet_from_payload(msg["payload"]))
             return
         if msg.get("op") == "rows":  # a replica on this host reads rows of a chunk this worker holds
-            from ..input import _direct
+            from interdist.input import _direct
 
             reply(_direct.serve_rows(self.worker, msg))
             return
@@ -203,7 +203,7 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def restore_var(self, group: str, var_id: int, meta: bytes, value: bytes) -> str:
         """Give a replacement replica its copy of a variable (taken from a surviving replica)."""
-        from .replica_variable import make_replica_variable
+        from interdist.replica.variable import make_replica_variable
 
         replica = self._replica(group)
         replica.variables[var_id] = make_replica_variable(replica, var_id, cloudpickle.loads(meta),
@@ -217,7 +217,7 @@ class ReplicaRuntime(WorkerPlugin):
         Answered from a thread (the holder may first have to reach that update), into the
         asker's mailbox; this reply only acknowledges the request.
         """
-        from .replica_variable import serve_central_read
+        from interdist.replica.variable import serve_central_read
 
         replica = self._replica(group)
         asyncio.get_running_loop().run_in_executor(None, serve_central_read, replica, var_id, program, epoch,
@@ -298,7 +298,7 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 
 
 def _close_transport(replica: Replica) -> None:
-    from .replica_variable import close_central
+    from interdist.replica.variable import close_central
 
     try:
         close_central(replica)  # central storage's answers to reads have segments of their own
