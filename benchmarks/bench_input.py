@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from _common import have_tensorflow
 
 import interdist as idist
-from _common import have_tensorflow
 from interdist.input import _dask
 
 ROWS, WIDTH, BATCH, REPEATS = 65536, 256, 256, 3

@@ -36,8 +36,9 @@ def _grad(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def bench_ps() -> tuple[float, list[int]]:
     from distributed import LocalCluster, Nanny
 
-    from interdist.strategy.coordinator import ClusterCoordinator
-    from interdist.experimental import ParameterServerStrategy
+    from interdist.experimental import ParameterServerStrategy, coordinator
+
+    ClusterCoordinator = coordinator.ClusterCoordinator
 
     cluster = LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address="127.0.0.1:0",
                            silence_logs=logging.ERROR)

@@ -101,3 +101,23 @@ def get_cross_replica_context() -> Any:
 
 def get_update_replica_id() -> int | None:
     return current().update_replica_id
+
+
+# The ParameterServerStrategy step running in this thread (``replica/ps_step.py``), if any: variables
+# read it to send their reads and updates to the ps tasks (``values/ps_variable.py``).
+_ps_step = threading.local()
+
+
+def current_ps_step() -> Any:
+    """The parameter-server step running in this thread, or None."""
+    return getattr(_ps_step, "ctx", None)
+
+
+@contextmanager
+def ps_step_context(ctx: Any) -> Iterator[Any]:
+    prev = getattr(_ps_step, "ctx", None)
+    _ps_step.ctx = ctx
+    try:
+        yield ctx
+    finally:
+        _ps_step.ctx = prev

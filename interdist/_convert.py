@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from interdist import _gpu
 from interdist._gpu import is_cupy
 
 _INT32 = np.iinfo(np.int32)
@@ -83,3 +84,47 @@ def same_object_across(values: list[Any]) -> bool:
     if type(v0) is int and v0 in _SMALL_INTS:
         return all(type(v) is int and v == v0 for v in values)
     return False
+
+
+def convert_for_variable(value: Any, dtype: np.dtype[Any], shape: tuple[int, ...], name: str) -> np.ndarray:
+    """``value`` as the variable's dtype and shape, or the error TF gives."""
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype and value.dtype.kind in "fc":
+        # Values that carry a dtype must match, as TF's convert_to_tensor(value, dtype) requires.
+        raise ValueError(f"Tensor conversion requested dtype {dtype.name} for a value of dtype {value.dtype.name} "
+                         f"(assigning to variable {name})")
+    a = as_array(value)
+    if a.dtype != dtype:
+        if a.dtype.kind == "f" and dtype.kind in "iub":
+            raise TypeError(f"Cannot convert {value!r} of dtype {a.dtype.name} to the dtype {dtype.name} of "
+                            f"variable {name}")
+        if a.dtype.kind in "c" and dtype.kind != "c":
+            raise TypeError(f"Cannot convert a complex value to the dtype {dtype.name} of variable {name}")
+        a = a.astype(dtype)
+    if a.shape != tuple(shape):
+        raise ValueError(f"Shapes {tuple(shape)} and {a.shape} are incompatible (assigning to variable {name})")
+    return a
+
+
+
+def apply_op(op: str, current: np.ndarray, value: np.ndarray) -> np.ndarray:
+    if _gpu.is_cupy(current):
+        value = _gpu.to_device(value)  # a GPU replica's copy stays on its device
+    if op == "assign":
+        return _gpu.copy(value)
+    if op == "assign_add":
+        return _gpu.asarray(current + value, dtype=current.dtype)
+    if op == "assign_sub":
+        return _gpu.asarray(current - value, dtype=current.dtype)
+    raise ValueError(f"unknown variable update {op!r}")
+
+
+def summarize(value: Any) -> tuple[float, float]:
+    """(norm, checksum) of a value, for events: enough to see copies diverge."""
+    if not is_array_like(value):
+        return 0.0, 0.0
+    a = as_array(value)
+    if a.dtype.kind not in "biuf" or a.size == 0:
+        return 0.0, 0.0
+    xp = _gpu.xp_of(a)  # on the GPU for CuPy values: only two numbers come back
+    f = a.astype(xp.float64, copy=False)
+    return float(xp.sqrt(xp.sum(f * f))), float(xp.sum(f))

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from interdist import _nest
 from interdist.errors import NoGPUError
 
 
@@ -61,7 +62,6 @@ def to_host(x: Any) -> Any:
 
 def tree_to_host(structure: Any) -> Any:
     """:func:`to_host` on every leaf of a nested structure."""
-    from interdist import _nest
 
     return _nest.map_structure(to_host, structure)
 
@@ -108,7 +108,6 @@ def is_gpu_device(device: str) -> bool:
 
 def inputs_to_device(structure: Any) -> Any:
     """NumPy arrays in ``structure`` copied to the current GPU (other leaves unchanged)."""
-    from interdist import _nest
 
     def leaf(x: Any) -> Any:
         if isinstance(x, np.ndarray) and x.dtype.kind in "biufc":

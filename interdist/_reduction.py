@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 
 from interdist._convert import as_array
-from interdist._gpu import same_place, xp_of
-from interdist.collectives.base import reduce_arrays
+from interdist._gpu import any_cupy, same_place, xp_of
 from interdist.reduce_op import ReduceOp
 
 
@@ -76,3 +75,41 @@ def gather_components(components: list[Any], axis: int) -> np.ndarray:
         return np.concatenate(arrays, axis=ax)
     except ValueError as e:
         raise ValueError(f"Cannot gather values of shapes {[a.shape for a in arrays]} along axis {axis}: {e}") from None
+
+
+def reduce_arrays(values: list[Any], op: ReduceOp) -> np.ndarray:
+    """SUM or MEAN of same-shaped arrays, added in rank order (deterministic).
+
+    CuPy arrays (GPU replicas) are reduced on their device, the same way.
+    """
+    if any_cupy(values):
+        arrays, xp = same_place(list(values)), xp_of(*values)
+    else:
+        arrays, xp = [np.asarray(v) for v in values], np
+    check_shapes([tuple(a.shape) for a in arrays])
+    dtype = np.result_type(*[a.dtype for a in arrays])
+    total = xp.array(arrays[0], dtype=dtype, copy=True)
+    for a in arrays[1:]:
+        total = total + a
+    total = xp.asarray(total, dtype=dtype)
+    if op == ReduceOp.MEAN:
+        return mean_of_sum(total, len(arrays))
+    return total
+
+
+
+def check_shapes(shapes: list[tuple[int, ...]]) -> None:
+    if len(set(shapes)) > 1:
+        raise ValueError(f"Cannot reduce values of different shapes across replicas: {list(shapes)}")
+
+
+
+def mean_of_sum(total: np.ndarray, n: int) -> np.ndarray:
+    """``total / n`` as TF's ``_simple_reduce`` computes it for MEAN.
+
+    TF divides with ``/``: floats keep their dtype, integers become float64.
+    """
+    xp = xp_of(total)  # numpy, or cupy for a GPU replica's values
+    if not np.issubdtype(total.dtype, np.inexact):
+        return xp.asarray(total / n, dtype=np.float64)
+    return xp.asarray(total / xp.asarray(n, dtype=total.dtype), dtype=total.dtype)

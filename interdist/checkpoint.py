@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from interdist.values.variables import Variable
+
 FORMAT = "interdist-checkpoint/1"
 
 
@@ -52,7 +54,6 @@ class Checkpoint:
         self._counter = 0
 
     def _variables(self) -> dict[str, Any]:
-        from interdist.values.variables import Variable
 
         out: dict[str, Any] = {}
 

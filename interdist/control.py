@@ -34,6 +34,8 @@ from typing import Any
 
 import msgpack
 
+from interdist.protocol import lost_reply
+
 logger = logging.getLogger("interdist")
 
 TOKEN_BYTES = 32
@@ -245,8 +247,7 @@ class ControlServer:
                 try:
                     self._handle(msg, reply)
                 except Exception as exc:  # noqa: BLE001 - reported as this step's reply
-                    reply({"step": msg.get("step"), "ok": False, "lost": True, "secondary": False, "error": None,
-                           "type": type(exc).__name__, "message": str(exc), "traceback": ""})
+                    reply(dict(lost_reply(exc, step=msg.get("step"))))
         except OSError:
             return
         finally:
@@ -400,7 +401,6 @@ def wait_replies(conns: dict[int, ControlConnection], step: int, on_reply: Calla
                     on_reply(r, msg)
             if eof and r in waiting:
                 finish(r)
-                on_reply(r, {"ok": False, "lost": True, "secondary": False, "error": None,
-                             "type": "CommClosedError", "traceback": "",
-                             "message": "the worker closed the control connection (the process died?)"})
+                on_reply(r, dict(lost_reply(type_name="CommClosedError",
+                                             message="the worker closed the control connection (the process died?)")))
     return []

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import types
 
+from interdist.input._sources import TextLineDataset
 from interdist.input.dataset import (
     AUTOTUNE,
     INFINITE_CARDINALITY,
     UNKNOWN_CARDINALITY,
     Dataset,
-    TextLineDataset,
 )
 from interdist.input.options import AutoShardPolicy, DistributeOptions, Options
 from interdist.input.spec import TensorSpec

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from interdist import partitioners
-from interdist.strategy import coordinator
 from interdist.input.input_context import InputContext, InputOptions, InputReplicationMode
 from interdist.replica.programs import ValueContext
+from interdist.strategy import coordinator
 from interdist.strategy.central_storage import CentralStorageStrategy
 from interdist.strategy.multi_worker import CollectiveCommunication, CommunicationImplementation, CommunicationOptions
 from interdist.strategy.multi_worker import ExperimentalMultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy

@@ -16,6 +16,7 @@ import numpy as np
 
 from interdist import _context, _gpu
 from interdist.reduce_op import ReduceOp
+from interdist.values.variables import Variable, VariableAggregation
 
 
 class Optimizer:
@@ -28,7 +29,6 @@ class Optimizer:
         self.name = name or type(self).__name__
         self._id = uuid.uuid4().hex
         self._local_slots: dict[Any, dict[str, Any]] = {}
-        from interdist.values.variables import Variable, VariableAggregation
 
         # How many times apply_gradients ran (once per call, not per replica), as Keras counts.
         self.iterations = Variable(np.int64(0), name="iteration", trainable=False,

@@ -1,11 +1,184 @@
-"""Handles that cross to a replica turn into that replica's own objects when unpickled."""
+"""The notebook <-> replica contract: what crosses between them, as types.
+
+Everything a program, a reply or a handle carries is named here, once:
+
+- **group spec** (`GroupSpec`): what every replica of a group knows of it;
+- **variable metadata** (`VariableMeta`): what the workers know of a distributed variable;
+- **replies** (`Reply`): what a replica answers for one program, and the failure replies the
+  notebook's side writes for a replica that was lost or is stuck (`lost_reply`, `stuck_reply`);
+- **handle references** (`StoreRef`, `VarRef`, `ArgRef`, `ValueMeta`): how values that stay on the
+  workers are named in arguments and replies;
+- **resolution**: while a replica unpickles a payload (`resolving`), handles in it turn into that
+  replica's own objects (`resolve_strategy`, `resolve_variable`); in the notebook they find the
+  notebook's objects again.
+
+This module imports nothing of interdist: the replica engine, the Dask worker binding and the
+notebook's side all import it, never the other way round.
+
+>>> lost_reply(OSError("gone"))["lost"]
+True
+>>> StoreRef("k").key
+'k'
+"""
 
 from __future__ import annotations
 
+import threading
 import weakref
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from interdist.replica.replica import current_resolving
+if TYPE_CHECKING:
+    from interdist.replica.replica import Replica
+
+
+class GroupSpec(TypedDict, total=False):
+    """What every replica of a group is told when it joins (``interdist_join``)."""
+
+    world_size: int
+    devices: list[str]
+    kind: str  # the strategy's kind: "mirrored", "central_storage", "default", "parameter_server", ...
+    parameter_devices: list[str]
+    central_holder: int  # the rank holding CentralStorage's variables
+    cross_device_ops: Any  # a CrossDeviceOps instance, or None
+    timeout: float | None  # collective timeout in seconds (None: settings.collective_timeout)
+    local_control: bool
+
+
+class VariableMeta(TypedDict, total=False):
+    """What the workers (and a checkpoint) know of a distributed variable; enums by name."""
+
+    name: str
+    trainable: bool
+    synchronization: str  # VariableSynchronization member name
+    aggregation: str  # VariableAggregation member name
+    kind: str  # "mirrored" | "sync_on_read"
+    strategy_kind: str
+    shape: list[int]
+    dtype: str
+    device: str
+
+
+class Reply(TypedDict, total=False):
+    """A replica's answer for one program (``ok`` and then either ``result`` or the failure fields)."""
+
+    ok: bool
+    step: int | None
+    result: bytes  # the pickled, encoded result
+    error: bytes | None  # the pickled exception, when it pickles
+    type: str  # the exception's class name
+    message: str
+    traceback: str
+    secondary: bool  # a replica released by a peer's failure (CollectiveAbortedError), not a cause
+    lost: bool  # the replica's worker is gone or unreachable
+    stuck: bool  # the replica did not answer within the grace period after a peer failed
+    warnings: list[str]
+
+
+def lost_reply(exc: BaseException | None = None, *, type_name: str = "", message: str = "",
+               step: int | None = None) -> Reply:
+    """The reply for a replica whose worker is gone or could not be reached."""
+    reply = Reply(ok=False, lost=True, secondary=False, error=None, traceback="",
+                  type=type_name or type(exc).__name__, message=message or str(exc))
+    if step is not None:
+        reply["step"] = step
+    return reply
+
+
+def stuck_reply(rank: int, step: int, grace: float) -> Reply:
+    """The reply for a replica still running ``grace`` seconds after a peer failed."""
+    return Reply(ok=False, stuck=True, secondary=True, error=None, type="TimeoutError", traceback="",
+                 message=f"replica {rank} did not finish step {step} within {grace:g} s of its peers failing; "
+                         "it is still running")
+
+
+# The replica whose payload is being unpickled, so that handles inside it
+# (variables, strategies, stored values) resolve to this replica's objects.
+_resolving = threading.local()
+
+
+
+def current_resolving() -> Replica | None:
+    return getattr(_resolving, "replica", None)
+
+
+
+@contextmanager
+def resolving(replica: Replica) -> Iterator[None]:
+    prev = getattr(_resolving, "replica", None)
+    _resolving.replica = replica
+    try:
+        yield
+    finally:
+        _resolving.replica = prev
+
+
+
+class StoreRef:
+    """Stands, in a program's arguments, for a value already in the replica's store."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __reduce__(self) -> Any:
+        return (StoreRef, (self.key,))
+
+
+
+class VarRef:
+    """A variable in a reply: the notebook maps it back to its handle."""
+
+    __slots__ = ("var_id",)
+
+    def __init__(self, var_id: int) -> None:
+        self.var_id = var_id
+
+    def __reduce__(self) -> Any:
+        return (VarRef, (self.var_id,))
+
+
+
+class ValueMeta:
+    """A result leaf in a reply: where it is kept and, when small, its value."""
+
+    __slots__ = ("key", "shape", "dtype", "value", "has_value", "shared")
+
+    def __init__(self, key: str, shape: tuple[int, ...] | None, dtype: str | None, value: Any, has_value: bool,
+                 shared: bool = False) -> None:
+        self.key, self.shape, self.dtype, self.value, self.has_value = key, shape, dtype, value, has_value
+        self.shared = shared  # the same object on every replica in TF (a merge_call result)
+
+    def __reduce__(self) -> Any:
+        return (ValueMeta, (self.key, self.shape, self.dtype, self.value, self.has_value, self.shared))
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"key": self.key}
+        if self.shape is not None:
+            d.update(shape=self.shape, dtype=self.dtype)
+        if self.has_value:
+            d["value"] = self.value
+        return d
+
+
+
+class ArgRef:
+    """A result that is one of the program's own arguments, returned unchanged (by identity)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self) -> Any:
+        return (ArgRef, (self.index,))
+
+
+
+VARIABLE_KEY = "variable:"  # a released key naming a variable whose notebook handle was collected
+
 
 # group id -> the notebook's strategy, so that a handle unpickled in the notebook finds it again
 _client_strategies: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()

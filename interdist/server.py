@@ -24,8 +24,8 @@ import signal
 import threading
 from typing import Any
 
-from interdist.cluster_resolver import ClusterSpec, TFConfigClusterResolver
 from interdist.client import roles
+from interdist.cluster_resolver import ClusterSpec, TFConfigClusterResolver
 
 
 def _split(address: str) -> tuple[str, int]:

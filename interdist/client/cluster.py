@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from interdist._gpu import probe_worker
 from interdist.config import settings
 from interdist.device import DeviceSpec
 from interdist.errors import NoGPUError
@@ -240,7 +241,6 @@ def local_gpu_cluster(gpus: list[int | str], scheduler_host: str = "127.0.0.1", 
 
 def check_gpu_workers(client: Any, addresses: list[str]) -> list[dict[str, Any]]:
     """Check that each worker can use a GPU through CuPy; ``NoGPUError`` naming the ones that cannot."""
-    from interdist._gpu import probe_worker
 
     try:
         found = client.run(probe_worker, workers=list(addresses))

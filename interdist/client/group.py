@@ -16,10 +16,11 @@ from typing import Any
 
 import cloudpickle
 
-from interdist.config import settings
-from interdist.errors import CollectiveAbortedError, ReplicaError, WorkerLostError
 from interdist import control as local_control
 from interdist.client.fn_pickle import dumps_fn
+from interdist.config import settings
+from interdist.errors import ReplicaError, WorkerLostError
+from interdist.protocol import lost_reply, stuck_reply
 from interdist.worker.plugin import PLUGIN_NAME, ReplicaRuntime
 
 _registered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
@@ -250,8 +251,7 @@ class DaskGroup:
                 c.send(data, step)
                 sent[r] = c
             except OSError as exc:
-                replies[r] = {"ok": False, "lost": True, "secondary": False, "error": None,
-                              "type": type(exc).__name__, "message": str(exc), "traceback": ""}
+                replies[r] = dict(lost_reply(exc))
         for r in list(replies):
             on_reply(r, replies[r])
 
@@ -261,10 +261,7 @@ class DaskGroup:
 
         for rank in local_control.wait_replies(sent, step, on_reply, grace):
             self.busy[rank] = (step, conns[rank])
-            replies[rank] = {"ok": False, "stuck": True, "secondary": True, "error": None, "type": "TimeoutError",
-                             "traceback": "", "message": f"replica {rank} did not finish step {step} within "
-                                                         f"{settings.stuck_grace:g} s of its peers failing; it is "
-                                                         "still running"}
+            replies[rank] = dict(stuck_reply(rank, step, settings.stuck_grace))
         if any(rep.get("lost") for rep in replies.values()):
             self._drop_control()  # the next program sets them up again, after recovery
         return [replies[r] for r in range(self.world_size)]
@@ -288,8 +285,7 @@ class DaskGroup:
                     group=self.group_id, step=step, fn=fn, args=args[rank], system=system,
                     release=release[rank], timeout=self.spec.get("timeout") or settings.collective_timeout))
             except Exception as exc:  # noqa: BLE001 - the worker is gone or unreachable
-                return {"ok": False, "lost": True, "secondary": False, "error": None,
-                        "type": type(exc).__name__, "message": str(exc), "traceback": ""}
+                return dict(lost_reply(exc))
 
         tasks = {asyncio.ensure_future(one(r)): r for r in range(self.world_size)}
         replies: dict[int, dict[str, Any]] = {}
@@ -306,10 +302,7 @@ class DaskGroup:
                 for t in pending:
                     rank = tasks[t]
                     self.busy[rank] = (step, t)
-                    replies[rank] = {"ok": False, "stuck": True, "secondary": True, "error": None,
-                                     "type": "TimeoutError", "traceback": "",
-                                     "message": f"replica {rank} did not finish step {step} within "
-                                                f"{settings.stuck_grace:g} s of its peers failing; it is still running"}
+                    replies[rank] = dict(stuck_reply(rank, step, settings.stuck_grace))
                 break
             for t in done:
                 rank = tasks[t]

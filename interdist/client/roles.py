@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from interdist.cluster_resolver import DaskClusterResolver
+
 #: Seconds to wait for a scheduler or a task's worker when none is configured.
 DEFAULT_CONNECT_TIMEOUT = float(os.environ.get("INTERDIST_CONNECT_TIMEOUT", "30"))
 
@@ -51,7 +53,6 @@ def coordinator_task(spec: Any) -> tuple[str, int]:
 
 def scheduler_address(resolver: Any) -> tuple[str, str]:
     """(Dask scheduler address, the task it belongs to) for a cluster resolver."""
-    from interdist.cluster_resolver import DaskClusterResolver
 
     if isinstance(resolver, DaskClusterResolver):
         return resolver.master(), "the Dask scheduler"

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from interdist._gpu import any_cupy, to_device, to_host
+from interdist._reduction import check_shapes, mean_of_sum, reduce_arrays
+from interdist.collectives.base import Packet, Timing, Transport, pack, unpack
 from interdist.reduce_op import ReduceOp
-from interdist.collectives.base import Packet, Timing, Transport, check_shapes, pack, reduce_arrays, unpack
 
 # Batches of at least this many elements (all arrays together) are reduce-scattered when the
 # group spans hosts: each rank then puts 2(n-1)/n of the data on the wire instead of (n-1).
@@ -337,7 +338,6 @@ def _reduce_owned(values: list[Any], op: ReduceOp) -> np.ndarray:
         if dtype.kind in "fc":
             np.true_divide(total, np.asarray(len(arrays), dtype=dtype), out=total)
             return np.asarray(total)
-        from interdist.collectives.base import mean_of_sum
 
         return mean_of_sum(total, len(arrays))
     return np.asarray(total)

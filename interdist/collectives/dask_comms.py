@@ -22,12 +22,11 @@ import numpy as np
 from distributed.protocol.serialize import to_serialize
 from distributed.utils import sync
 
+from interdist import control as local_control
 from interdist.collectives.base import Packet, Transport
 from interdist.collectives.mailbox import Mailbox
 from interdist.collectives.shared_memory import PREFIX, SharedMemoryTransport, _unlink, _untracked
 from interdist.errors import CollectiveTimeoutError
-from interdist import control as local_control
-
 
 _MISSING: Any = object()
 

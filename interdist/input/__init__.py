@@ -5,12 +5,13 @@ Re-exports only; see the submodules for the implementations.
 
 from __future__ import annotations
 
+from interdist.input import _dask, _sources, _transforms, plan  # noqa: F401 - the node classes register themselves
+from interdist.input._sources import TextLineDataset
 from interdist.input.dataset import (
     AUTOTUNE,
     INFINITE_CARDINALITY,
     UNKNOWN_CARDINALITY,
     Dataset,
-    TextLineDataset,
 )
 from interdist.input.input_context import (
     InputContext,

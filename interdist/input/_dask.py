@@ -34,24 +34,22 @@ A pipeline of another shape over a Dask source (a ``filter``, a ``map`` after
 from __future__ import annotations
 
 import builtins
-import itertools
 import os
-import queue
 import threading
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from interdist import _nest
-from interdist.input import _values
-from interdist.input.dataset import Dataset
+from interdist.input import _direct, _values
+from interdist.input._values import is_dask_collection
+from interdist.input.dataset import Dataset, register_node
 from interdist.input.spec import TensorSpec
 
-__all__ = ["DaskChunksDataset", "DaskSliceDataset", "Plan", "contains_dask", "is_dask_collection", "plan_of"]
+__all__ = ["DaskChunksDataset", "DaskSliceDataset", "contains_dask", "is_dask_collection"]
 
 # Rows read per fetch on a worker (a window of whole steps; at least one step).
 WINDOW_ROWS = 16384
@@ -60,21 +58,6 @@ PREFETCH_WINDOWS = 2
 # Rows of persisted chunks on this host are read from their holder's memory (``_direct.py``);
 # INTERDIST_DIRECT_READS=0 reads every row through Dask.
 _direct_reads = os.environ.get("INTERDIST_DIRECT_READS", "1") != "0"
-
-
-def is_dask_collection(x: Any) -> bool:
-    """True for a Dask array, Series or DataFrame (checked without importing Dask)."""
-    module = type(x).__module__ or ""
-    return module.startswith("dask") and hasattr(x, "__dask_graph__")
-
-
-def contains_dask(structure: Any) -> bool:
-    """True if any leaf of a tuple/dict structure is a Dask collection."""
-    if isinstance(structure, dict):
-        return any(contains_dask(v) for v in structure.values())
-    if isinstance(structure, tuple):
-        return any(contains_dask(v) for v in structure)
-    return is_dask_collection(structure)
 
 
 def _as_row_arrays(structure: Any) -> Any:
@@ -230,7 +213,6 @@ def _read_rows(leaves: list[Any], rows: np.ndarray, client: Any) -> list[np.ndar
     if len(rows) == 0:
         return [np.empty((0, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]
     if _worker is not None and getattr(client, "_interdist_reader", False) and _direct_reads:
-        from interdist.input import _direct
 
         direct = _direct.read_rows(_worker, leaves, rows, client)
         if direct is not None:
@@ -242,6 +224,7 @@ def _read_rows(leaves: list[Any], rows: np.ndarray, client: Any) -> list[np.ndar
 
 
 # -- sources --------------------------------------------------------------------------------------
+@register_node
 class DaskSliceDataset(Dataset):
     """``Dataset.from_tensor_slices`` of Dask collections: one element per row."""
 
@@ -274,6 +257,7 @@ class DaskSliceDataset(Dataset):
         return _nest.map_structure(lambda a: _leaf_spec(a, batched=False), self._value)
 
 
+@register_node
 class DaskChunksDataset(Dataset):
     """A Dask collection as a batched dataset: each chunk (partition) of rows is one element."""
 
@@ -302,277 +286,6 @@ class DaskChunksDataset(Dataset):
 
     def _compute_element_spec(self) -> Any:
         return _nest.map_structure(lambda a: _leaf_spec(a, batched=True), self._value)
-
-
-# -- row plans ------------------------------------------------------------------------------------
-@dataclass
-class Plan:
-    """Which source rows make each global batch of a pipeline over a Dask source."""
-
-    structure: Any  # the source's structure of Dask arrays
-    rows: builtins.range  # the source rows the pre-batch stream reads, in order
-    maps: list[Any]  # element-wise MapDataset nodes, innermost first
-    batch_size: int | None  # None: batches are the source's chunks
-    drop_remainder: bool
-    chunks: tuple[int, ...] | None
-    post: list[tuple[str, Any]] = field(default_factory=list)  # ops on the sequence of batches
-    element_spec: Any = None  # the pre-batch element (after the maps)
-
-    def num_base_batches(self) -> int:
-        if self.batch_size is None:
-            assert self.chunks is not None
-            return len(self.chunks)
-        n, b = len(self.rows), self.batch_size
-        return n // b if self.drop_remainder else -(-n // b)
-
-    def batch_rows(self, j: int) -> builtins.range:
-        """The source rows of base batch ``j``."""
-        if self.batch_size is None:
-            assert self.chunks is not None
-            lo = sum(self.chunks[:j])
-            return builtins.range(lo, lo + self.chunks[j])
-        b = self.batch_size
-        return self.rows[j * b:(j + 1) * b]
-
-    def batch_ids(self) -> Iterator[int]:
-        """The base batch of every element of the pipeline, in order (a finite or endless iterator)."""
-        ids: Any = lambda: iter(builtins.range(self.num_base_batches()))
-        for op, arg in self.post:
-            ids = _post(ids, op, arg)
-        return ids()
-
-
-def _post(inner: Any, op: str, arg: Any) -> Any:
-    if op == "repeat":
-        def repeat() -> Iterator[int]:
-            count = itertools.count() if arg < 0 else builtins.range(arg)
-            for _ in count:
-                empty = True
-                for j in inner():
-                    empty = False
-                    yield j
-                if empty:
-                    return
-        return repeat
-    if op == "take":
-        return lambda: inner() if arg < 0 else itertools.islice(inner(), arg)
-    if op == "skip":
-        return lambda: iter(()) if arg < 0 else itertools.islice(inner(), arg, None)
-    if op == "shard":
-        k, i = arg
-        return lambda: itertools.islice(inner(), i, None, k)
-    raise AssertionError(op)
-
-
-def plan_of(dataset: Dataset) -> Plan | None:
-    """The row plan of ``dataset``, or None when it is not of a shape a plan describes.
-
-    The source may also be a NumPy ``from_tensor_slices``: iterating such a pipeline by its
-    plan skips the rows of batches that a ``shard`` or ``skip`` after ``batch`` drops, instead
-    of reading and mapping them (a per-worker pipeline sharded among a worker's replicas).
-    """
-    from interdist.input import _sources
-    from interdist.input import _transforms as t
-
-    post: list[tuple[str, Any]] = []
-    node: Any = dataset
-    passthrough = (t.PrefetchDataset, t.OptionsDataset)
-    while True:  # after batch: ops on whole batches
-        if isinstance(node, DaskChunksDataset):
-            return Plan(node._value, builtins.range(0), [], None, False, node._chunks, post[::-1],
-                        None)
-        if isinstance(node, passthrough):
-            pass
-        elif isinstance(node, t.RepeatDataset):
-            post.append(("repeat", node.count))
-        elif isinstance(node, t.TakeDataset):
-            post.append(("take", node.count))
-        elif isinstance(node, t.SkipDataset):
-            post.append(("skip", node.count))
-        elif isinstance(node, t.ShardDataset):
-            post.append(("shard", (node.num_shards, node.index)))
-        elif isinstance(node, t.BatchDataset):
-            break
-        else:
-            return None
-        node = node._input
-    batch = node
-    pre: list[Any] = []
-    node = batch._input
-    while not isinstance(node, (DaskSliceDataset, _sources.TensorSliceDataset)):
-        if isinstance(node, (t.MapDataset, t.TakeDataset, t.SkipDataset, t.ShardDataset)):
-            pre.append(node)
-        elif not isinstance(node, passthrough):
-            return None
-        node = node._input
-    if isinstance(node, _sources.TensorSliceDataset) and not all(
-            isinstance(leaf, np.ndarray) for leaf in _nest.flatten(node._value)):
-        return None
-    rows = builtins.range(node._length)
-    maps = []
-    for op in reversed(pre):  # innermost first
-        if isinstance(op, t.MapDataset):
-            maps.append(op)
-        elif isinstance(op, t.TakeDataset):
-            rows = rows if op.count < 0 else rows[:op.count]
-        elif isinstance(op, t.SkipDataset):
-            rows = builtins.range(0) if op.count < 0 else rows[op.count:]
-        else:
-            rows = rows[op.index::op.num_shards]
-    return Plan(node._value, rows, maps, batch.batch_size, batch.drop_remainder, None, post[::-1],
-                batch._input.element_spec)
-
-
-def _pieces(plan: Plan, batch_rows: builtins.range, rank: int, num_replicas: int) -> builtins.range:
-    """Replica ``rank``'s rows of one global batch (TF's split: ceil(L/n) each, in order)."""
-    if num_replicas == 1:
-        return batch_rows
-    from interdist.input.rebatch import batch_sizes_for_replicas
-
-    sizes = batch_sizes_for_replicas(len(batch_rows), num_replicas)
-    lo = sum(sizes[:rank])
-    return batch_rows[lo:lo + sizes[rank]]
-
-
-def _empty_like_spec(spec: Any) -> Any:
-    return _nest.map_structure(
-        lambda s: np.empty((0, *(0 if d is None else d for d in s.shape)), s.dtype), spec)
-
-
-_OPEN = object()  # iterate_plan opens a reading client of its own
-
-
-def iterate_plan(plan: Plan, rank: int = 0, num_replicas: int = 1, client: Any = _OPEN,
-                 window_rows: int = WINDOW_ROWS, stats: dict[str, int] | None = None) -> Iterator[Any]:
-    """Replica ``rank``'s batch of every global batch of ``plan``, read in windows of steps.
-
-    ``stats``, if given, counts the ``rows`` read and the ``reads`` (one per window).
-    """
-    if client is _OPEN:
-        with reading_client() as own:
-            yield from iterate_plan(plan, rank, num_replicas, own, window_rows, stats)
-        return
-    leaves = _nest.flatten(plan.structure)
-    ids = plan.batch_ids()
-    if isinstance(leaves[0], np.ndarray):
-        # A NumPy source: each step's rows are one slice of it (rows is a range), copied once.
-        # One array, no map (a dataset_fn's `from_tensor_slices(x).batch(b)`): the batch is the
-        # copy itself, without the structure round trip (~1/3 of a 128-row batch's time).
-        single = not plan.maps and plan.structure is leaves[0]
-        for j in ids:
-            piece = _pieces(plan, plan.batch_rows(j), rank, num_replicas)
-            lo, hi, step = piece.start, piece.stop, piece.step
-            if stats is not None:
-                stats["rows"] = stats.get("rows", 0) + len(piece)
-            if single:
-                yield np.array(leaves[0][lo:hi:step])
-                continue
-            columns = [np.array(leaf[lo:hi:step]) for leaf in leaves]
-            yield _batch(plan, columns, len(piece))
-        return
-    per_step = max(1, (plan.batch_size or (max(plan.chunks or (1,)) or 1)) // num_replicas)
-    most = max(1, window_rows // per_step)
-    # Slow start: the first read is one step, then each window doubles up to ``window_rows``, so
-    # the replica's first batch is not held up by a whole window (later reads overlap its steps).
-    steps_per_window = 1
-    while True:
-        window = list(itertools.islice(ids, steps_per_window))
-        steps_per_window = min(most, steps_per_window * 2)
-        if not window:
-            return
-        pieces = [_pieces(plan, plan.batch_rows(j), rank, num_replicas) for j in window]
-        wanted = np.fromiter(itertools.chain.from_iterable(pieces), np.int64)
-        order = np.argsort(wanted, kind="stable")
-        sorted_rows = wanted[order]
-        unique, inverse = np.unique(sorted_rows, return_inverse=True)
-        data = _read_rows(leaves, unique, client)
-        if stats is not None:
-            stats["rows"] = stats.get("rows", 0) + len(unique)
-            stats["reads"] = stats.get("reads", 0) + 1
-        back = np.empty(len(wanted), np.int64)
-        back[order] = inverse  # position in `data` of every wanted row, in wanted order
-        at = 0
-        for piece in pieces:
-            take = back[at:at + len(piece)]
-            at += len(piece)
-            yield _batch(plan, [d[take] for d in data], len(piece))
-
-
-def _batch(plan: Plan, columns: list[np.ndarray], size: int) -> Any:
-    if not plan.maps:
-        return _nest.pack_sequence_as(plan.structure, columns)
-    if size == 0:
-        return _empty_like_spec(plan.element_spec)
-    elements = []
-    for i in builtins.range(size):
-        element = _nest.pack_sequence_as(plan.structure, [_values.copy_leaf(c[i]) for c in columns])
-        for m in plan.maps:
-            element = m._apply(element)
-        elements.append(element)
-    return _values.stack_elements(elements)
-
-
-class PrefetchingReader:
-    """``iterate_plan`` on a background thread, ``PREFETCH_WINDOWS`` windows ahead (on a worker)."""
-
-    def __init__(self, plan: Plan, rank: int, num_replicas: int) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_WINDOWS * 64)
-        self._closed = threading.Event()
-        self.stats: dict[str, int] = {}  # rows and reads so far (for tests and the curious)
-        self.rank = rank
-        # The reading client connects now, while the iterator is made (as TF's iterator creation).
-        self._reading = reading_client()
-        client = self._reading.__enter__()
-        self._thread = threading.Thread(target=self._fill, args=(plan, rank, num_replicas, client),
-                                        name=f"interdist-dask-reader-{rank}", daemon=True)
-        self._thread.start()
-
-    def _fill(self, plan: Plan, rank: int, num_replicas: int, client: Any) -> None:
-        try:
-            for batch in iterate_plan(plan, rank, num_replicas, client, stats=self.stats):
-                if not self._put(("ok", batch)):
-                    return
-            self._put(("end", None))
-        except BaseException as e:  # noqa: BLE001 - handed to the replica that reads next
-            self._put(("error", e))
-        finally:
-            from interdist.input import _direct
-
-            _direct.close_connections()
-            self._reading.__exit__(None, None, None)
-
-    def _put(self, item: Any) -> bool:
-        while not self._closed.is_set():
-            try:
-                self._queue.put(item, timeout=0.5)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def __iter__(self) -> PrefetchingReader:
-        return self
-
-    def __next__(self) -> Any:
-        from interdist.config import settings
-
-        try:
-            kind, value = self._queue.get(timeout=settings.input_timeout)
-        except queue.Empty:
-            raise TimeoutError(
-                f"no batch from this replica's Dask read for {settings.input_timeout:g} s (its read is still "
-                "running: is a worker holding the data gone?); interdist.config.settings.input_timeout on the "
-                "workers, or INTERDIST_INPUT_TIMEOUT, sets the limit") from None
-        if kind == "ok":
-            return value
-        self._closed.set()
-        if kind == "end":
-            self._queue.put(("end", None))  # stays exhausted
-            raise StopIteration
-        raise value
-
-    def __del__(self) -> None:
-        self._closed.set()
 
 
 def notebook_fallback_warning(reason: str) -> None:

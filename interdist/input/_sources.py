@@ -12,10 +12,11 @@ import numpy as np
 
 from interdist import _nest
 from interdist.input import _values
-from interdist.input.dataset import UNKNOWN_CARDINALITY, Dataset
+from interdist.input.dataset import UNKNOWN_CARDINALITY, Dataset, register_node
 from interdist.input.spec import TensorSpec, spec_of
 
 
+@register_node
 class RangeDataset(Dataset):
     """``Dataset.range``: NumPy scalars ``start, start + step, ...`` below ``stop``."""
 
@@ -49,6 +50,7 @@ class RangeDataset(Dataset):
         return TensorSpec((), self._dtype)
 
 
+@register_node
 class TensorSliceDataset(Dataset):
     """``Dataset.from_tensor_slices``: rows of the leading axis of every leaf."""
 
@@ -82,6 +84,7 @@ class TensorSliceDataset(Dataset):
         return _nest.map_structure(lambda s: s.unbatched(), spec_of(self._value))
 
 
+@register_node
 class TensorDataset(Dataset):
     """``Dataset.from_tensors``: the whole value as a single element."""
 
@@ -99,6 +102,7 @@ class TensorDataset(Dataset):
         return spec_of(self._value)
 
 
+@register_node
 class TextLineDataset(Dataset):
     """One element per line of each file, in file order (``tf.data.TextLineDataset``).
 

@@ -18,11 +18,13 @@ import numpy as np
 
 from interdist import _nest
 from interdist.input import _values
+from interdist.input._sources import TensorSliceDataset
 from interdist.input.dataset import (
     AUTOTUNE,
     INFINITE_CARDINALITY,
     UNKNOWN_CARDINALITY,
     Dataset,
+    register_node,
 )
 from interdist.input.options import Options
 from interdist.input.spec import TensorSpec, relax_structure, spec_of
@@ -48,6 +50,7 @@ class _Unary(Dataset):
         return self._input.element_spec
 
 
+@register_node
 class BatchDataset(_Unary):
     def __init__(self, input_dataset: Dataset, batch_size: int, drop_remainder: bool) -> None:
         super().__init__(input_dataset)
@@ -57,7 +60,6 @@ class BatchDataset(_Unary):
         self.drop_remainder = bool(drop_remainder)
 
     def _iterate(self) -> Iterator[Any]:
-        from interdist.input._sources import TensorSliceDataset
 
         src = self._input
         if type(src) is TensorSliceDataset and all(isinstance(x, np.ndarray) for x in _nest.flatten(src._value)):
@@ -93,6 +95,7 @@ class BatchDataset(_Unary):
         return _nest.map_structure(lambda s: s.batched(dim), self._input.element_spec)
 
 
+@register_node
 class UnbatchDataset(_Unary):
     def __init__(self, input_dataset: Dataset) -> None:
         super().__init__(input_dataset)
@@ -126,6 +129,7 @@ class UnbatchDataset(_Unary):
         return _nest.map_structure(lambda s: s.unbatched(), self._input.element_spec)
 
 
+@register_node
 class MapDataset(_Unary):
     def __init__(self, input_dataset: Dataset, map_func: Callable[..., Any]) -> None:
         super().__init__(input_dataset)
@@ -166,6 +170,7 @@ class MapDataset(_Unary):
             return spec1
 
 
+@register_node
 class FilterDataset(_Unary):
     def __init__(self, input_dataset: Dataset, predicate: Callable[..., Any]) -> None:
         super().__init__(input_dataset)
@@ -191,6 +196,7 @@ class FilterDataset(_Unary):
         return UNKNOWN_CARDINALITY
 
 
+@register_node
 class RepeatDataset(_Unary):
     def __init__(self, input_dataset: Dataset, count: int | None) -> None:
         super().__init__(input_dataset)
@@ -216,6 +222,7 @@ class RepeatDataset(_Unary):
         return n if n < 0 else n * self.count
 
 
+@register_node
 class TakeDataset(_Unary):
     def __init__(self, input_dataset: Dataset, count: int) -> None:
         super().__init__(input_dataset)
@@ -234,6 +241,7 @@ class TakeDataset(_Unary):
         return self.count if n == INFINITE_CARDINALITY else min(n, self.count)
 
 
+@register_node
 class SkipDataset(_Unary):
     def __init__(self, input_dataset: Dataset, count: int) -> None:
         super().__init__(input_dataset)
@@ -257,6 +265,7 @@ class SkipDataset(_Unary):
         return 0 if self.count < 0 else max(0, n - self.count)
 
 
+@register_node
 class ShardDataset(_Unary):
     def __init__(self, input_dataset: Dataset, num_shards: int, index: int) -> None:
         super().__init__(input_dataset)
@@ -283,6 +292,7 @@ class ShardDataset(_Unary):
         return n // self.num_shards + (1 if self.index < n % self.num_shards else 0)
 
 
+@register_node
 class ShuffleDataset(_Unary):
     def __init__(
         self,
@@ -338,6 +348,7 @@ class ShuffleDataset(_Unary):
             yield buffer.pop()
 
 
+@register_node
 class PrefetchDataset(_Unary):
     def __init__(self, input_dataset: Dataset, buffer_size: int) -> None:
         super().__init__(input_dataset)
@@ -349,6 +360,7 @@ class PrefetchDataset(_Unary):
         return iter(self._input)
 
 
+@register_node
 class EnumerateDataset(_Unary):
     def __init__(self, input_dataset: Dataset, start: int) -> None:
         super().__init__(input_dataset)
@@ -361,6 +373,7 @@ class EnumerateDataset(_Unary):
         return (TensorSpec((), np.int64), self._input.element_spec)
 
 
+@register_node
 class OptionsDataset(_Unary):
     def __init__(self, input_dataset: Dataset, options: Options) -> None:
         super().__init__(input_dataset)

@@ -158,3 +158,19 @@ def stack_elements(elements: list[Any]) -> Any:
                 )
         stacked.append(np.stack(values))
     return _nest.pack_sequence_as(first, stacked)
+
+
+def is_dask_collection(x: Any) -> bool:
+    """True for a Dask array, Series or DataFrame (checked without importing Dask)."""
+    module = type(x).__module__ or ""
+    return module.startswith("dask") and hasattr(x, "__dask_graph__")
+
+
+
+def contains_dask(structure: Any) -> bool:
+    """True if any leaf of a tuple/dict structure is a Dask collection."""
+    if isinstance(structure, dict):
+        return any(contains_dask(v) for v in structure.values())
+    if isinstance(structure, tuple):
+        return any(contains_dask(v) for v in structure)
+    return is_dask_collection(structure)

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
+from interdist.input import _values
 from interdist.input.options import Options
 
 INFINITE_CARDINALITY = -1
@@ -32,6 +33,31 @@ UNKNOWN_CARDINALITY = -2
 
 AUTOTUNE = -1
 """``tf.data.AUTOTUNE``; accepted as a ``prefetch`` buffer size."""
+
+
+# The node classes (``_sources``, ``_transforms``, ``_dask``) subclass Dataset and register themselves
+# here; Dataset's methods build them by name, so this module never imports its subclasses.
+# ``input/__init__.py`` imports every node module (distributed's ``_register_transports`` pattern).
+_NODES: dict[str, Any] = {}
+# Reads a pipeline by its row plan when it has one (``plan.py``), else None: set by that module.
+_plan_reader: Callable[[Dataset], Iterator[Any] | None] | None = None
+
+_D = TypeVar("_D", bound=type)
+
+
+def register_node(cls: _D) -> _D:
+    """Class decorator: make a node class known to Dataset's methods by its name."""
+    _NODES[cls.__name__] = cls
+    return cls
+
+
+def set_plan_reader(reader: Callable[[Dataset], Iterator[Any] | None]) -> None:
+    global _plan_reader
+    _plan_reader = reader
+
+
+def _node(name: str) -> Any:
+    return _NODES[name]
 
 
 class Dataset:
@@ -112,7 +138,7 @@ class Dataset:
         Elements are NumPy scalars of ``output_type`` (default ``np.int64``,
         as TF). ``step == 0`` raises ``ValueError``.
         """
-        return _sources.RangeDataset(*args, output_type=output_type)
+        return _node("RangeDataset")(*args, output_type=output_type)
 
     @staticmethod
     def from_tensor_slices(tensors: Any) -> Dataset:
@@ -126,14 +152,14 @@ class Dataset:
         and a distributed pipeline reads each replica's rows on its own worker
         (see ``interdist.input._dask``).
         """
-        if _dask.contains_dask(tensors):
-            return _dask.DaskSliceDataset(tensors)
-        return _sources.TensorSliceDataset(tensors)
+        if _values.contains_dask(tensors):
+            return _node("DaskSliceDataset")(tensors)
+        return _node("TensorSliceDataset")(tensors)
 
     @staticmethod
     def from_tensors(tensors: Any) -> Dataset:
         """A dataset of exactly one element, ``tensors`` (lists become arrays)."""
-        return _sources.TensorDataset(tensors)
+        return _node("TensorDataset")(tensors)
 
     # -------------------------------------------------------- transformations
 
@@ -152,11 +178,11 @@ class Dataset:
         ``None`` otherwise. ``num_parallel_calls``, ``deterministic`` and
         ``name`` are accepted for TF compatibility and ignored.
         """
-        return _transforms.BatchDataset(self, batch_size, drop_remainder)
+        return _node("BatchDataset")(self, batch_size, drop_remainder)
 
     def unbatch(self, name: str | None = None) -> Dataset:
         """Split every element along its leading axis into separate elements."""
-        return _transforms.UnbatchDataset(self)
+        return _node("UnbatchDataset")(self)
 
     def map(
         self,
@@ -172,26 +198,26 @@ class Dataset:
         on zero-filled probe elements when ``element_spec`` is first needed,
         the counterpart of TF tracing it.
         """
-        return _transforms.MapDataset(self, map_func)
+        return _node("MapDataset")(self, map_func)
 
     def filter(self, predicate: Callable[..., Any], name: str | None = None) -> Dataset:
         """Keep the elements for which ``predicate`` returns a scalar ``True``.
 
         A predicate result that is not a scalar bool raises ``ValueError``.
         """
-        return _transforms.FilterDataset(self, predicate)
+        return _node("FilterDataset")(self, predicate)
 
     def repeat(self, count: int | None = None, name: str | None = None) -> Dataset:
         """Repeat the dataset ``count`` times; ``None`` or ``-1`` repeats forever."""
-        return _transforms.RepeatDataset(self, count)
+        return _node("RepeatDataset")(self, count)
 
     def take(self, count: int, name: str | None = None) -> Dataset:
         """At most the first ``count`` elements; ``-1`` takes all."""
-        return _transforms.TakeDataset(self, count)
+        return _node("TakeDataset")(self, count)
 
     def skip(self, count: int, name: str | None = None) -> Dataset:
         """Drop the first ``count`` elements; ``-1`` drops all."""
-        return _transforms.SkipDataset(self, count)
+        return _node("SkipDataset")(self, count)
 
     def shard(self, num_shards: int, index: int, name: str | None = None) -> Dataset:
         """Every ``num_shards``-th element, starting with element ``index``.
@@ -199,7 +225,7 @@ class Dataset:
         Raises ``ValueError`` unless ``num_shards > 0`` and
         ``0 <= index < num_shards``.
         """
-        return _transforms.ShardDataset(self, num_shards, index)
+        return _node("ShardDataset")(self, num_shards, index)
 
     def shuffle(
         self,
@@ -213,19 +239,19 @@ class Dataset:
         With a ``seed`` the sequence of orders is reproducible; by default
         each new iteration draws a new order (``reshuffle_each_iteration``).
         """
-        return _transforms.ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration)
+        return _node("ShuffleDataset")(self, buffer_size, seed, reshuffle_each_iteration)
 
     def prefetch(self, buffer_size: int, name: str | None = None) -> Dataset:
         """Semantically a pass-through; ``buffer_size`` must be ``>= 0`` or ``AUTOTUNE``."""
-        return _transforms.PrefetchDataset(self, buffer_size)
+        return _node("PrefetchDataset")(self, buffer_size)
 
     def enumerate(self, start: int = 0, name: str | None = None) -> Dataset:
         """Pair every element with its ``np.int64`` position: ``(i, element)``."""
-        return _transforms.EnumerateDataset(self, start)
+        return _node("EnumerateDataset")(self, start)
 
     def with_options(self, options: Options, name: str | None = None) -> Dataset:
         """The same elements with ``options`` merged over the current options."""
-        return _transforms.OptionsDataset(self, options)
+        return _node("OptionsDataset")(self, options)
 
     def apply(self, transformation_func: Callable[[Dataset], Dataset]) -> Dataset:
         """``transformation_func(self)``, for chaining custom transformations."""
@@ -263,18 +289,8 @@ class Dataset:
         return iter(self)
 
     def __iter__(self) -> Iterator[Any]:
-        source = self
-        while source._input is not None:
-            source = source._input
-        if isinstance(source, (_dask.DaskSliceDataset, _dask.DaskChunksDataset)):
-            plan = _dask.plan_of(self)
-            if plan is not None:  # whole batches read in windows of rows, not row by row
-                return _dask.iterate_plan(plan)
-        elif isinstance(source, _sources.TensorSliceDataset) and isinstance(self, _transforms.ShardDataset):
-            plan = _dask.plan_of(self)
-            if plan is not None:  # read (and map) only the rows of the batches kept
-                return _dask.iterate_plan(plan, client=None)
-        return self._iterate()
+        planned = _plan_reader(self) if _plan_reader is not None else None
+        return planned if planned is not None else self._iterate()
 
     def __len__(self) -> int:
         n = self.cardinality()
@@ -293,16 +309,12 @@ class Dataset:
         return f"<{type(self).__name__} element_spec={self.element_spec!r}>"
 
 
-# The node classes subclass Dataset, so they can only be imported once it
-# exists; the methods above look them up at call time.
-from interdist.input import _dask, _sources, _transforms, _values
-from interdist.input._sources import TextLineDataset
-
 __all__ = [
     "AUTOTUNE",
     "INFINITE_CARDINALITY",
     "UNKNOWN_CARDINALITY",
     "Dataset",
     "Options",
-    "TextLineDataset",
+    "register_node",
+    "set_plan_reader",
 ]

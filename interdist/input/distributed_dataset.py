@@ -17,9 +17,8 @@ from typing import Any
 from interdist import _nest
 from interdist import device as device_lib
 from interdist.errors import NotADatasetError
-from interdist.values.distributed import PerReplica
-from interdist.values.tensor import Tensor
-from interdist.input import _dask
+from interdist.input import _dask, _values
+from interdist.input import plan as row_plan
 from interdist.input._transforms import UnbatchDataset
 from interdist.input.dataset import Dataset
 from interdist.input.input_context import (
@@ -30,7 +29,15 @@ from interdist.input.input_context import (
     check_options_for_distribute_dataset,
 )
 from interdist.input.options import AutoShardPolicy
-from interdist.input.rebatch import rebatch_element_spec, shard_for_worker, split_for_replicas, static_batch_size, with_batch_size
+from interdist.input.rebatch import (
+    rebatch_element_spec,
+    shard_for_worker,
+    split_for_replicas,
+    static_batch_size,
+    with_batch_size,
+)
+from interdist.values.distributed import PerReplica
+from interdist.values.tensor import Tensor
 
 _TRANSFORMATIONS = {"map", "batch", "unbatch", "repeat", "shard", "take", "skip", "prefetch", "filter", "shuffle",
                     "cache", "with_options", "rebatch", "apply", "flat_map", "interleave", "padded_batch"}
@@ -49,7 +56,7 @@ class DistributedDataset(_NoTransformations):
     """Each global batch of ``dataset`` split into per-replica batches."""
 
     def __init__(self, strategy: Any, dataset: Any, options: InputOptions | None = None) -> None:
-        if _dask.is_dask_collection(dataset):
+        if _values.is_dask_collection(dataset):
             dataset = _dask.DaskChunksDataset(dataset)  # each chunk (partition) is one global batch
         if not isinstance(dataset, Dataset):
             raise NotADatasetError(f"experimental_distribute_dataset requires an interdist.data.Dataset, "
@@ -79,7 +86,7 @@ class DistributedDataset(_NoTransformations):
         if sharded is not None:
             return sharded
         if _source(self._dataset) is not None:
-            plan = _dask.plan_of(self._dataset)
+            plan = row_plan.plan_of(self._dataset)
             fetch = self._options is None or self._options.experimental_fetch_to_device is not False
             if plan is not None and fetch:
                 # Each replica reads its own rows of every global batch on its worker.
@@ -102,11 +109,9 @@ class DistributedDataset(_NoTransformations):
         every ``W``-th per-worker batch of the whole pipeline, which is exactly the contiguous
         split of each global batch that the notebook makes: it is read once, in the notebook.
         """
-        from interdist.strategy.multi_worker import MultiWorkerMirroredStrategy
-
         strategy, dataset = self._strategy, self._dataset
         workers = strategy.num_replicas_in_sync  # one replica per worker task
-        if not isinstance(strategy, MultiWorkerMirroredStrategy) or workers == 1:
+        if not getattr(strategy, "_input_split_by_worker", False) or workers == 1:
             return None
         policy = dataset.options().experimental_distribute.auto_shard_policy
         files = dataset._source_files is not None
@@ -306,7 +311,7 @@ def _start_worker_shard(replica: Any, key: str, dataset: Dataset, workers: int, 
 
 def _start_dask_reader(replica: Any, key: str, plan: Any) -> None:
     _dask.bind_worker(replica.worker)
-    replica.store[key] = _dask.PrefetchingReader(plan, replica.rank, replica.world_size)
+    replica.store[key] = row_plan.PrefetchingReader(plan, replica.rank, replica.world_size)
 
 
 def _start_iterator(replica: Any, key: str, it_key: str) -> None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from interdist import _context, events
-from interdist.replica.replica import Replica
+
+if TYPE_CHECKING:
+    from interdist.replica.replica import Replica
 
 _END = object()
 

@@ -7,15 +7,17 @@ step numbering, events, timeouts and abort handling as user code.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from interdist import _context, _gpu, _reduction, events
-from interdist._convert import as_array, is_array_like
+from interdist._convert import as_array, is_array_like, summarize
 from interdist.reduce_op import ReduceOp
-from interdist.replica.replica import Replica, summarize
 from interdist.replica.variable import ReplicaVariable
+
+if TYPE_CHECKING:
+    from interdist.replica.replica import Replica
 
 
 class ValueContext:

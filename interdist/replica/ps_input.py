@@ -33,10 +33,12 @@ from typing import Any
 
 import cloudpickle
 
+from interdist import _context
 from interdist.errors import InterdistError, NotADatasetError
 from interdist.input import distributed_dataset as _dd
 from interdist.input.dataset import Dataset
 from interdist.input.input_context import InputContext, InputOptions, check_options_for_datasets_from_function
+from interdist.replica import ps_step
 
 #: TF 2.21's messages for ``iter()`` of a ParameterServerStrategy dataset outside the coordinator.
 NOT_BUILT_DATASET = "To use this dataset, you need to pass this dataset to ClusterCoordinator.create_per_worker_dataset."
@@ -193,11 +195,10 @@ def _as_dataset(obj: Any, slot: _Slot, key: str) -> Any:
 
 
 def _build_dataset(slot: _Slot, key: str, payload: bytes, conn: Any, store: str, device: str) -> Any:
-    from interdist.replica import ps_step
 
     # Inside a step context the strategy (captured by a dataset_fn) unpickles as this worker's view.
     ctx = ps_step.StepContext(f"input-{key}", conn, store, device)
-    with ps_step.step_context(ctx):
+    with _context.ps_step_context(ctx):
         recipe = cloudpickle.loads(payload)
         if not isinstance(recipe, Dataset) and not is_distributed(recipe):
             recipe = recipe()  # a dataset_fn: called with no argument, as in TF

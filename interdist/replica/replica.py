@@ -12,94 +12,21 @@ import pickle
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
 import numpy as np
 
 from interdist import _context, _gpu, _nest, events
-from interdist._convert import as_array, is_array_like
-from interdist.collectives.base import Collectives, Transport
+from interdist._convert import summarize
+from interdist.collectives.algorithms import Collectives
+from interdist.collectives.base import Transport
 from interdist.config import settings
 from interdist.errors import CollectiveAbortedError
-
-# The replica whose payload is being unpickled, so that handles inside it
-# (variables, strategies, stored values) resolve to this replica's objects.
-_resolving = threading.local()
-
-
-def current_resolving() -> Replica | None:
-    return getattr(_resolving, "replica", None)
-
-
-@contextmanager
-def resolving(replica: Replica) -> Iterator[None]:
-    prev = getattr(_resolving, "replica", None)
-    _resolving.replica = replica
-    try:
-        yield
-    finally:
-        _resolving.replica = prev
-
-
-class StoreRef:
-    """Stands, in a program's arguments, for a value already in the replica's store."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-    def __reduce__(self) -> Any:
-        return (StoreRef, (self.key,))
-
-
-class VarRef:
-    """A variable in a reply: the notebook maps it back to its handle."""
-
-    __slots__ = ("var_id",)
-
-    def __init__(self, var_id: int) -> None:
-        self.var_id = var_id
-
-    def __reduce__(self) -> Any:
-        return (VarRef, (self.var_id,))
-
-
-class ValueMeta:
-    """A result leaf in a reply: where it is kept and, when small, its value."""
-
-    __slots__ = ("key", "shape", "dtype", "value", "has_value", "shared")
-
-    def __init__(self, key: str, shape: tuple[int, ...] | None, dtype: str | None, value: Any, has_value: bool,
-                 shared: bool = False) -> None:
-        self.key, self.shape, self.dtype, self.value, self.has_value = key, shape, dtype, value, has_value
-        self.shared = shared  # the same object on every replica in TF (a merge_call result)
-
-    def __reduce__(self) -> Any:
-        return (ValueMeta, (self.key, self.shape, self.dtype, self.value, self.has_value, self.shared))
-
-    def as_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"key": self.key}
-        if self.shape is not None:
-            d.update(shape=self.shape, dtype=self.dtype)
-        if self.has_value:
-            d["value"] = self.value
-        return d
-
-
-class ArgRef:
-    """A result that is one of the program's own arguments, returned unchanged (by identity)."""
-
-    __slots__ = ("index",)
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-    def __reduce__(self) -> Any:
-        return (ArgRef, (self.index,))
+from interdist.protocol import VARIABLE_KEY, ArgRef, StoreRef, ValueMeta, VarRef, resolving
+from interdist.replica.variable import ReplicaVariable
+from interdist.replica.view import ReplicaContext, ReplicaStrategyView
 
 
 class Replica:
@@ -142,7 +69,6 @@ class Replica:
         # Called with True when a program starts and False when it ends (central storage keeps
         # per-program read caches and update counts: replica/variable.py).
         self.program_hooks: list[Callable[[bool], None]] = []
-        from interdist.replica.view import ReplicaContext, ReplicaStrategyView
 
         self.view = ReplicaStrategyView(self)
         self.context = ReplicaContext(self)
@@ -253,7 +179,6 @@ class Replica:
 
     def encode(self, result: Any, step: int, arg_ids: dict[int, int] | None = None) -> Any:
         """Keep result leaves in the store; reply with their metadata (and small values)."""
-        from interdist.replica.variable import ReplicaVariable
 
         counter = iter(range(1 << 30))
 
@@ -295,21 +220,6 @@ class Replica:
                 self.variables.pop(int(k[len(VARIABLE_KEY):]), None)
             else:
                 self.store.pop(k, None)
-
-
-VARIABLE_KEY = "variable:"  # a released key naming a variable whose notebook handle was collected
-
-
-def summarize(value: Any) -> tuple[float, float]:
-    """(norm, checksum) of a value, for events: enough to see copies diverge."""
-    if not is_array_like(value):
-        return 0.0, 0.0
-    a = as_array(value)
-    if a.dtype.kind not in "biuf" or a.size == 0:
-        return 0.0, 0.0
-    xp = _gpu.xp_of(a)  # on the GPU for CuPy values: only two numbers come back
-    f = a.astype(xp.float64, copy=False)
-    return float(xp.sqrt(xp.sum(f * f))), float(xp.sum(f))
 
 
 def dump_result(encoded: Any) -> bytes:

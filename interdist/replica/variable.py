@@ -15,48 +15,19 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from interdist import _context, _gpu, events
-from interdist._convert import as_array
+from interdist._convert import apply_op, as_array, convert_for_variable, summarize
 from interdist._gpu import to_host
-from interdist.collectives.base import Timing, pack, reduce_arrays, unpack
+from interdist._reduction import reduce_arrays
+from interdist.collectives.base import Timing, pack, unpack
 from interdist.collectives.shared_memory import SharedMemoryTransport
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
+from interdist.protocol import resolve_variable
 from interdist.reduce_op import ReduceOp
 from interdist.values.distributed import DistributedValues
-from interdist.values.variables import _maybe
+from interdist.values.variables import VariableAggregation, VariableSynchronization, _maybe
 
 if TYPE_CHECKING:
     from interdist.replica.replica import Replica
-
-
-def convert_for_variable(value: Any, dtype: np.dtype[Any], shape: tuple[int, ...], name: str) -> np.ndarray:
-    """``value`` as the variable's dtype and shape, or the error TF gives."""
-    if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype and value.dtype.kind in "fc":
-        # Values that carry a dtype must match, as TF's convert_to_tensor(value, dtype) requires.
-        raise ValueError(f"Tensor conversion requested dtype {dtype.name} for a value of dtype {value.dtype.name} "
-                         f"(assigning to variable {name})")
-    a = as_array(value)
-    if a.dtype != dtype:
-        if a.dtype.kind == "f" and dtype.kind in "iub":
-            raise TypeError(f"Cannot convert {value!r} of dtype {a.dtype.name} to the dtype {dtype.name} of "
-                            f"variable {name}")
-        if a.dtype.kind in "c" and dtype.kind != "c":
-            raise TypeError(f"Cannot convert a complex value to the dtype {dtype.name} of variable {name}")
-        a = a.astype(dtype)
-    if a.shape != tuple(shape):
-        raise ValueError(f"Shapes {tuple(shape)} and {a.shape} are incompatible (assigning to variable {name})")
-    return a
-
-
-def apply_op(op: str, current: np.ndarray, value: np.ndarray) -> np.ndarray:
-    if _gpu.is_cupy(current):
-        value = _gpu.to_device(value)  # a GPU replica's copy stays on its device
-    if op == "assign":
-        return _gpu.copy(value)
-    if op == "assign_add":
-        return _gpu.asarray(current + value, dtype=current.dtype)
-    if op == "assign_sub":
-        return _gpu.asarray(current - value, dtype=current.dtype)
-    raise ValueError(f"unknown variable update {op!r}")
 
 
 class ReplicaVariable(NDArrayOperatorsMixin):
@@ -70,7 +41,6 @@ class ReplicaVariable(NDArrayOperatorsMixin):
         self.group_id = replica.group_id
 
     def __reduce__(self) -> Any:
-        from interdist.protocol import resolve_variable
 
         return (resolve_variable, (self.group_id, self.var_id))
 
@@ -98,13 +68,11 @@ class ReplicaVariable(NDArrayOperatorsMixin):
 
     @property
     def aggregation(self) -> Any:
-        from interdist.values.variables import VariableAggregation
 
         return VariableAggregation[self.meta["aggregation"]]
 
     @property
     def synchronization(self) -> Any:
-        from interdist.values.variables import VariableSynchronization
 
         return VariableSynchronization[self.meta["synchronization"]]
 
@@ -695,7 +663,6 @@ def create_central_variable(replica: Replica, var_id: int, meta: dict[str, Any],
     var = CentralReplicaVariable(replica, var_id, meta, value)
     replica.variables[var_id] = var
     if var._state.is_holder:
-        from interdist.replica.replica import summarize
 
         norm, checksum = summarize(var.raw)
         replica.emit(events.VariableCreated(

@@ -17,16 +17,27 @@ import numpy as np
 from interdist import _context, _nest, _reduction
 from interdist._convert import as_array, same_object_across
 from interdist._gpu import to_host
+from interdist.input.distributed_dataset import DistributedDataset
+from interdist.protocol import resolve_strategy
 from interdist.reduce_op import ReduceOp, resolve
+from interdist.replica import programs
+from interdist.replica.programs import ValueContext, convert_value
+from interdist.replica.variable import CentralReplicaVariable, ReplicaVariable, central_sync, reduce_to_holder
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
-from interdist.replica.variable import central_sync
+from interdist.values.distributed_variable import variable_kind
+from interdist.values.variables import (
+    VariableAggregation,
+    VariableSynchronization,
+    check_mean_dtype,
+    normalize_args,
+    variable_meta,
+)
 
 if TYPE_CHECKING:
     from interdist.replica.replica import Replica
 
 
 def _unwrap(x: Any) -> Any:
-    from interdist.replica.variable import ReplicaVariable
 
     if isinstance(x, ReplicaVariable):
         return x.read_value()
@@ -34,7 +45,6 @@ def _unwrap(x: Any) -> Any:
 
 
 def _is_central(x: Any) -> bool:
-    from interdist.replica.variable import CentralReplicaVariable
 
     return isinstance(x, CentralReplicaVariable)
 
@@ -152,7 +162,6 @@ def _check_cross_device_ops(replica: Replica) -> None:
 
 def _regroup_local(per_rank: list[Any], n: int) -> Any:
     """Turn one structure per replica into one structure of ``PerReplica`` leaves."""
-    from interdist.replica.variable import ReplicaVariable
 
     if n == 1:
         return per_rank[0]
@@ -189,7 +198,6 @@ class ReplicaStrategyView:
         self.extended = ReplicaExtendedView(self)
 
     def __reduce__(self) -> Any:
-        from interdist.protocol import resolve_strategy
 
         return (resolve_strategy, (self._replica.group_id,))
 
@@ -224,10 +232,6 @@ class ReplicaStrategyView:
         makes a new variable; inside ``merge_fn`` too. Replicas must create their variables in
         the same order. The notebook gets a handle when the step returns.
         """
-        from interdist.values.distributed_variable import variable_kind
-        from interdist.values.variables import (VariableAggregation, VariableSynchronization, check_mean_dtype,
-                                        normalize_args, variable_meta)
-        from interdist.replica import programs
 
         replica = self._replica
         kind_of_strategy = replica.spec.get("kind")
@@ -267,7 +271,6 @@ class ReplicaStrategyView:
             )
 
     def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
-        from interdist.replica.variable import ReplicaVariable
 
         if isinstance(value, DistributedValues):
             return value.values
@@ -280,7 +283,6 @@ class ReplicaStrategyView:
         self._require_cross_replica("reduce")
         if isinstance(value, DistributedValues):
             return _reduction.reduce_components(op, [_unwrap(v) for v in value.values], axis)
-        from interdist.replica.variable import ReplicaVariable
 
         if isinstance(value, ReplicaVariable) and not _is_central(value):
             return _reduction.reduce_components(op, [as_array(c) for c in value._all_copies()], axis)
@@ -309,13 +311,11 @@ class ReplicaStrategyView:
         return _regroup_local(self._replica.exchange("run", out), self.num_replicas_in_sync)
 
     def experimental_distribute_values_from_function(self, value_fn: Callable[..., Any]) -> Any:
-        from interdist.replica.programs import ValueContext, convert_value
 
         n = self.num_replicas_in_sync
         return PerReplica([convert_value(value_fn(ValueContext(r, n))) for r in range(n)])
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
-        from interdist.input.distributed_dataset import DistributedDataset
 
         return DistributedDataset(self, dataset, options)
 
@@ -348,7 +348,6 @@ class ReplicaExtendedView:
             # One device: a single (not mirrored) value, as TF returns it.
             out = self.reduce_to(op, value, None)
             return out._component(0) if isinstance(out, DistributedValues) else out
-        from interdist.replica.variable import ReplicaVariable
 
         if isinstance(value, DistributedValues):
             if isinstance(value, Mirrored) and op == ReduceOp.MEAN:
@@ -408,7 +407,6 @@ class ReplicaExtendedView:
         by a ``merge_call``), and the optimizer's update runs there once. The values equal the
         ``merge_call`` path's: the same sums, added in rank order. False: not central, use that path.
         """
-        from interdist.replica.variable import reduce_to_holder
 
         variables = [v for _, v in pairs]
         if not variables or not all(_is_central(v) for v in variables):
@@ -436,7 +434,6 @@ class ReplicaExtendedView:
         yield
 
     def variable_created_in_scope(self, v: Any) -> bool:
-        from interdist.replica.variable import ReplicaVariable
 
         return isinstance(v, ReplicaVariable) and v.group_id == self._replica.group_id
 

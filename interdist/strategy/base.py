@@ -16,23 +16,50 @@ from typing import Any
 
 import numpy as np
 
-from interdist import _context, _nest, _reduction, device as device_lib, events
-from interdist._convert import as_array, same_object_across
-from interdist.reduce_op import ReduceOp, resolve
-from interdist.collectives.base import reduce_arrays
+from interdist import _context, _nest, _reduction, events
+from interdist import device as device_lib
+from interdist._convert import as_array, convert_for_variable, same_object_across
+from interdist._reduction import reduce_arrays
 from interdist.client import cluster as cluster_lib
-from interdist.replica import programs
+from interdist.client.fn_pickle import cached_dumps
+from interdist.client.group import DaskGroup
 from interdist.config import settings
 from interdist.errors import WorkerLostError
-from interdist.client.group import DaskGroup
-from interdist.replica.replica import ArgRef, StoreRef, ValueMeta, VarRef
-from interdist.protocol import register_strategy
+from interdist.input.dataset import Dataset
+from interdist.input.distributed_dataset import DistributedDataset, DistributedDatasetsFromFunction
+from interdist.protocol import (
+    VARIABLE_KEY,
+    ArgRef,
+    StoreRef,
+    ValueMeta,
+    VarRef,
+    _client_variables,
+    register_strategy,
+    resolve_strategy,
+)
+from interdist.reduce_op import ReduceOp, resolve
+from interdist.replica import programs
+from interdist.replica.fused import PickledFunction, fused_steps
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
-from interdist.values.distributed_variable import (CentralVariable, DistributedVariable, MirroredVariable,
-                                           SyncOnReadVariable, _Handle, variable_kind)
+from interdist.values.distributed_variable import (
+    CentralVariable,
+    DistributedVariable,
+    MirroredVariable,
+    SyncOnReadVariable,
+    VariableComponent,
+    _Handle,
+    variable_kind,
+)
 from interdist.values.tensor import ArrayValue, RemoteValue, Tensor
-from interdist.values.variables import (Variable, VariableSynchronization, args_from_meta, check_mean_dtype, normalize_args,
-                                variable_meta)
+from interdist.values.variables import (
+    Variable,
+    VariableAggregation,
+    VariableSynchronization,
+    args_from_meta,
+    check_mean_dtype,
+    normalize_args,
+    variable_meta,
+)
 
 
 class RunOptions:
@@ -200,7 +227,6 @@ class StrategyExtended:
 
     def value_container(self, value: Any) -> Any:
         """The distributed variable a component belongs to (else ``value`` itself)."""
-        from interdist.values.distributed_variable import VariableComponent
 
         if isinstance(value, VariableComponent):
             return value._variable
@@ -291,7 +317,6 @@ class Strategy:
         self.close()
 
     def __reduce__(self) -> Any:
-        from interdist.protocol import resolve_strategy
 
         return (resolve_strategy, (self._group_id,))
 
@@ -393,8 +418,6 @@ class Strategy:
         ...     [v.tolist() for v in map(np.asarray, s.experimental_local_results(last))]
         [[40], [50]]
         """
-        from interdist.client.fn_pickle import cached_dumps
-        from interdist.replica.fused import PickledFunction, fused_steps
 
         self._check_usable()
         if not isinstance(steps, int) or steps < 1:
@@ -606,7 +629,6 @@ class Strategy:
     def _create_variable(self, initial_value: Any = None, trainable: bool | None = None, name: str | None = None,
                          dtype: Any = None, synchronization: Any = VariableSynchronization.AUTO,
                          aggregation: Any = None, shape: Any = None, **_: Any) -> Any:
-        from interdist.values.variables import VariableAggregation
 
         if _context.get_replica_context() is not None:
             raise NotImplementedError(
@@ -631,7 +653,6 @@ class Strategy:
 
     def _forget_variable(self, var_id: int) -> None:
         """A variable's handle was collected: its copies go with the next program (called by a finalizer)."""
-        from interdist.replica.replica import VARIABLE_KEY
 
         group = getattr(self, "_group", None)
         if group is None or group.closed:
@@ -690,7 +711,6 @@ class Strategy:
         return list(self._devices)
 
     def _variable_by_id(self, var_id: int) -> Any:
-        from interdist.protocol import _client_variables
 
         return _client_variables.get((self._group_id, var_id))
 
@@ -710,7 +730,6 @@ class Strategy:
         return self._read_copy(var, 0)
 
     def _assign_variable(self, var: Any, op: str, value: Any) -> Any:
-        from interdist.replica.variable import convert_for_variable
 
         if _context.get_replica_context() is not None and not _context.is_default(_context.get_strategy()):
             raise RuntimeError("a distributed variable was assigned in the notebook inside a replica context")
@@ -756,13 +775,11 @@ class Strategy:
     # -- input ---------------------------------------------------------------------
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
         """Split each global batch of ``dataset`` into per-replica batches (see ``interdist.input``)."""
-        from interdist.input.distributed_dataset import DistributedDataset
 
         return DistributedDataset(self, dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable[..., Any], options: Any = None) -> Any:
         """Call ``dataset_fn(InputContext)`` on each worker; replicas dequeue their batches there."""
-        from interdist.input.distributed_dataset import DistributedDatasetsFromFunction
 
         return DistributedDatasetsFromFunction(self, dataset_fn, options)
 
@@ -774,7 +791,6 @@ class Strategy:
         """A ``Dataset`` of the slices of ``numpy_input`` (deprecated, as in TF)."""
         warnings.warn("experimental_make_numpy_dataset is deprecated: use "
                       "interdist.data.Dataset.from_tensor_slices instead", DeprecationWarning, stacklevel=2)
-        from interdist.input.dataset import Dataset
 
         return Dataset.from_tensor_slices(numpy_input)
 

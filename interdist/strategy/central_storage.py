@@ -47,13 +47,13 @@ import numpy as np
 from interdist import _context, _nest
 from interdist import device as device_lib
 from interdist.errors import WorkerLostError
+from interdist.protocol import VarRef
 from interdist.replica import variable as rv
-from interdist.replica.replica import VarRef
+from interdist.strategy.base import Strategy, StrategyExtended
+from interdist.strategy.mirrored import resolve_devices
 from interdist.values.distributed import DistributedValues, PerReplica
 from interdist.values.tensor import ArrayValue
 from interdist.values.variables import Variable
-from interdist.strategy.base import Strategy, StrategyExtended
-from interdist.strategy.mirrored import resolve_devices
 
 
 class _CentralExtended(StrategyExtended):

@@ -37,7 +37,9 @@ import cloudpickle
 
 from interdist import _nest
 from interdist.errors import CancelledError, WorkerLostError
+from interdist.input.dataset import Dataset
 from interdist.replica import ps_input
+from interdist.strategy.parameter_server import ParameterServerStrategy
 
 #: A step whose worker died this many times is given up (TF retries for ever).
 MAX_ATTEMPTS = 10
@@ -98,7 +100,6 @@ class ClusterCoordinator:
     """Schedules steps on the workers of a ``ParameterServerStrategy`` and collects their results."""
 
     def __init__(self, strategy: Any) -> None:
-        from interdist.strategy.parameter_server import ParameterServerStrategy
 
         if not isinstance(strategy, ParameterServerStrategy):
             raise ValueError(f"ClusterCoordinator needs a ParameterServerStrategy, but got {type(strategy).__name__}")
@@ -184,7 +185,6 @@ class ClusterCoordinator:
         NotADatasetError
             ``dataset_fn`` returned something that is not a dataset.
         """
-        from interdist.input.dataset import Dataset
 
         if not (callable(dataset_fn) or isinstance(dataset_fn, Dataset) or ps_input.is_distributed(dataset_fn)):
             raise ValueError(f"Unexpected dataset type! create_per_worker_dataset takes a dataset_fn, a Dataset or "

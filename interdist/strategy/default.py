@@ -13,13 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from interdist import _context, _reduction, device as device_lib
+from interdist import _context, _reduction
+from interdist import device as device_lib
 from interdist.collectives.local import local_group
+from interdist.input.input_context import InputContext
 from interdist.reduce_op import resolve
 from interdist.replica.programs import ValueContext
 from interdist.replica.replica import Replica
 from interdist.replica.view import ReplicaContext
 from interdist.values.distributed import DistributedValues
+from interdist.values.variables import Variable
 
 
 class _DefaultReplicaContext(ReplicaContext):
@@ -69,7 +72,6 @@ class _DefaultExtended:
         yield
 
     def variable_created_in_scope(self, v: Any) -> bool:
-        from interdist.values.variables import Variable
 
         return isinstance(v, Variable) and getattr(v, "_strategy", None) is None
 
@@ -125,7 +127,6 @@ class _DefaultStrategy:
         return dataset
 
     def distribute_datasets_from_function(self, dataset_fn: Callable[..., Any], options: Any = None) -> Any:
-        from interdist.input.input_context import InputContext
 
         return dataset_fn(InputContext())
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from interdist import device as device_lib
-from interdist.config import get_logical_cpu_devices
 from interdist.client.cluster import visible_gpus
+from interdist.config import get_logical_cpu_devices
 from interdist.strategy.base import Strategy
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
 from interdist.client import cluster as cluster_lib
 from interdist.client import roles
+from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
 from interdist.strategy.base import Strategy, StrategyExtended
 from interdist.strategy.mirrored import resolve_devices
 
@@ -95,6 +95,8 @@ class MultiWorkerMirroredStrategy(Strategy):
     (1, ('/job:localhost/replica:0/task:0/device:CPU:0',))
     >>> s.close()
     """
+
+    _input_split_by_worker = True  # one replica per worker task: auto-sharding splits input by worker (input/)
 
     _extended_class = _MultiWorkerExtended
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from interdist.values.distributed_variable import OneDeviceVariable
 from interdist.strategy.base import Strategy
 from interdist.strategy.mirrored import resolve_devices
+from interdist.values.distributed_variable import OneDeviceVariable
 
 
 class OneDeviceStrategy(Strategy):

@@ -23,15 +23,15 @@ import cloudpickle
 import numpy as np
 
 from interdist import _context
-from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
 from interdist.client import cluster as cluster_lib
-from interdist.replica import ps_input
-from interdist.replica import ps_step
 from interdist.client import roles
-from interdist.worker.ps_store import ensure_ps_plugin
+from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
+from interdist.partitioners import row_splits
+from interdist.replica import ps_input, ps_step, ps_worker
+from interdist.strategy.base import EventLog, Strategy, StrategyExtended
 from interdist.values import ps_variable
 from interdist.values.variables import VariableAggregation, VariableSynchronization, normalize_args
-from interdist.strategy.base import EventLog, Strategy, StrategyExtended
+from interdist.worker.ps_store import ensure_ps_plugin
 
 _strategies: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
@@ -117,7 +117,7 @@ class ParameterServerStrategy(Strategy):
         self._group: Any = None
         self._group_id = self._store
         self.events = EventLog()
-        self._conn = ps_step.ClientConnection(client)
+        self._conn = ClientConnection(client)
         self._lease = cluster_lib.Lease(client, [t.address for t in workers], [t.name for t in workers], None,
                                         False, ("own-client", len(workers)) if owned else None)
         _strategies[self._store] = self
@@ -149,10 +149,9 @@ class ParameterServerStrategy(Strategy):
     def _create_variable(self, initial_value: Any = None, trainable: bool | None = None, name: str | None = None,
                          dtype: Any = None, synchronization: Any = VariableSynchronization.AUTO,
                          aggregation: Any = None, shape: Any = None, **_: Any) -> Any:
-        from interdist.partitioners import row_splits
 
         self._check_usable()
-        if ps_step.current_step() is not None or _context.get_replica_context() is not None:
+        if _context.current_ps_step() is not None or _context.get_replica_context() is not None:
             raise NotImplementedError(ps_step.VARIABLE_IN_STEP)
         a = normalize_args(initial_value, name, trainable, dtype, synchronization,
                            VariableAggregation.NONE if aggregation is None else aggregation)
@@ -203,9 +202,9 @@ class ParameterServerStrategy(Strategy):
             raise TypeError(f"run() requires a callable fn, but got {type(fn).__name__}")
         self._require_cross_replica("run")
         ctx = ps_step.StepContext(f"notebook-{uuid.uuid4().hex}", self._conn, self._store, self._devices[0])
-        with ps_step.step_context(ctx):
+        with _context.ps_step_context(ctx):
             with _context.enter(self, None):
-                result = ps_step.worker_view(ctx).run(fn, args, kwargs)
+                result = ps_worker.worker_view(ctx).run(fn, args, kwargs)
             ctx.flush()
         return result
 
@@ -251,9 +250,9 @@ def _check_spec(spec: Any) -> None:
 
 def _resolve_strategy(store: str) -> Any:
     """Unpickling the strategy: the notebook's object, or the worker's view inside a step."""
-    ctx = ps_step.current_step()
+    ctx = _context.current_ps_step()
     if ctx is not None and ctx.store == store:
-        return ps_step.worker_view(ctx)
+        return ps_worker.worker_view(ctx)
     own = _strategies.get(store)
     if own is not None:
         return own
@@ -261,7 +260,7 @@ def _resolve_strategy(store: str) -> Any:
 
 
 def _close(lease: cluster_lib.Lease, ps_addresses: list[str], worker_addresses: list[str], store: str) -> None:
-    conn = ps_step.ClientConnection(lease.client)
+    conn = ClientConnection(lease.client)
     # The ps tasks drop the variables, the workers the per-worker datasets and iterators (replica/ps_input.py).
     for a in [*ps_addresses, *worker_addresses]:
         with contextlib.suppress(Exception):  # closing must not fail because a task is gone
@@ -269,3 +268,16 @@ def _close(lease: cluster_lib.Lease, ps_addresses: list[str], worker_addresses: 
     for key in [k for k in ps_variable._handles if k[0] == store]:
         ps_variable._handles.pop(key, None)
     cluster_lib.release(lease)
+
+
+class ClientConnection(ps_step.Connection):
+    """Calls the ps tasks' handlers from the notebook."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def _sync(self, coro_fn: Callable[[], Any]) -> Any:
+        return self.client.sync(coro_fn)
+
+    def _rpc(self, address: str) -> Any:
+        return self.client.rpc(address)

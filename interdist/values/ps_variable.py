@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from interdist.replica import ps_step
+from interdist import _context
 from interdist.values.variables import Variable, VariableAggregation, VariableSynchronization
 
 # (store id, variable id) -> the notebook's handle, so a handle coming back from a worker is the same object.
@@ -108,7 +108,7 @@ class PSVariable(Variable):
 
     # -- reads and writes ------------------------------------------------------------
     def read_value(self) -> np.ndarray:
-        ctx = ps_step.current_step()
+        ctx = _context.current_ps_step()
         if ctx is not None and ctx.store == self._store:
             return np.asarray(ctx.read(self))  # the value read at the step's start, with the step's own writes
         if self._strategy is None:
@@ -118,7 +118,7 @@ class PSVariable(Variable):
 
     def _apply(self, op: str, value: Any) -> Any:
         v = self._check(value)
-        ctx = ps_step.current_step()
+        ctx = _context.current_ps_step()
         if ctx is not None and ctx.store == self._store:
             ctx.update(self, op, v)  # sent to the ps tasks when the step ends
         elif self._strategy is None:
@@ -139,7 +139,7 @@ class PSVariable(Variable):
 def _rebuild(desc: dict[str, Any]) -> PSVariable:
     """Unpickling a handle: the notebook's own handle, or (on a worker) a new one bound to the step."""
     own = _handles.get((desc["store"], desc["var_id"]))
-    ctx = ps_step.current_step()
+    ctx = _context.current_ps_step()
     if ctx is not None and ctx.store == desc["store"]:
         var = ctx.vars.get(desc["var_id"]) or PSVariable(desc)
         ctx.register(var)  # read at the step's start, with the step's other variables

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from interdist import _context
-from interdist._convert import as_array
+from interdist._convert import apply_op, as_array, convert_for_variable
 from interdist.values.distributed import DistributedValues, PerReplica
 from interdist.values.tensor import ArrayValue
 
@@ -190,7 +190,6 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
 
     # writes
     def _check(self, value: Any) -> np.ndarray:
-        from interdist.replica.variable import convert_for_variable
 
         if isinstance(value, PerReplica):
             raise ValueError(f"Cannot assign a PerReplica value to the variable {self._name}")
@@ -198,7 +197,6 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
                                     else value, self.dtype, self.shape, self._name)
 
     def _apply(self, op: str, value: Any) -> Any:
-        from interdist.replica.variable import apply_op
 
         self._value = apply_op(op, self._value, self._check(value))
         return self

@@ -18,9 +18,13 @@ import cloudpickle
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from interdist import _gpu, events
-from interdist.collectives.mailbox import Mailbox
+from interdist import control as local_control
 from interdist.collectives.dask_comms import answer_probe, make_transport, packet_from_payload
+from interdist.collectives.mailbox import Mailbox
+from interdist.input import _direct
+from interdist.protocol import lost_reply
 from interdist.replica.replica import Replica
+from interdist.replica.variable import close_central, make_replica_variable, serve_central_read
 
 logger = logging.getLogger("interdist")
 
@@ -135,7 +139,6 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def control_endpoint(self) -> dict[str, Any] | None:
         """Where a notebook on this host can send programs without the event loops (local_control.py)."""
-        from interdist import control as local_control
 
         if not local_control.available():
             return None
@@ -150,7 +153,6 @@ class ReplicaRuntime(WorkerPlugin):
             self._mailbox(msg["group"]).put(msg["step"], msg["seq"], msg["src"], packet_from_payload(msg["payload"]))
             return
         if msg.get("op") == "rows":  # a replica on this host reads rows of a chunk this worker holds
-            from interdist.input import _direct
 
             reply(_direct.serve_rows(self.worker, msg))
             return
@@ -165,8 +167,7 @@ class ReplicaRuntime(WorkerPlugin):
 
         def done(result: Any, error: BaseException | None) -> None:
             if error is not None:
-                result = {"ok": False, "lost": True, "secondary": False, "error": None,
-                          "type": type(error).__name__, "message": str(error), "traceback": ""}
+                result = dict(lost_reply(error))
             result["step"] = step
             reply(result)
 
@@ -203,7 +204,6 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def restore_var(self, group: str, var_id: int, meta: bytes, value: bytes) -> str:
         """Give a replacement replica its copy of a variable (taken from a surviving replica)."""
-        from interdist.replica.variable import make_replica_variable
 
         replica = self._replica(group)
         replica.variables[var_id] = make_replica_variable(replica, var_id, cloudpickle.loads(meta),
@@ -217,7 +217,6 @@ class ReplicaRuntime(WorkerPlugin):
         Answered from a thread (the holder may first have to reach that update), into the
         asker's mailbox; this reply only acknowledges the request.
         """
-        from interdist.replica.variable import serve_central_read
 
         replica = self._replica(group)
         asyncio.get_running_loop().run_in_executor(None, serve_central_read, replica, var_id, program, epoch,
@@ -298,7 +297,6 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 
 
 def _close_transport(replica: Replica) -> None:
-    from interdist.replica.variable import close_central
 
     try:
         close_central(replica)  # central storage's answers to reads have segments of their own

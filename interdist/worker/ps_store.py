@@ -6,7 +6,7 @@ one ``ShardStore`` per strategy: the variable shards placed there, the ids of th
 steps whose updates it applied (so that a step run again after its worker died
 is never applied twice) and, for each applied step, its staleness: how many
 other updates this store applied between the step's read and its apply. On a
-``worker`` task it runs scheduled steps (``ps_step.run_step``) one at a time and
+``worker`` task it runs scheduled steps (``ps_worker.run_step``) one at a time and
 keeps the per-worker datasets and iterators of ``replica/ps_input.py``.
 """
 
@@ -14,14 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import cloudpickle
 import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.utils import sync
 
-from interdist.replica.variable import apply_op
+from interdist._convert import apply_op
+from interdist.replica import ps_input
+from interdist.replica.ps_input import sync_resources
+from interdist.replica.ps_step import Connection
+from interdist.replica.ps_worker import run_step
 
 PLUGIN_NAME = "interdist-ps"
 
@@ -95,7 +101,6 @@ class PSRuntime(WorkerPlugin):
         worker.interdist_ps = self
 
     def teardown(self, worker: Any) -> None:
-        from interdist.replica import ps_input
 
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.input_executor.shutdown(wait=False, cancel_futures=True)
@@ -126,14 +131,12 @@ class PSRuntime(WorkerPlugin):
         return self._store(store).stats() if store in self.stores else {}
 
     async def drop(self, store: str) -> str:
-        from interdist.replica import ps_input
 
         self.stores.pop(store, None)
         ps_input.drop_store(store)
         return "OK"
 
     async def step(self, store: str, step_id: str, fn: bytes, args: bytes, device: str) -> dict[str, Any]:
-        from interdist.replica.ps_step import WorkerConnection, run_step
 
         conn = WorkerConnection(self.worker)
         loop = asyncio.get_running_loop()
@@ -141,8 +144,6 @@ class PSRuntime(WorkerPlugin):
 
     async def input(self, store: str, builds: list[Any], drops: list[str], device: str) -> dict[str, Any]:
         """Make the per-worker datasets and iterators this worker lacks (``ps_input.sync_resources``)."""
-        from interdist.replica.ps_input import sync_resources
-        from interdist.replica.ps_step import WorkerConnection
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.input_executor, sync_resources, WorkerConnection(self.worker), store,
@@ -155,3 +156,14 @@ def ensure_ps_plugin(client: Any) -> None:
         return
     client.register_plugin(PSRuntime(), name=PLUGIN_NAME)
     client._interdist_ps_registered = True
+
+
+class WorkerConnection(Connection):
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+
+    def _sync(self, coro_fn: Callable[[], Any]) -> Any:
+        return sync(self.worker.loop, coro_fn)
+
+    def _rpc(self, address: str) -> Any:
+        return self.worker.rpc(address)

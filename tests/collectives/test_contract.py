@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from interdist.collectives.base import Collectives, reduce_arrays
+from interdist.collectives.algorithms import Collectives
+from interdist._reduction import reduce_arrays
 from interdist.collectives.local import local_group
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
 from interdist.reduce_op import ReduceOp

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from interdist.collectives.algorithms import _BLOCK, _reduce_owned
-from interdist.collectives.base import reduce_arrays
+from interdist._reduction import reduce_arrays
 from interdist.reduce_op import ReduceOp
 
 

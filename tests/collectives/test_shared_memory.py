@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 
 from interdist.collectives import algorithms
-from interdist.collectives.base import Collectives, Packet, reduce_arrays
+from interdist.collectives.base import Packet
+from interdist.collectives.algorithms import Collectives
+from interdist._reduction import reduce_arrays
 from interdist.collectives.local import LocalTransport, local_group
 from interdist.collectives.shared_memory import PREFIX, SharedMemoryTransport, sweep_stale
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError

@@ -16,6 +16,7 @@ import pytest
 
 import interdist as idist
 from interdist.input import _dask
+from interdist.input import plan as row_plan
 
 da = pytest.importorskip("dask.array")
 
@@ -229,10 +230,10 @@ def test_a_failing_chunk_names_the_replica_and_leaves_the_strategy_usable(mirror
 
 
 def test_plan_window_reads(mirrored2: Any) -> None:
-    plan = _dask.plan_of(Dataset.from_tensor_slices(da.arange(100, chunks=10)).batch(10))
+    plan = row_plan.plan_of(Dataset.from_tensor_slices(da.arange(100, chunks=10)).batch(10))
     assert plan is not None
     stats: dict[str, int] = {}
-    batches = list(_dask.iterate_plan(plan, rank=1, num_replicas=2, window_rows=20, stats=stats))
+    batches = list(row_plan.iterate_plan(plan, rank=1, num_replicas=2, window_rows=20, stats=stats))
     assert [b.tolist() for b in batches[:2]] == [[5, 6, 7, 8, 9], [15, 16, 17, 18, 19]]
     # Windows of 1, 2, 4, then 4 steps (20 rows) at most: 1 + 2 + 4 + 3 steps of 5 rows.
     assert stats == {"rows": 50, "reads": 4}

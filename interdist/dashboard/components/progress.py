@@ -9,8 +9,8 @@ from bokeh.models.sources import ColumnDataSource
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
 
-from interdist.dashboard.model import DashboardModel
 from interdist.dashboard.components._base import View, set_data
+from interdist.dashboard.model import DashboardModel
 
 COLUMNS = ["time", "step", "count"]
 SHOWN = 2000

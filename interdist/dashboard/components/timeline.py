@@ -14,8 +14,8 @@ from bokeh.models.tickers import SingleIntervalTicker
 from bokeh.models.tools import HoverTool
 from bokeh.plotting import figure
 
-from interdist.dashboard.model import DashboardModel
 from interdist.dashboard.components._base import View, fmt_bytes, set_data
+from interdist.dashboard.model import DashboardModel
 
 COLUMNS = ["replica", "op", "step", "seq", "start", "mid", "end", "wait_ms", "transfer_ms", "nbytes", "bytes",
            "algorithm", "backend"]

@@ -14,8 +14,8 @@ from bokeh.models.tools import HoverTool
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
-from interdist.dashboard.model import DashboardModel
 from interdist.dashboard.components._base import View, set_data
+from interdist.dashboard.model import DashboardModel
 
 COLUMNS = ["time", "op", "step", "replica", "latency_ms", "nbytes", "bus_gbps", "color"]
 SHOWN = 1000

@@ -15,8 +15,8 @@ from bokeh.layouts import column
 from bokeh.models.sources import ColumnDataSource
 from bokeh.models.widgets import DataTable, Div, TableColumn
 
-from interdist.dashboard.model import DashboardModel
 from interdist.dashboard.components._base import View, set_data
+from interdist.dashboard.model import DashboardModel
 
 COLUMNS = ["op", "step", "seq", "arrived", "waiting_s", "missing"]
 
