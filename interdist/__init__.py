@@ -5,19 +5,34 @@ This module only re-exports; the code lives in the subpackages.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
+
 from . import cluster_resolver, config, data, debug, experimental, metrics, optimizers
 from .checkpoint import Checkpoint
 from .collectives.cross_device_ops import CrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce, ReductionToOneDevice
-from .distribute_lib import (experimental_set_strategy, get_cross_replica_context, get_replica_context, get_strategy,
-                             has_strategy, in_cross_replica_context)
-from .errors import (CollectiveAbortedError, CollectiveTimeoutError, InterdistError, NoGPUError, ReplicaError,
-                     WorkerLostError)
+from .distribute_lib import (
+    experimental_set_strategy,
+    get_cross_replica_context,
+    get_replica_context,
+    get_strategy,
+    has_strategy,
+    in_cross_replica_context,
+)
+from .errors import (
+    CollectiveAbortedError,
+    CollectiveTimeoutError,
+    InterdistError,
+    NoGPUError,
+    ReplicaError,
+    WorkerLostError,
+)
 from .input.input_context import InputContext, InputOptions, InputReplicationMode
 from .reduce_op import ReduceOp
 from .replica.programs import ValueContext
 from .replica.view import ReplicaContext
-from .strategy.base import RunOptions, Strategy, StrategyExtended
 from .server import Server
+from .strategy.base import RunOptions, Strategy
+from .strategy.extended import StrategyExtended
 from .strategy.mirrored import MirroredStrategy
 from .strategy.multi_worker import MultiWorkerMirroredStrategy
 from .strategy.one_device import OneDeviceStrategy
@@ -26,15 +41,58 @@ from .values.distributed_variable import MirroredVariable, SyncOnReadVariable
 from .values.tensor import RemoteValue, Tensor
 from .values.variables import Variable, VariableAggregation, VariableSynchronization
 
-__version__ = "0.1.0"
+try:  # one version, in extension/package.json: the build writes it into the metadata (pyproject.toml)
+    __version__ = _metadata.version("interdist")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
-    "Checkpoint", "CollectiveAbortedError", "CollectiveTimeoutError", "CrossDeviceOps", "DistributedValues",
-    "HierarchicalCopyAllReduce", "InputContext", "InputOptions", "InputReplicationMode", "InterdistError",
-    "Mirrored", "MirroredStrategy", "MirroredVariable", "MultiWorkerMirroredStrategy", "Server", "NcclAllReduce", "NoGPUError", "OneDeviceStrategy",
-    "PerReplica", "ReduceOp", "ReductionToOneDevice", "RemoteValue", "ReplicaContext", "ReplicaError",
-    "RunOptions", "Strategy", "StrategyExtended", "SyncOnReadVariable", "Tensor", "ValueContext", "Variable",
-    "VariableAggregation", "VariableSynchronization", "WorkerLostError", "__version__", "cluster_resolver",
-    "config", "data", "debug", "experimental", "experimental_set_strategy", "get_cross_replica_context",
-    "get_replica_context", "get_strategy", "has_strategy", "in_cross_replica_context", "metrics", "optimizers",
+    "Checkpoint",
+    "CollectiveAbortedError",
+    "CollectiveTimeoutError",
+    "CrossDeviceOps",
+    "DistributedValues",
+    "HierarchicalCopyAllReduce",
+    "InputContext",
+    "InputOptions",
+    "InputReplicationMode",
+    "InterdistError",
+    "Mirrored",
+    "MirroredStrategy",
+    "MirroredVariable",
+    "MultiWorkerMirroredStrategy",
+    "NcclAllReduce",
+    "NoGPUError",
+    "OneDeviceStrategy",
+    "PerReplica",
+    "ReduceOp",
+    "ReductionToOneDevice",
+    "RemoteValue",
+    "ReplicaContext",
+    "ReplicaError",
+    "RunOptions",
+    "Server",
+    "Strategy",
+    "StrategyExtended",
+    "SyncOnReadVariable",
+    "Tensor",
+    "ValueContext",
+    "Variable",
+    "VariableAggregation",
+    "VariableSynchronization",
+    "WorkerLostError",
+    "__version__",
+    "cluster_resolver",
+    "config",
+    "data",
+    "debug",
+    "experimental",
+    "experimental_set_strategy",
+    "get_cross_replica_context",
+    "get_replica_context",
+    "get_strategy",
+    "has_strategy",
+    "in_cross_replica_context",
+    "metrics",
+    "optimizers",
 ]

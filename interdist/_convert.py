@@ -90,20 +90,22 @@ def convert_for_variable(value: Any, dtype: np.dtype[Any], shape: tuple[int, ...
     """``value`` as the variable's dtype and shape, or the error TF gives."""
     if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype and value.dtype.kind in "fc":
         # Values that carry a dtype must match, as TF's convert_to_tensor(value, dtype) requires.
-        raise ValueError(f"Tensor conversion requested dtype {dtype.name} for a value of dtype {value.dtype.name} "
-                         f"(assigning to variable {name})")
+        raise ValueError(
+            f"Tensor conversion requested dtype {dtype.name} for a value of dtype {value.dtype.name} "
+            f"(assigning to variable {name})"
+        )
     a = as_array(value)
     if a.dtype != dtype:
         if a.dtype.kind == "f" and dtype.kind in "iub":
-            raise TypeError(f"Cannot convert {value!r} of dtype {a.dtype.name} to the dtype {dtype.name} of "
-                            f"variable {name}")
+            raise TypeError(
+                f"Cannot convert {value!r} of dtype {a.dtype.name} to the dtype {dtype.name} of variable {name}"
+            )
         if a.dtype.kind in "c" and dtype.kind != "c":
             raise TypeError(f"Cannot convert a complex value to the dtype {dtype.name} of variable {name}")
         a = a.astype(dtype)
     if a.shape != tuple(shape):
         raise ValueError(f"Shapes {tuple(shape)} and {a.shape} are incompatible (assigning to variable {name})")
     return a
-
 
 
 def apply_op(op: str, current: np.ndarray, value: np.ndarray) -> np.ndarray:

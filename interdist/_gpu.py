@@ -68,7 +68,7 @@ def tree_to_host(structure: Any) -> Any:
 
 def to_device(x: Any) -> Any:
     """A NumPy array (or anything array-like) as a CuPy array on the current GPU."""
-    import cupy  # noqa: PLC0415 - GPU replicas only
+    import cupy
 
     return x if isinstance(x, cupy.ndarray) else cupy.asarray(x)
 
@@ -77,7 +77,7 @@ def same_place(values: list[Any]) -> list[Any]:
     """``values`` all on the device when one of them is a CuPy array (host values are copied there)."""
     if not any_cupy(values):
         return values
-    import cupy  # noqa: PLC0415 - in sys.modules already
+    import cupy
 
     return [cupy.asarray(v) for v in values]
 
@@ -133,16 +133,20 @@ def require_gpu(where: str = "this process") -> dict[str, Any]:
     lists it first).
     """
     try:
-        import cupy  # noqa: PLC0415 - optional, GPU only
-    except Exception as e:  # noqa: BLE001 - ImportError, or a CUDA library that fails to load
-        raise NoGPUError(f"GPU replicas need CuPy in {where}: pip install 'interdist[gpu]' "
-                         f"(or a cupy-cuda12x / cupy-cuda13x wheel matching the driver); import cupy failed: "
-                         f"{type(e).__name__}: {e}") from e
+        import cupy
+    except Exception as e:
+        raise NoGPUError(
+            f"GPU replicas need CuPy in {where}: pip install 'interdist[gpu]' "
+            f"(or a cupy-cuda12x / cupy-cuda13x wheel matching the driver); import cupy failed: "
+            f"{type(e).__name__}: {e}"
+        ) from e
     try:
         count = int(cupy.cuda.runtime.getDeviceCount())
-    except Exception as e:  # noqa: BLE001 - CUDARuntimeError: no driver, insufficient driver, no device
-        raise NoGPUError(f"{where} has no usable GPU: CUDA reports {type(e).__name__}: {e} "
-                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})") from e
+    except Exception as e:
+        raise NoGPUError(
+            f"{where} has no usable GPU: CUDA reports {type(e).__name__}: {e} "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+        ) from e
     if count < 1:
         raise NoGPUError(f"{where} sees no GPU (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
     cupy.cuda.Device(0).use()
@@ -164,7 +168,7 @@ _thread = threading.local()
 def use_device0() -> None:
     """Make CUDA device 0 (the worker's GPU) current in this thread, once per thread."""
     if not getattr(_thread, "bound", False):
-        import cupy  # noqa: PLC0415 - GPU replicas only
+        import cupy
 
         cupy.cuda.Device(0).use()
         _thread.bound = True

@@ -86,8 +86,6 @@ def assert_same_structure(a: Any, b: Any) -> None:
             assert_same_structure(a[k], b[k])
     elif isinstance(a, (tuple, list)):
         if len(a) != len(b):
-            raise ValueError(
-                f"The two structures don't have the same number of elements: {len(a)} and {len(b)}"
-            )
+            raise ValueError(f"The two structures don't have the same number of elements: {len(a)} and {len(b)}")
         for x, y in zip(a, b):
             assert_same_structure(x, y)

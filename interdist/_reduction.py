@@ -29,7 +29,8 @@ def local_numer_denom(value: Any, op: ReduceOp, axis: int | None) -> tuple[np.nd
         return a, 1
     ax = check_axis(a, axis)
     return np.sum(a, axis=ax, dtype=a.dtype if a.dtype.kind == "f" else None).astype(
-        _sum_dtype(a.dtype), copy=False), a.shape[ax]
+        _sum_dtype(a.dtype), copy=False
+    ), a.shape[ax]
 
 
 def _sum_dtype(dtype: np.dtype[Any]) -> Any:
@@ -60,9 +61,7 @@ def reduce_non_distributed(op: ReduceOp, value: Any, num_replicas: int) -> Any:
     a = as_array(value)
     if not hasattr(value, "device") and a.dtype.kind in "biuf" and np.all(a == 0):
         return np.zeros(a.shape, dtype=a.dtype)
-    raise ValueError(
-        f"A non-DistributedValues value {value!r} cannot be reduced with the given reduce op {op}."
-    )
+    raise ValueError(f"A non-DistributedValues value {value!r} cannot be reduced with the given reduce op {op}.")
 
 
 def gather_components(components: list[Any], axis: int) -> np.ndarray:
@@ -97,11 +96,9 @@ def reduce_arrays(values: list[Any], op: ReduceOp) -> np.ndarray:
     return total
 
 
-
 def check_shapes(shapes: list[tuple[int, ...]]) -> None:
     if len(set(shapes)) > 1:
         raise ValueError(f"Cannot reduce values of different shapes across replicas: {list(shapes)}")
-
 
 
 def mean_of_sum(total: np.ndarray, n: int) -> np.ndarray:

@@ -70,8 +70,10 @@ class Checkpoint:
                 for i, o in enumerate(obj.variables):
                     visit(f"{prefix}/{i}", o)
             else:
-                raise TypeError(f"Checkpoint cannot save {prefix!r} of type {type(obj).__name__}: "
-                                "give variables, lists/dicts of them, or objects with a .variables list")
+                raise TypeError(
+                    f"Checkpoint cannot save {prefix!r} of type {type(obj).__name__}: "
+                    "give variables, lists/dicts of them, or objects with a .variables list"
+                )
 
         for name, obj in self._objects.items():
             visit(name, obj)
@@ -94,8 +96,11 @@ class Checkpoint:
                 fname = _file_name(name)
                 np.save(tmp / fname, value, allow_pickle=False)
                 index["variables"][name] = {
-                    "file": fname, "dtype": value.dtype.str, "shape": list(value.shape),
-                    "synchronization": var.synchronization.name, "aggregation": var.aggregation.name,
+                    "file": fname,
+                    "dtype": value.dtype.str,
+                    "shape": list(value.shape),
+                    "synchronization": var.synchronization.name,
+                    "aggregation": var.aggregation.name,
                 }
                 strategy = getattr(var, "_strategy", None)
                 index["num_replicas"] = getattr(strategy, "num_replicas_in_sync", 1)
@@ -123,8 +128,10 @@ class Checkpoint:
             entry = index["variables"][name]
             value = np.load(root / entry["file"], allow_pickle=False)
             if value.shape != tuple(var.shape) or value.dtype != var.dtype:
-                raise ValueError(f"checkpoint value {name!r} has shape {value.shape} and dtype {value.dtype}, but "
-                                 f"the variable has shape {tuple(var.shape)} and dtype {var.dtype}")
+                raise ValueError(
+                    f"checkpoint value {name!r} has shape {value.shape} and dtype {value.dtype}, but "
+                    f"the variable has shape {tuple(var.shape)} and dtype {var.dtype}"
+                )
             values[name] = value
         for name, var in variables.items():
             var.assign(values[name])

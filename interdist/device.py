@@ -35,8 +35,10 @@ def parse(device: str, job: str = "localhost", task: int = 0) -> DeviceSpec:
         raise TypeError(f"a device must be a string such as 'CPU:0', but got {type(device).__name__}")
     m = _SPEC.match(device.strip())
     if not m or not device.strip() or m.group("type") is None:
-        raise ValueError(f"Device {device!r} is not a device string such as 'CPU:0', 'GPU:1' or "
-                         "'/job:localhost/replica:0/task:0/device:CPU:0'")
+        raise ValueError(
+            f"Device {device!r} is not a device string such as 'CPU:0', 'GPU:1' or "
+            "'/job:localhost/replica:0/task:0/device:CPU:0'"
+        )
     dtype = m.group("type").upper()
     if dtype not in ("CPU", "GPU"):
         raise ValueError(f"Device {device!r}: interdist knows device types CPU and GPU, but got {dtype}")

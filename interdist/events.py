@@ -104,8 +104,15 @@ class VariableUpdated(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
-    for cls in (RunStarted, RunFinished, CollectiveEntered, CollectiveExited, ReplicaFailed,
-                VariableCreated, VariableUpdated)
+    for cls in (
+        RunStarted,
+        RunFinished,
+        CollectiveEntered,
+        CollectiveExited,
+        ReplicaFailed,
+        VariableCreated,
+        VariableUpdated,
+    )
 }
 
 
@@ -127,8 +134,16 @@ pairs where it is read. Per step, two dicts cost ~4 us to build and pack on the 
 
 def steps_msg(group: str, first_step: int, replica: int, fn: str, times: list[float]) -> dict[str, Any]:
     """The record of steps ``first_step``, ``first_step + 1``, ... whose (start, end) are in ``times``."""
-    return {"kind": RUN_STEPS, "group": group, "step": first_step, "replica": replica, "time": times[0],
-            "fn": fn, "program": "run", "times": times}
+    return {
+        "kind": RUN_STEPS,
+        "group": group,
+        "step": first_step,
+        "replica": replica,
+        "time": times[0],
+        "fn": fn,
+        "program": "run",
+        "times": times,
+    }
 
 
 def expand(msg: dict[str, Any]) -> list[Event]:

@@ -11,7 +11,17 @@ from interdist.strategy.multi_worker import CollectiveCommunication, Communicati
 from interdist.strategy.multi_worker import ExperimentalMultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy
 from interdist.strategy.parameter_server import ParameterServerStrategy
 
-__all__ = ["CentralStorageStrategy", "CollectiveCommunication", "CommunicationImplementation",
-           "CommunicationOptions", "InputContext", "InputOptions", "InputReplicationMode",
-           "MultiWorkerMirroredStrategy", "ParameterServerStrategy", "ValueContext", "coordinator",
-           "partitioners"]
+__all__ = [
+    "CentralStorageStrategy",
+    "CollectiveCommunication",
+    "CommunicationImplementation",
+    "CommunicationOptions",
+    "InputContext",
+    "InputOptions",
+    "InputReplicationMode",
+    "MultiWorkerMirroredStrategy",
+    "ParameterServerStrategy",
+    "ValueContext",
+    "coordinator",
+    "partitioners",
+]

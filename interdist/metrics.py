@@ -14,8 +14,13 @@ from interdist.values.variables import Variable, VariableAggregation, VariableSy
 
 
 def _sum_var(name: str, dtype: Any) -> Any:
-    return Variable(np.zeros((), dtype), name=name, trainable=False,
-                    synchronization=VariableSynchronization.ON_READ, aggregation=VariableAggregation.SUM)
+    return Variable(
+        np.zeros((), dtype),
+        name=name,
+        trainable=False,
+        synchronization=VariableSynchronization.ON_READ,
+        aggregation=VariableAggregation.SUM,
+    )
 
 
 class Metric:

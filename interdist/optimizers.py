@@ -31,8 +31,9 @@ class Optimizer:
         self._local_slots: dict[Any, dict[str, Any]] = {}
 
         # How many times apply_gradients ran (once per call, not per replica), as Keras counts.
-        self.iterations = Variable(np.int64(0), name="iteration", trainable=False,
-                                   aggregation=VariableAggregation.ONLY_FIRST_REPLICA)
+        self.iterations = Variable(
+            np.int64(0), name="iteration", trainable=False, aggregation=VariableAggregation.ONLY_FIRST_REPLICA
+        )
 
     def apply_gradients(self, grads_and_vars: Any) -> None:
         """Apply gradients: in replica context they are summed across replicas first."""
@@ -50,8 +51,10 @@ class Optimizer:
         if ctx is None:
             # Keras calls get_replica_context().merge_call(...): inside a strategy's scope, in
             # cross-replica context, the replica context is None (checked with TF 2.21).
-            raise AttributeError("'NoneType' object has no attribute 'merge_call' (apply_gradients was called in "
-                                 "cross-replica context inside strategy.scope(); call it inside strategy.run)")
+            raise AttributeError(
+                "'NoneType' object has no attribute 'merge_call' (apply_gradients was called in "
+                "cross-replica context inside strategy.scope(); call it inside strategy.run)"
+            )
         # In the notebook: the strategy the variables belong to, scope entered or not.
         owner = getattr(pairs[0][1], "_strategy", None)
         if owner is not None and _context.is_default(strategy):
@@ -84,8 +87,10 @@ class Optimizer:
         if from_notebook and self._has_slots and "iterations" not in slots and replicas > 1:
             # As Keras under a multi-replica strategy: slot variables are made on the first apply,
             # which must happen in replica context (inside strategy.run), not in the notebook.
-            raise RuntimeError(f"{type(self).__name__} must create its slot variables for {var.meta['name']!r} "
-                               "in replica context: call apply_gradients inside strategy.run first")
+            raise RuntimeError(
+                f"{type(self).__name__} must create its slot variables for {var.meta['name']!r} "
+                "in replica context: call apply_gradients inside strategy.run first"
+            )
         slots["iterations"] = slots.get("iterations", 0) + 1
         dtype = getattr(var, "dtype", None)
         g = _gpu.asarray(grad, dtype=np.dtype(dtype) if dtype is not None else np.asarray(var).dtype)
@@ -103,8 +108,9 @@ class Optimizer:
 class SGD(Optimizer):
     """Gradient descent with optional momentum (Keras' rule: ``m = momentum*m - lr*g; v += m``)."""
 
-    def __init__(self, learning_rate: float = 0.01, momentum: float = 0.0, nesterov: bool = False,
-                 name: str | None = None) -> None:
+    def __init__(
+        self, learning_rate: float = 0.01, momentum: float = 0.0, nesterov: bool = False, name: str | None = None
+    ) -> None:
         super().__init__(learning_rate, name)
         if not 0 <= momentum <= 1:
             raise ValueError(f"`momentum` must be between [0, 1], but got {momentum!r}")
@@ -128,8 +134,14 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     """Adam (Kingma & Ba), Keras' formulation with bias-corrected learning rate."""
 
-    def __init__(self, learning_rate: float = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-7, name: str | None = None) -> None:
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-7,
+        name: str | None = None,
+    ) -> None:
         super().__init__(learning_rate, name)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
         self._has_slots = True
@@ -142,5 +154,5 @@ class Adam(Optimizer):
         m = xp.asarray(m + (grad - m) * (1 - self.beta_1), dtype=dt)
         v = xp.asarray(v + (grad * grad - v) * (1 - self.beta_2), dtype=dt)
         slots["m"], slots["v"] = m, v
-        lr = self.learning_rate * np.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step)
+        lr = self.learning_rate * np.sqrt(1 - self.beta_2**step) / (1 - self.beta_1**step)
         return var.assign_sub(xp.asarray(lr * m / (xp.sqrt(v) + self.epsilon), dtype=dt))

@@ -76,11 +76,19 @@ class Reply(TypedDict, total=False):
     warnings: list[str]
 
 
-def lost_reply(exc: BaseException | None = None, *, type_name: str = "", message: str = "",
-               step: int | None = None) -> Reply:
+def lost_reply(
+    exc: BaseException | None = None, *, type_name: str = "", message: str = "", step: int | None = None
+) -> Reply:
     """The reply for a replica whose worker is gone or could not be reached."""
-    reply = Reply(ok=False, lost=True, secondary=False, error=None, traceback="",
-                  type=type_name or type(exc).__name__, message=message or str(exc))
+    reply = Reply(
+        ok=False,
+        lost=True,
+        secondary=False,
+        error=None,
+        traceback="",
+        type=type_name or type(exc).__name__,
+        message=message or str(exc),
+    )
     if step is not None:
         reply["step"] = step
     return reply
@@ -88,9 +96,16 @@ def lost_reply(exc: BaseException | None = None, *, type_name: str = "", message
 
 def stuck_reply(rank: int, step: int, grace: float) -> Reply:
     """The reply for a replica still running ``grace`` seconds after a peer failed."""
-    return Reply(ok=False, stuck=True, secondary=True, error=None, type="TimeoutError", traceback="",
-                 message=f"replica {rank} did not finish step {step} within {grace:g} s of its peers failing; "
-                         "it is still running")
+    return Reply(
+        ok=False,
+        stuck=True,
+        secondary=True,
+        error=None,
+        type="TimeoutError",
+        traceback="",
+        message=f"replica {rank} did not finish step {step} within {grace:g} s of its peers failing; "
+        "it is still running",
+    )
 
 
 # The replica whose payload is being unpickled, so that handles inside it
@@ -98,10 +113,8 @@ def stuck_reply(rank: int, step: int, grace: float) -> Reply:
 _resolving = threading.local()
 
 
-
 def current_resolving() -> Replica | None:
     return getattr(_resolving, "replica", None)
-
 
 
 @contextmanager
@@ -112,7 +125,6 @@ def resolving(replica: Replica) -> Iterator[None]:
         yield
     finally:
         _resolving.replica = prev
-
 
 
 class StoreRef:
@@ -127,7 +139,6 @@ class StoreRef:
         return (StoreRef, (self.key,))
 
 
-
 class VarRef:
     """A variable in a reply: the notebook maps it back to its handle."""
 
@@ -140,14 +151,20 @@ class VarRef:
         return (VarRef, (self.var_id,))
 
 
-
 class ValueMeta:
     """A result leaf in a reply: where it is kept and, when small, its value."""
 
-    __slots__ = ("key", "shape", "dtype", "value", "has_value", "shared")
+    __slots__ = ("dtype", "has_value", "key", "shape", "shared", "value")
 
-    def __init__(self, key: str, shape: tuple[int, ...] | None, dtype: str | None, value: Any, has_value: bool,
-                 shared: bool = False) -> None:
+    def __init__(
+        self,
+        key: str,
+        shape: tuple[int, ...] | None,
+        dtype: str | None,
+        value: Any,
+        has_value: bool,
+        shared: bool = False,
+    ) -> None:
         self.key, self.shape, self.dtype, self.value, self.has_value = key, shape, dtype, value, has_value
         self.shared = shared  # the same object on every replica in TF (a merge_call result)
 
@@ -163,7 +180,6 @@ class ValueMeta:
         return d
 
 
-
 class ArgRef:
     """A result that is one of the program's own arguments, returned unchanged (by identity)."""
 
@@ -174,7 +190,6 @@ class ArgRef:
 
     def __reduce__(self) -> Any:
         return (ArgRef, (self.index,))
-
 
 
 VARIABLE_KEY = "variable:"  # a released key naming a variable whose notebook handle was collected

@@ -28,7 +28,9 @@ class ReduceOp(enum.Enum):
             return ReduceOp.SUM
         if name == "MEAN":
             return ReduceOp.MEAN
-        raise ValueError(f"Could not convert from `tf.VariableAggregation` {aggregation} to `tf.distribute.ReduceOp` type")
+        raise ValueError(
+            f"Could not convert from `tf.VariableAggregation` {aggregation} to `tf.distribute.ReduceOp` type"
+        )
 
 
 def resolve(reduce_op: Any) -> ReduceOp:
@@ -44,6 +46,5 @@ def resolve(reduce_op: Any) -> ReduceOp:
         return ReduceOp(reduce_op.name)
     choices = ", ".join(repr(op.value) for op in ReduceOp)
     raise ValueError(
-        f"reduce_op must be a tf.distribute.ReduceOp or one of the strings {choices} (any case), "
-        f"but got {reduce_op!r}"
+        f"reduce_op must be a tf.distribute.ReduceOp or one of the strings {choices} (any case), but got {reduce_op!r}"
     )

@@ -59,10 +59,20 @@ class Server:
         When a worker task cannot reach the scheduler within ``timeout`` seconds.
     """
 
-    def __init__(self, server_or_cluster_def: Any, job_name: str | None = None, task_index: int | None = None,
-                 protocol: str | None = None, config: dict[str, Any] | None = None, start: bool = True) -> None:
-        spec = server_or_cluster_def if isinstance(server_or_cluster_def, ClusterSpec) \
+    def __init__(
+        self,
+        server_or_cluster_def: Any,
+        job_name: str | None = None,
+        task_index: int | None = None,
+        protocol: str | None = None,
+        config: dict[str, Any] | None = None,
+        start: bool = True,
+    ) -> None:
+        spec = (
+            server_or_cluster_def
+            if isinstance(server_or_cluster_def, ClusterSpec)
             else ClusterSpec(server_or_cluster_def)
+        )
         if not spec.jobs:
             raise ValueError("Server needs a cluster with at least one job")
         if job_name is None:
@@ -112,8 +122,12 @@ class Server:
 
     @property
     def server_def(self) -> dict[str, Any]:
-        return {"cluster": self.cluster_spec.as_dict(), "job_name": self.job_name, "task_index": self.task_index,
-                "protocol": self.protocol}
+        return {
+            "cluster": self.cluster_spec.as_dict(),
+            "job_name": self.job_name,
+            "task_index": self.task_index,
+            "protocol": self.protocol,
+        }
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> None:
@@ -137,18 +151,31 @@ class Server:
         if self.is_scheduler:
             register_pages()
             dash = self.config.get("dashboard_address", f"{self.host}:0")
-            scheduler = Scheduler(host=self.host, port=self.port, protocol=self.protocol,
-                                  dashboard_address=dash, dashboard=dash is not None)
+            scheduler = Scheduler(
+                host=self.host,
+                port=self.port,
+                protocol=self.protocol,
+                dashboard_address=dash,
+                dashboard=dash is not None,
+            )
             await scheduler
             self._nodes.append(scheduler)
         if self.runs_worker:
             name = roles.worker_name(self.job_name, self.task_index)
             # The scheduler's task keeps its port for the scheduler; its worker takes any port.
             port = None if self.is_scheduler else self.port
-            nanny = Nanny(self.scheduler_address, name=name, nthreads=1, host=self.host, worker_port=port,
-                          protocol=self.protocol, memory_limit=0, death_timeout=self.timeout,
-                          silence_logs=logging.ERROR,
-                          env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+            nanny = Nanny(
+                self.scheduler_address,
+                name=name,
+                nthreads=1,
+                host=self.host,
+                worker_port=port,
+                protocol=self.protocol,
+                memory_limit=0,
+                death_timeout=self.timeout,
+                silence_logs=logging.ERROR,
+                env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+            )
             try:
                 await asyncio.wait_for(nanny.start(), self.timeout)
             except (TimeoutError, OSError, RuntimeError) as e:
@@ -157,7 +184,8 @@ class Server:
                 raise TimeoutError(
                     f"task {self.job_name}:{self.task_index} could not reach the scheduler of task "
                     f"{coord[0]}:{coord[1]} at {self.scheduler_address} within {self.timeout:g} s "
-                    f"({type(e).__name__}: {e})") from e
+                    f"({type(e).__name__}: {e})"
+                ) from e
             self._nodes.append(nanny)
 
     def join(self) -> None:
@@ -168,6 +196,7 @@ class Server:
         """Stop the worker and the scheduler of this task."""
         loop, thread = self._loop, self._thread
         if loop is not None and thread is not None and loop.is_running():
+
             async def close_all() -> None:
                 for node in reversed(self._nodes):
                     await _quiet_close(node)
@@ -209,8 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m interdist.server``: serve the task of ``TF_CONFIG`` until interrupted."""
     parser = argparse.ArgumentParser(prog="python -m interdist.server", description=__doc__.split("\n")[0])
     parser.add_argument("--tf-config", help="the TF_CONFIG JSON (default: the TF_CONFIG environment variable)")
-    parser.add_argument("--timeout", type=float, default=roles.DEFAULT_CONNECT_TIMEOUT,
-                        help="seconds to reach the scheduler")
+    parser.add_argument(
+        "--timeout", type=float, default=roles.DEFAULT_CONNECT_TIMEOUT, help="seconds to reach the scheduler"
+    )
     parser.add_argument("--dashboard-address", default=None, help="the scheduler's dashboard (default host:0)")
     args = parser.parse_args(argv)
     if args.tf_config is not None:
@@ -227,8 +257,16 @@ def main(argv: list[str] | None = None) -> int:
     server = Server(spec, resolver.task_type, resolver.task_id, config=config)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: threading.Thread(target=server.stop, daemon=True).start())
-    print(json.dumps({"task": f"{server.job_name}:{server.task_index}", "scheduler": server.target,
-                      "runs_worker": server.runs_worker}), flush=True)
+    print(
+        json.dumps(
+            {
+                "task": f"{server.job_name}:{server.task_index}",
+                "scheduler": server.target,
+                "runs_worker": server.runs_worker,
+            }
+        ),
+        flush=True,
+    )
     server.join()
     return 0
 

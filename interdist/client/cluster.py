@@ -118,16 +118,20 @@ def _start_local_gpu(indices: list[int]) -> Lease:
         raise NoGPUError(
             f"{asked} asked for, but this machine shows no NVIDIA GPU (no nvidia-smi, or CUDA_VISIBLE_DEVICES "
             f"hides every GPU: {os.environ.get('CUDA_VISIBLE_DEVICES')!r}). Use CPU devices (e.g. "
-            "MirroredStrategy(['CPU:0', 'CPU:1'])), or pass cluster= with GPU workers.")
+            "MirroredStrategy(['CPU:0', 'CPU:1'])), or pass cluster= with GPU workers."
+        )
     missing = [i for i in indices if i >= n_gpus]
     if missing:
         raise NoGPUError(
             f"{asked} asked for, but this machine shows {n_gpus} GPU(s) (GPU:0..GPU:{n_gpus - 1}). To run several "
             "replicas on one GPU, pass a cluster whose workers share it: "
-            f"cluster=interdist.client.cluster.local_gpu_cluster(gpus={[0] * n})")
+            f"cluster=interdist.client.cluster.local_gpu_cluster(gpus={[0] * n})"
+        )
     if importlib.util.find_spec("cupy") is None:
-        raise NoGPUError("GPU replicas need CuPy: pip install 'interdist[gpu]' (or the cupy-cuda12x / cupy-cuda13x "
-                         "wheel that matches the NVIDIA driver)")
+        raise NoGPUError(
+            "GPU replicas need CuPy: pip install 'interdist[gpu]' (or the cupy-cuda12x / cupy-cuda13x "
+            "wheel that matches the NVIDIA driver)"
+        )
     physical = _physical_gpu_ids(n_gpus)
     cluster = None
     try:
@@ -137,9 +141,10 @@ def _start_local_gpu(indices: list[int]) -> Lease:
                 cluster = local_gpu_cluster([physical[i] for i in indices])
     except NoGPUError:
         raise
-    except Exception as e:  # noqa: BLE001 - NVML/driver errors come in many types
-        raise NoGPUError(f"could not start a GPU worker for each of {asked}: no usable GPU here "
-                         f"({type(e).__name__}: {e})") from e
+    except Exception as e:
+        raise NoGPUError(
+            f"could not start a GPU worker for each of {asked}: no usable GPU here ({type(e).__name__}: {e})"
+        ) from e
     from distributed import Client
 
     client = Client(cluster, set_as_default=False)
@@ -174,11 +179,12 @@ def _use_dask_cuda() -> bool:
     if choice not in ("auto", "dask-cuda", "dask_cuda"):
         raise ValueError(f"INTERDIST_GPU_CLUSTER must be auto, dask-cuda or builtin, but is {choice!r}")
     try:
-        import dask_cuda  # noqa: F401, PLC0415 - optional, GPU only
-    except Exception as e:  # noqa: BLE001 - ImportError, or a version clash with distributed
+        import dask_cuda  # noqa: F401 - optional, GPU only
+    except Exception as e:
         if choice != "auto":
-            raise NoGPUError(f"INTERDIST_GPU_CLUSTER={choice} but dask-cuda cannot be imported: "
-                             f"{type(e).__name__}: {e}") from e
+            raise NoGPUError(
+                f"INTERDIST_GPU_CLUSTER={choice} but dask-cuda cannot be imported: {type(e).__name__}: {e}"
+            ) from e
         logging.getLogger("interdist").info("dask-cuda not usable (%s); starting GPU workers without it", e)
         return False
     return True
@@ -190,9 +196,15 @@ def _start_dask_cuda(gpu_ids: list[str]) -> Any:
     from interdist.dashboard.pages import register_pages
 
     register_pages()
-    return LocalCUDACluster(CUDA_VISIBLE_DEVICES=gpu_ids, n_workers=len(gpu_ids), threads_per_worker=1,
-                            host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
-                            memory_limit=0)
+    return LocalCUDACluster(
+        CUDA_VISIBLE_DEVICES=gpu_ids,
+        n_workers=len(gpu_ids),
+        threads_per_worker=1,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+        memory_limit=0,
+    )
 
 
 _WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -229,14 +241,27 @@ def local_gpu_cluster(gpus: list[int | str], scheduler_host: str = "127.0.0.1", 
         raise ValueError("local_gpu_cluster needs at least one GPU id")
     register_pages()
     workers = {
-        i: {"cls": Nanny, "options": {
-            "nthreads": 1, "name": i, "host": scheduler_host, "memory_limit": 0, "silence_logs": logging.ERROR,
-            "env": {**_WORKER_ENV, "CUDA_VISIBLE_DEVICES": _rotated(ids, i), "INTERDIST_GPU": ids[i]},
-        }} for i in range(len(ids))
+        i: {
+            "cls": Nanny,
+            "options": {
+                "nthreads": 1,
+                "name": i,
+                "host": scheduler_host,
+                "memory_limit": 0,
+                "silence_logs": logging.ERROR,
+                "env": {**_WORKER_ENV, "CUDA_VISIBLE_DEVICES": _rotated(ids, i), "INTERDIST_GPU": ids[i]},
+            },
+        }
+        for i in range(len(ids))
     }
     scheduler = {"cls": Scheduler, "options": {"host": scheduler_host, "dashboard_address": f"{scheduler_host}:0"}}
-    return SpecCluster(workers=workers, scheduler=scheduler, asynchronous=asynchronous, silence_logs=logging.ERROR,
-                       name="interdist-gpu")
+    return SpecCluster(
+        workers=workers,
+        scheduler=scheduler,
+        asynchronous=asynchronous,
+        silence_logs=logging.ERROR,
+        name="interdist-gpu",
+    )
 
 
 def check_gpu_workers(client: Any, addresses: list[str]) -> list[dict[str, Any]]:
@@ -244,13 +269,14 @@ def check_gpu_workers(client: Any, addresses: list[str]) -> list[dict[str, Any]]
 
     try:
         found = client.run(probe_worker, workers=list(addresses))
-    except Exception as e:  # noqa: BLE001 - a worker that cannot even unpickle the probe
+    except Exception as e:
         raise NoGPUError(f"could not check the GPU of the workers {addresses}: {type(e).__name__}: {e}") from e
     bad = {a: r.get("error") for a, r in found.items() if not r.get("ok")}
     if bad:
         lines = "; ".join(f"{a}: {err}" for a, err in bad.items())
-        raise NoGPUError(f"GPU devices asked for, but {len(bad)} of {len(addresses)} worker(s) cannot use a GPU: "
-                         f"{lines}")
+        raise NoGPUError(
+            f"GPU devices asked for, but {len(bad)} of {len(addresses)} worker(s) cannot use a GPU: {lines}"
+        )
     return [found[a] for a in addresses]
 
 
@@ -303,8 +329,10 @@ def acquire(devices: list[DeviceSpec], cluster: Any = None) -> Lease:
         client = Client(cluster, set_as_default=False)
         lease = _lease_from(client, None, n, embedded=False, key=("own-client", n))
     else:
-        raise TypeError("cluster must be None, a scheduler address, a distributed.Client or a Dask cluster object, "
-                        f"but got {type(cluster).__name__}")
+        raise TypeError(
+            "cluster must be None, a scheduler address, a distributed.Client or a Dask cluster object, "
+            f"but got {type(cluster).__name__}"
+        )
     if gpu:
         try:
             check_gpu_workers(lease.client, lease.addresses)
@@ -386,7 +414,7 @@ def shutdown_all() -> None:
     """Close every embedded cluster (at exit: nothing keeps running after the interpreter)."""
     with _pool_lock:
         _idle.clear()
-    for lease in list(_all_embedded):
+    for lease in _all_embedded:
         _shutdown(lease)
 
 

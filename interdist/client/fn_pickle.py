@@ -89,12 +89,12 @@ def _fingerprint(obj: Any, depth: int, refs: list[Any]) -> tuple[Any, ...] | Non
     named = (code, obj.__name__, obj.__qualname__, obj.__doc__, obj.__module__)
     refs.extend(named)
     parts: list[Any] = [*map(id, named)]
-    for value in (obj.__defaults__ or ()):
+    for value in obj.__defaults__ or ():
         p = _fingerprint(value, depth + 1, refs)
         if p is None:
             return None
         parts.append(p)
-    for cell in (obj.__closure__ or ()):
+    for cell in obj.__closure__ or ():
         try:
             value = cell.cell_contents
         except ValueError:  # an empty cell (a name bound later in the enclosing function)

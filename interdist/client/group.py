@@ -74,10 +74,12 @@ class DaskGroup:
         spec = cloudpickle.dumps(self.spec)
 
         async def go() -> None:
-            await asyncio.gather(*[
-                self.client.rpc(addr).interdist_join(group=self.group_id, rank=r, spec=spec, peers=self.addresses)
-                for r, addr in enumerate(self.addresses)
-            ])
+            await asyncio.gather(
+                *[
+                    self.client.rpc(addr).interdist_join(group=self.group_id, rank=r, spec=spec, peers=self.addresses)
+                    for r, addr in enumerate(self.addresses)
+                ]
+            )
 
         self.client.sync(go)
 
@@ -88,9 +90,13 @@ class DaskGroup:
         self._drop_control()
 
         async def go() -> None:
-            await asyncio.wait_for(asyncio.gather(*[
-                self.client.rpc(addr).interdist_leave(group=self.group_id) for addr in self.addresses
-            ], return_exceptions=True), 5)
+            await asyncio.wait_for(
+                asyncio.gather(
+                    *[self.client.rpc(addr).interdist_leave(group=self.group_id) for addr in self.addresses],
+                    return_exceptions=True,
+                ),
+                5,
+            )
 
         try:
             self.client.sync(go)
@@ -106,8 +112,11 @@ class DaskGroup:
         while time.monotonic() < deadline:
             workers = self.client.scheduler_info(n_workers=-1)["workers"]
             by_name = {w.get("name"): addr for addr, w in workers.items()}
-            replacements = {r: by_name[self.names[r]] for r in self.lost
-                            if self.names[r] in by_name and by_name[self.names[r]] != self.lost[r]}
+            replacements = {
+                r: by_name[self.names[r]]
+                for r in self.lost
+                if self.names[r] in by_name and by_name[self.names[r]] != self.lost[r]
+            }
             if len(replacements) == len(self.lost):
                 break
             time.sleep(0.2)
@@ -115,7 +124,8 @@ class DaskGroup:
             lost = ", ".join(f"replica {r} ({a})" for r, a in sorted(self.lost.items()))
             raise WorkerLostError(
                 f"{lost} of this strategy was lost with its worker and no replacement worker came up within "
-                f"{timeout:g} s; the state it held is gone: create a new strategy")
+                f"{timeout:g} s; the state it held is gone: create a new strategy"
+            )
         for r, addr in replacements.items():
             self.addresses[r] = addr
         self._drop_control()
@@ -123,12 +133,21 @@ class DaskGroup:
         spec = cloudpickle.dumps(self.spec)
 
         async def go() -> None:
-            await asyncio.gather(*[
-                self.client.rpc(self.addresses[r]).interdist_join(group=self.group_id, rank=r, spec=spec,
-                                                                  peers=self.addresses) for r in replacements])
-            await asyncio.gather(*[
-                self.client.rpc(self.addresses[r]).interdist_set_peers(group=self.group_id, peers=self.addresses)
-                for r in range(self.world_size) if r not in replacements])
+            await asyncio.gather(
+                *[
+                    self.client.rpc(self.addresses[r]).interdist_join(
+                        group=self.group_id, rank=r, spec=spec, peers=self.addresses
+                    )
+                    for r in replacements
+                ]
+            )
+            await asyncio.gather(
+                *[
+                    self.client.rpc(self.addresses[r]).interdist_set_peers(group=self.group_id, peers=self.addresses)
+                    for r in range(self.world_size)
+                    if r not in replacements
+                ]
+            )
 
         self.client.sync(go)
         ranks = sorted(replacements)
@@ -138,12 +157,21 @@ class DaskGroup:
             self.on_recover(ranks)
 
     def restore_variable(self, rank: int, var_id: int, meta: dict[str, Any], value: Any) -> None:
-        self.client.sync(lambda: self.client.rpc(self.addresses[rank]).interdist_restore_var(
-            group=self.group_id, var_id=var_id, meta=cloudpickle.dumps(meta), value=cloudpickle.dumps(value)))
+        self.client.sync(
+            lambda: self.client.rpc(self.addresses[rank]).interdist_restore_var(
+                group=self.group_id, var_id=var_id, meta=cloudpickle.dumps(meta), value=cloudpickle.dumps(value)
+            )
+        )
 
     # -- execution -------------------------------------------------------------
-    def execute(self, fn: Any, per_rank_args: list[tuple[tuple[Any, ...], dict[str, Any]]], system: bool,
-                what: str, steps: int = 1) -> list[Any]:
+    def execute(
+        self,
+        fn: Any,
+        per_rank_args: list[tuple[tuple[Any, ...], dict[str, Any]]],
+        system: bool,
+        what: str,
+        steps: int = 1,
+    ) -> list[Any]:
         """Run ``fn`` on every replica; the decoded results in rank order, or one exception."""
         if self.closed:
             raise RuntimeError("this strategy was closed; create a new one")
@@ -155,7 +183,8 @@ class DaskGroup:
             else:
                 raise RuntimeError(
                     f"replica {rank} ({self.spec['devices'][rank]}) is still running step {busy_step}: its replica "
-                    "function has not returned. Wait for it, or close this strategy and create a new one")
+                    "function has not returned. Wait for it, or close this strategy and create a new one"
+                )
         with self._lock:
             step = self.step + 1
             self.step += steps  # a fused program numbers its inner steps step .. step + steps - 1
@@ -204,9 +233,11 @@ class DaskGroup:
             return None
         conns: list[local_control.ControlConnection] = []
         try:
+
             async def endpoints() -> list[Any]:
-                return list(await asyncio.gather(*[self.client.rpc(a).interdist_control_endpoint()
-                                                   for a in self.addresses]))
+                return list(
+                    await asyncio.gather(*[self.client.rpc(a).interdist_control_endpoint() for a in self.addresses])
+                )
 
             eps = self.client.sync(endpoints)
             here = local_control.host_id()
@@ -227,9 +258,15 @@ class DaskGroup:
         for c in conns or ():
             c.close()
 
-    def _execute_local(self, conns: list[local_control.ControlConnection], step: int, fn: bytes,
-                       args: list[tuple[bytes, list[memoryview]]], system: bool,
-                       release: dict[int, list[str]]) -> list[dict[str, Any]]:
+    def _execute_local(
+        self,
+        conns: list[local_control.ControlConnection],
+        step: int,
+        fn: bytes,
+        args: list[tuple[bytes, list[memoryview]]],
+        system: bool,
+        release: dict[int, list[str]],
+    ) -> list[dict[str, Any]]:
         """``_execute_async`` over the control sockets, on this thread (no event loop in the path)."""
         timeout = self.spec.get("timeout") or settings.collective_timeout
         replies: dict[int, dict[str, Any]] = {}
@@ -244,9 +281,19 @@ class DaskGroup:
 
         sent: dict[int, local_control.ControlConnection] = {}
         for r, c in enumerate(conns):
-            data = local_control.pack({"op": "execute", "group": self.group_id, "step": step, "fn": fn,
-                                       "args": args[r][0], "bufs": args[r][1], "system": system,
-                                       "release": release[r], "timeout": timeout})
+            data = local_control.pack(
+                {
+                    "op": "execute",
+                    "group": self.group_id,
+                    "step": step,
+                    "fn": fn,
+                    "args": args[r][0],
+                    "bufs": args[r][1],
+                    "system": system,
+                    "release": release[r],
+                    "timeout": timeout,
+                }
+            )
             try:
                 c.send(data, step)
                 sent[r] = c
@@ -268,22 +315,41 @@ class DaskGroup:
 
     def _abort_others(self, step: int, rank: int, reason: str) -> None:
         async def go() -> None:
-            await asyncio.wait_for(asyncio.gather(*[
-                self.client.rpc(self.addresses[r]).interdist_abort(group=self.group_id, step=step, reason=reason)
-                for r in range(self.world_size) if r != rank], return_exceptions=True), 5)
+            await asyncio.wait_for(
+                asyncio.gather(
+                    *[
+                        self.client.rpc(self.addresses[r]).interdist_abort(
+                            group=self.group_id, step=step, reason=reason
+                        )
+                        for r in range(self.world_size)
+                        if r != rank
+                    ],
+                    return_exceptions=True,
+                ),
+                5,
+            )
 
         try:
             self.client.sync(go)
         except Exception:  # noqa: BLE001, S110 - best effort: the workers may be gone
             pass
 
-    async def _execute_async(self, step: int, fn: bytes, args: list[bytes], system: bool,
-                             release: dict[int, list[str]]) -> list[dict[str, Any]]:
+    async def _execute_async(
+        self, step: int, fn: bytes, args: list[bytes], system: bool, release: dict[int, list[str]]
+    ) -> list[dict[str, Any]]:
         async def one(rank: int) -> dict[str, Any]:
             try:
-                return dict(await self.client.rpc(self.addresses[rank]).interdist_execute(
-                    group=self.group_id, step=step, fn=fn, args=args[rank], system=system,
-                    release=release[rank], timeout=self.spec.get("timeout") or settings.collective_timeout))
+                return dict(
+                    await self.client.rpc(self.addresses[rank]).interdist_execute(
+                        group=self.group_id,
+                        step=step,
+                        fn=fn,
+                        args=args[rank],
+                        system=system,
+                        release=release[rank],
+                        timeout=self.spec.get("timeout") or settings.collective_timeout,
+                    )
+                )
             except Exception as exc:  # noqa: BLE001 - the worker is gone or unreachable
                 return dict(lost_reply(exc))
 
@@ -311,18 +377,30 @@ class DaskGroup:
                     # The replica cannot release its peers itself: do it for it.
                     aborted = True
                     reason = f"replica {rank} was lost with its worker {self.addresses[rank]}"
-                    await asyncio.gather(*[
-                        self.client.rpc(self.addresses[r]).interdist_abort(group=self.group_id, step=step,
-                                                                           reason=reason)
-                        for r in range(self.world_size) if r != rank
-                    ], return_exceptions=True)
+                    await asyncio.gather(
+                        *[
+                            self.client.rpc(self.addresses[r]).interdist_abort(
+                                group=self.group_id, step=step, reason=reason
+                            )
+                            for r in range(self.world_size)
+                            if r != rank
+                        ],
+                        return_exceptions=True,
+                    )
         return [replies[r] for r in range(self.world_size)]
 
     def _abort_all(self, step: int, reason: str) -> None:
         async def go() -> None:
-            await asyncio.wait_for(asyncio.gather(*[
-                self.client.rpc(addr).interdist_abort(group=self.group_id, step=step, reason=reason)
-                for addr in self.addresses], return_exceptions=True), 5)
+            await asyncio.wait_for(
+                asyncio.gather(
+                    *[
+                        self.client.rpc(addr).interdist_abort(group=self.group_id, step=step, reason=reason)
+                        for addr in self.addresses
+                    ],
+                    return_exceptions=True,
+                ),
+                5,
+            )
 
         try:
             self.client.sync(go)
@@ -340,15 +418,20 @@ class DaskGroup:
             names = ", ".join(f"replica {r} ({self.spec['devices'][r]}, worker {self.addresses[r]})" for r, _ in lost)
             raise WorkerLostError(
                 f"{names} was lost during step {step} ({what}): its worker died or became unreachable "
-                f"({lost[0][1]['type']}: {lost[0][1]['message']}). The other replicas were released.")
+                f"({lost[0][1]['type']}: {lost[0][1]['message']}). The other replicas were released."
+            )
         primary = [(r, rep) for r, rep in failed if not rep.get("secondary")] or failed
         rank, rep = primary[0]
-        note = (f"interdist: raised on replica {rank} ({self.spec['devices'][rank]}) in step {step} ({what})\n"
-                f"--- remote traceback (replica {rank}) ---\n{rep['traceback']}")
+        note = (
+            f"interdist: raised on replica {rank} ({self.spec['devices'][rank]}) in step {step} ({what})\n"
+            f"--- remote traceback (replica {rank}) ---\n{rep['traceback']}"
+        )
         stuck = [r for r, rep2 in failed if rep2.get("stuck")]
         if stuck:
-            note += (f"\ninterdist: replica(s) {stuck} did not return from step {step}: their replica function "
-                     "is still running (the strategy refuses new steps until it returns)")
+            note += (
+                f"\ninterdist: replica(s) {stuck} did not return from step {step}: their replica function "
+                "is still running (the strategy refuses new steps until it returns)"
+            )
         exc: BaseException | None = None
         if rep.get("error") is not None:
             try:
@@ -369,15 +452,17 @@ class DaskGroup:
     def fetch(self, rank: int, key: str) -> Any:
         if rank in self.lost:
             raise WorkerLostError(f"replica {rank} was lost with its worker; its values are gone")
-        data = self.client.sync(lambda: self.client.rpc(self.addresses[rank]).interdist_fetch(
-            group=self.group_id, keys=[key]))
+        data = self.client.sync(
+            lambda: self.client.rpc(self.addresses[rank]).interdist_fetch(group=self.group_id, keys=[key])
+        )
         return cloudpickle.loads(data)[0]
 
     def read_variable(self, rank: int, var_id: int) -> Any:
         if rank in self.lost:
             raise WorkerLostError(f"replica {rank} was lost with its worker; its copy of the variable is gone")
-        data = self.client.sync(lambda: self.client.rpc(self.addresses[rank]).interdist_read_var(
-            group=self.group_id, var_id=var_id))
+        data = self.client.sync(
+            lambda: self.client.rpc(self.addresses[rank]).interdist_read_var(group=self.group_id, var_id=var_id)
+        )
         return cloudpickle.loads(data)
 
     def queue_release(self, rank: int, key: str) -> None:

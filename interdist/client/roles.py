@@ -47,8 +47,9 @@ def coordinator_task(spec: Any) -> tuple[str, int]:
         return "chief", min(spec.task_indices("chief"))
     if "worker" in jobs and spec.task_indices("worker"):
         return "worker", min(spec.task_indices("worker"))
-    raise ValueError(f"the cluster {spec.as_dict()} has neither a 'chief' nor a 'worker' task to run the "
-                     "Dask scheduler")
+    raise ValueError(
+        f"the cluster {spec.as_dict()} has neither a 'chief' nor a 'worker' task to run the Dask scheduler"
+    )
 
 
 def scheduler_address(resolver: Any) -> tuple[str, str]:
@@ -71,8 +72,10 @@ def open_client(cluster: Any, resolver: Any, timeout: float) -> tuple[Any, bool]
         return cluster, False
     if cluster is not None and not isinstance(cluster, str):
         if not hasattr(cluster, "scheduler_address"):
-            raise TypeError("cluster must be None, a scheduler address, a distributed.Client or a Dask cluster "
-                            f"object, but got {type(cluster).__name__}")
+            raise TypeError(
+                "cluster must be None, a scheduler address, a distributed.Client or a Dask cluster "
+                f"object, but got {type(cluster).__name__}"
+            )
         return Client(cluster, set_as_default=False, timeout=f"{timeout}s"), True
     if isinstance(cluster, str):
         address, task = cluster, "the Dask scheduler"
@@ -81,8 +84,9 @@ def open_client(cluster: Any, resolver: Any, timeout: float) -> tuple[Any, bool]
     try:
         return Client(address, set_as_default=False, timeout=f"{timeout}s"), True
     except (OSError, TimeoutError) as e:
-        raise TimeoutError(f"could not reach {task} (Dask scheduler at {address}) within {timeout:g} s: "
-                           f"{type(e).__name__}: {e}") from e
+        raise TimeoutError(
+            f"could not reach {task} (Dask scheduler at {address}) within {timeout:g} s: {type(e).__name__}: {e}"
+        ) from e
 
 
 def find_task_workers(client: Any, spec: Any, tasks: list[tuple[str, int]], timeout: float) -> list[TaskWorker]:
@@ -108,10 +112,14 @@ def find_task_workers(client: Any, spec: Any, tasks: list[tuple[str, int]], time
         if all(found):
             return [TaskWorker(j, i, a, names[a]) for (j, i), a in zip(tasks, found)]  # type: ignore[arg-type]
         if time.monotonic() >= deadline:
-            missing = [f"{j}:{i} ({spec.task_address(j, i)}, Dask worker name {worker_name(j, i)!r})"
-                       for (j, i), a, n in zip(tasks, found, named) if a is None and n is None]
+            missing = [
+                f"{j}:{i} ({spec.task_address(j, i)}, Dask worker name {worker_name(j, i)!r})"
+                for (j, i), a, n in zip(tasks, found, named)
+                if a is None and n is None
+            ]
             raise TimeoutError(
                 f"task(s) {', '.join(missing)} could not be reached: no such worker joined the Dask scheduler "
                 f"{client.scheduler.address} within {timeout:g} s (start it with `python -m interdist.server` "
-                "and its TF_CONFIG, or `dask worker <scheduler> --name <job>-<index>`)")
+                "and its TF_CONFIG, or `dask worker <scheduler> --name <job>-<index>`)"
+            )
         time.sleep(0.1)

@@ -46,13 +46,9 @@ def _as_index(key: object, job_name: str) -> int:
     try:
         return int(key)  # type: ignore[call-overload,no-any-return]
     except ValueError:
-        raise ValueError(
-            f"Task index {key!r} of job {job_name!r} is not an integer"
-        ) from None
+        raise ValueError(f"Task index {key!r} of job {job_name!r} is not an integer") from None
     except TypeError:
-        raise TypeError(
-            f"Task index {key!r} of job {job_name!r} must be an integer or a string of one"
-        ) from None
+        raise TypeError(f"Task index {key!r} of job {job_name!r} must be an integer or a string of one") from None
 
 
 class ClusterSpec:
@@ -96,26 +92,18 @@ class ClusterSpec:
         if isinstance(cluster, ClusterSpec):
             # TF copies through a ClusterDef proto whose jobs are sorted.
             for job_name in sorted(cluster._cluster_spec):
-                self._cluster_spec[job_name] = dict(
-                    sorted(cluster._cluster_spec[job_name].items())
-                )
+                self._cluster_spec[job_name] = dict(sorted(cluster._cluster_spec[job_name].items()))
         elif isinstance(cluster, dict):
             for raw_name, tasks in cluster.items():
                 job_name = _as_str(raw_name, "Job name")
                 job_tasks: dict[int, str]
                 if isinstance(tasks, (list, tuple)):
-                    job_tasks = {
-                        i: _as_str(addr, "Task address") for i, addr in enumerate(tasks)
-                    }
+                    job_tasks = {i: _as_str(addr, "Task address") for i, addr in enumerate(tasks)}
                 elif isinstance(tasks, dict):
-                    job_tasks = {
-                        _as_index(i, job_name): _as_str(addr, "Task address")
-                        for i, addr in tasks.items()
-                    }
+                    job_tasks = {_as_index(i, job_name): _as_str(addr, "Task address") for i, addr in tasks.items()}
                 else:
                     raise TypeError(
-                        f"The tasks for job {job_name!r} must be a list or a "
-                        "dictionary from integers to strings."
+                        f"The tasks for job {job_name!r} must be a list or a dictionary from integers to strings."
                     )
                 self._cluster_spec[job_name] = job_tasks
         else:
@@ -200,9 +188,7 @@ class ClusterSpec:
         try:
             return job[task_index]
         except KeyError:
-            raise ValueError(
-                f"No task with index {task_index!r} in job {job_name!r}"
-            ) from None
+            raise ValueError(f"No task with index {task_index!r} in job {job_name!r}") from None
 
     def job_tasks(self, job_name: str) -> list[str | None]:
         """Addresses of ``job_name`` as a list indexed by task index.
@@ -232,6 +218,4 @@ class ClusterSpec:
 
 #: What :class:`ClusterSpec` accepts: a spec, or ``{job: [addr, ...]}`` /
 #: ``{job: {index: addr}}`` (index keys may be digit strings, as in JSON).
-ClusterLike: TypeAlias = (
-    ClusterSpec | Mapping[str, Sequence[str] | Mapping[int, str] | Mapping[str, str]]
-)
+ClusterLike: TypeAlias = ClusterSpec | Mapping[str, Sequence[str] | Mapping[int, str] | Mapping[str, str]]

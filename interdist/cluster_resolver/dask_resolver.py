@@ -73,9 +73,7 @@ def _query_identity(address: str, timeout: float) -> dict[str, Any]:
     if "error" in outcome:
         error: BaseException = outcome["error"]
         if isinstance(error, asyncio.TimeoutError):
-            raise OSError(
-                f"Timed out querying the Dask scheduler at {address!r}"
-            ) from error
+            raise OSError(f"Timed out querying the Dask scheduler at {address!r}") from error
         raise error
     result: dict[str, Any] = outcome["value"]
     return result
@@ -149,9 +147,7 @@ class DaskClusterResolver(ClusterResolver):
             self._address = client_or_address
         elif _is_client(client_or_address):
             self._client = client_or_address
-        elif isinstance(
-            address := getattr(client_or_address, "scheduler_address", None), str
-        ):
+        elif isinstance(address := getattr(client_or_address, "scheduler_address", None), str):
             self._address = address
         else:
             raise TypeError(

@@ -151,9 +151,7 @@ class UnionResolver(ClusterResolver):
             raise ValueError("At least one ClusterResolver is required.")
         for resolver in resolvers:
             if not isinstance(resolver, ClusterResolver):
-                raise TypeError(
-                    "All arguments must be a sub-class of `ClusterResolver.`"
-                )
+                raise TypeError("All arguments must be a sub-class of `ClusterResolver.`")
         self._cluster_resolvers = resolvers
 
     def cluster_spec(self) -> ClusterSpec:
@@ -174,14 +172,10 @@ class UnionResolver(ClusterResolver):
                     assert isinstance(tasks, list)
                     target.extend(tasks)
                     continue
-                task_dict: dict[int, Any] = (
-                    dict(enumerate(tasks)) if isinstance(tasks, list) else dict(tasks)
-                )
+                task_dict: dict[int, Any] = dict(enumerate(tasks)) if isinstance(tasks, list) else dict(tasks)
                 clash = set(task_dict) & set(target)
                 if clash:
-                    raise KeyError(
-                        f"Duplicate keys detected when merging two ClusterSpecs: {clash!r}"
-                    )
+                    raise KeyError(f"Duplicate keys detected when merging two ClusterSpecs: {clash!r}")
                 target.update(task_dict)
         return ClusterSpec(merged)
 
@@ -238,6 +232,4 @@ class UnionResolver(ClusterResolver):
         config_proto: Any = None,
     ) -> dict[str, int]:
         """Delegate to the first resolver."""
-        return self._cluster_resolvers[0].num_accelerators(
-            task_type, task_id, config_proto
-        )
+        return self._cluster_resolvers[0].num_accelerators(task_type, task_id, config_proto)

@@ -76,9 +76,7 @@ def _parse_index(value: object, field: str) -> int:
 
 def _validate_cluster(cluster: object) -> dict[str, dict[int, str]]:
     if not isinstance(cluster, dict):
-        raise _bad(
-            "cluster", f"must be an object mapping job names to tasks, got {cluster!r}"
-        )
+        raise _bad("cluster", f"must be an object mapping job names to tasks, got {cluster!r}")
     out: dict[str, dict[int, str]] = {}
     for job, tasks in cluster.items():
         field = f"cluster.{job}"
@@ -93,16 +91,12 @@ def _validate_cluster(cluster: object) -> dict[str, dict[int, str]]:
             )
         for i, address in pairs:
             if not isinstance(address, str):
-                raise _bad(
-                    f"{field}[{i}]", f"must be an address string, got {address!r}"
-                )
+                raise _bad(f"{field}[{i}]", f"must be an address string, got {address!r}")
         out[job] = dict(pairs)
     return out
 
 
-def _validate_task(
-    task: object, cluster: dict[str, dict[int, str]] | None
-) -> tuple[str, int] | None:
+def _validate_task(task: object, cluster: dict[str, dict[int, str]] | None) -> tuple[str, int] | None:
     if not isinstance(task, dict):
         raise _bad("task", f"must be an object with 'type' and 'index', got {task!r}")
     if not task:
@@ -145,7 +139,7 @@ def _read(environ: Mapping[str, str] | None = None) -> _Parsed:
         raise ValueError(f"TF_CONFIG is not valid JSON: {exc}") from exc
     if not isinstance(config, dict):
         # ValueError, not TypeError: the *value* of TF_CONFIG is malformed.
-        raise ValueError(f"TF_CONFIG must be a JSON object, got {config!r}")  # noqa: TRY004
+        raise ValueError(f"TF_CONFIG must be a JSON object, got {config!r}")
     cluster = _validate_cluster(config["cluster"]) if "cluster" in config else None
     task = _validate_task(config["task"], cluster) if "task" in config else None
     for key in _STRING_KEYS:
@@ -313,10 +307,7 @@ class TFConfigClusterResolver(ClusterResolver):
         rpc_layer = rpc_layer if rpc_layer is not None else self.rpc_layer
         if task_type is None or task_id is None:
             # TF fails here with "No such job in cluster: None"; say why.
-            raise ValueError(
-                "master(): no task_type/task_id given and TF_CONFIG has no 'task' "
-                f"(cluster jobs: {jobs})"
-            )
+            raise ValueError(f"master(): no task_type/task_id given and TF_CONFIG has no 'task' (cluster jobs: {jobs})")
         return format_master_url(spec.task_address(task_type, task_id), rpc_layer)
 
     def num_accelerators(

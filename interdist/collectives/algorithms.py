@@ -167,8 +167,9 @@ class Collectives:
         return [to_device(a) for a in out]
 
     @_forget_on_error
-    def _all_reduce_host(self, step: int, seq: int, arrays: list[np.ndarray], op: ReduceOp,
-                         what: str) -> list[np.ndarray]:
+    def _all_reduce_host(
+        self, step: int, seq: int, arrays: list[np.ndarray], op: ReduceOp, what: str
+    ) -> list[np.ndarray]:
         arrays = [np.asarray(a) for a in arrays]
         if self.world_size == 1:
             self.last_timing = Timing(0.0, 0.0, 0, AG)
@@ -189,13 +190,15 @@ class Collectives:
         """Every rank's shapes agree (else the same ValueError on every rank)."""
         all_shapes = [shapes if r == self.rank else metas[r] for r in range(self.world_size)]
         if len({len(s) for s in all_shapes}) > 1:
-            raise ValueError(f"Cannot reduce batches of different lengths across replicas: "
-                             f"{[len(s) for s in all_shapes]}")
+            raise ValueError(
+                f"Cannot reduce batches of different lengths across replicas: {[len(s) for s in all_shapes]}"
+            )
         for i in range(len(shapes)):
             check_shapes([tuple(s[i]) for s in all_shapes])
 
-    def _all_gather_reduce(self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]],
-                           op: ReduceOp, what: str) -> list[np.ndarray]:
+    def _all_gather_reduce(
+        self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]], op: ReduceOp, what: str
+    ) -> list[np.ndarray]:
         t0 = time.perf_counter()
         packet = pack((shapes, arrays))
         self.transport.send_packet(self._peers(), step, seq, packet)
@@ -215,8 +218,9 @@ class Collectives:
         self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, packet.nbytes, AG)
         return out
 
-    def _reduce_broadcast(self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]],
-                          op: ReduceOp, what: str) -> list[np.ndarray]:
+    def _reduce_broadcast(
+        self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]], op: ReduceOp, what: str
+    ) -> list[np.ndarray]:
         """Every rank's arrays to rank 0, which reduces them once (in rank order: the same bits as
         ``_all_gather_reduce``) and sends the result to every rank; or, when shapes disagree, the
         same ``ValueError`` to every rank."""
@@ -260,15 +264,16 @@ class Collectives:
             raise error
         return out
 
-    def _reduce_scatter_all_gather(self, step: int, seq: int, arrays: list[np.ndarray],
-                                   shapes: list[tuple[int, ...]], op: ReduceOp, what: str) -> list[np.ndarray]:
+    def _reduce_scatter_all_gather(
+        self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]], op: ReduceOp, what: str
+    ) -> list[np.ndarray]:
         t0 = time.perf_counter()
         n, me, peers = self.world_size, self.rank, self._peers()
         flats = [a.reshape(-1) for a in arrays]
         bounds = [_bounds(a.size, n) for a in arrays]
 
         def chunk(i: int, j: int) -> np.ndarray:
-            return flats[i][bounds[i][j]:bounds[i][j + 1]]
+            return flats[i][bounds[i][j] : bounds[i][j + 1]]
 
         sent = 0
         for j in peers:  # round 1: chunk j of every array to its owner j
@@ -289,8 +294,8 @@ class Collectives:
         # round 2: every owner's reduced chunk to everyone, copied into place as bytes
         outs = [np.empty(a.size, dtype=m.dtype) for a, m in zip(arrays, mine)]
         for i, m in enumerate(mine):
-            outs[i][bounds[i][me]:bounds[i][me + 1]] = m
-        packet = pack([o[b[me]:b[me + 1]] for o, b in zip(outs, bounds)])
+            outs[i][bounds[i][me] : bounds[i][me + 1]] = m
+        packet = pack([o[b[me] : b[me + 1]] for o, b in zip(outs, bounds)])
         sent += packet.nbytes
         self.transport.send_packet(peers, step, _phase2(seq), packet)
         got, wait2 = self._take(step, _phase2(seq), peers, what)
@@ -298,7 +303,7 @@ class Collectives:
             for r, p in got.items():
                 parts = unpack(p, self.transport.view(p))
                 for i, c in enumerate(parts):
-                    outs[i][bounds[i][r]:bounds[i][r + 1]] = c
+                    outs[i][bounds[i][r] : bounds[i][r + 1]] = c
                 c = None
         finally:
             parts = None
@@ -322,8 +327,7 @@ def _reduce_owned(values: list[Any], op: ReduceOp) -> np.ndarray:
     if dtype.kind not in "biufc" or arrays[0].ndim == 0:
         return reduce_arrays(arrays, op)
     check_shapes([a.shape for a in arrays])
-    if len(arrays) > 2 and arrays[0].size >= _BLOCK and all(
-            a.dtype == dtype and a.flags.c_contiguous for a in arrays):
+    if len(arrays) > 2 and arrays[0].size >= _BLOCK and all(a.dtype == dtype and a.flags.c_contiguous for a in arrays):
         total = _blocked_sum(arrays)
     else:
         if len(arrays) > 1 and arrays[0].dtype == dtype:

@@ -91,8 +91,15 @@ class Transport(ABC):
         self.mailbox = mailbox
 
     @abstractmethod
-    def send_packet(self, dsts: list[int], step: int, seq: int, packet: Packet,
-                    on_error: Callable[[BaseException], None] | None = None, detached: bool = False) -> None:
+    def send_packet(
+        self,
+        dsts: list[int],
+        step: int,
+        seq: int,
+        packet: Packet,
+        on_error: Callable[[BaseException], None] | None = None,
+        detached: bool = False,
+    ) -> None:
         """Deliver ``packet`` into each of ``dsts``' mailboxes under (step, seq, self.rank).
 
         May return before delivery; :meth:`flush` waits for it. Until then the

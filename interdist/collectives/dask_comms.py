@@ -34,8 +34,9 @@ _MISSING: Any = object()
 class DaskTransport(Transport):
     name = "dask"
 
-    def __init__(self, worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox,
-                 sockets: bool = True) -> None:
+    def __init__(
+        self, worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox, sockets: bool = True
+    ) -> None:
         super().__init__(rank, len(peers), mailbox)
         self._worker = worker
         self._group_id = group_id
@@ -50,17 +51,28 @@ class DaskTransport(Transport):
         self._closed_socks = False
         self._socks_lock = threading.Lock()
 
-    def send_packet(self, dsts: list[int], step: int, seq: int, packet: Packet,
-                    on_error: Callable[[BaseException], None] | None = None, detached: bool = False) -> None:
+    def send_packet(
+        self,
+        dsts: list[int],
+        step: int,
+        seq: int,
+        packet: Packet,
+        on_error: Callable[[BaseException], None] | None = None,
+        detached: bool = False,
+    ) -> None:
         # Buffers travel as frames of their own (``to_serialize``): no copy into the msgpack
         # body (16 MB: 0.04 ms against 2.35 ms for ``bytes``) and none out of it on arrival.
-        payload = {"h": packet.header, "s": packet.shm,
-                   "b": [to_serialize(np.frombuffer(b, np.uint8)) for b in packet.buffers]}  # type: ignore[no-untyped-call]
+        payload = {
+            "h": packet.header,
+            "s": packet.shm,
+            "b": [to_serialize(np.frombuffer(b, np.uint8)) for b in packet.buffers],
+        }  # type: ignore[no-untyped-call]
 
         async def one(dst: int) -> None:
             try:
                 await self._worker.rpc(self._peers[dst]).interdist_coll(
-                    group=self._group_id, step=step, seq=seq, src=self.rank, payload=payload)
+                    group=self._group_id, step=step, seq=seq, src=self.rank, payload=payload
+                )
             except Exception as exc:
                 # Release our own waiter at once (the peer will never answer this step),
                 # and let the shared-memory layer remove the segment it had written.
@@ -77,10 +89,14 @@ class DaskTransport(Transport):
                 far.append(d)
                 continue
             if parts is None:
-                raw = {"h": packet.header, "s": packet.shm,
-                       "b": [memoryview(np.frombuffer(b, np.uint8)) for b in packet.buffers]}
-                parts = local_control.pack({"op": "coll", "group": self._group_id, "step": step, "seq": seq,
-                                            "src": self.rank, "payload": raw})
+                raw = {
+                    "h": packet.header,
+                    "s": packet.shm,
+                    "b": [memoryview(np.frombuffer(b, np.uint8)) for b in packet.buffers],
+                }
+                parts = local_control.pack(
+                    {"op": "coll", "group": self._group_id, "step": step, "seq": seq, "src": self.rank, "payload": raw}
+                )
             try:
                 # Written before this returns: the packet holds nothing of the caller's afterwards.
                 conn.post(parts)
@@ -120,9 +136,11 @@ class DaskTransport(Transport):
         if not self._sockets:
             return
         with self._socks_lock:
-            todo = [a for a in (addrs if addrs is not None else
-                                [p for r, p in enumerate(self._peers) if r != self.rank])
-                    if a not in self._socks and a not in self._connecting]
+            todo = [
+                a
+                for a in (addrs if addrs is not None else [p for r, p in enumerate(self._peers) if r != self.rank])
+                if a not in self._socks and a not in self._connecting
+            ]
             self._connecting.update(todo)
         if not todo:
             return
@@ -181,8 +199,9 @@ class DaskTransport(Transport):
     def _probe(self, dst: int) -> bool:
         token = secrets.token_hex(8)
         try:
-            shm = _untracked(shared_memory.SharedMemory(
-                name=f"{PREFIX}{os.getpid()}-probe-{token[:6]}", create=True, size=16))
+            shm = _untracked(
+                shared_memory.SharedMemory(name=f"{PREFIX}{os.getpid()}-probe-{token[:6]}", create=True, size=16)
+            )
         except OSError:
             return False  # no usable /dev/shm here
         try:
@@ -191,8 +210,11 @@ class DaskTransport(Transport):
             buf[:16] = token.encode()
 
             async def ask() -> bool:
-                return bool(await asyncio.wait_for(
-                    self._worker.rpc(self._peers[dst]).interdist_shm_probe(name=shm.name, token=token), 10))
+                return bool(
+                    await asyncio.wait_for(
+                        self._worker.rpc(self._peers[dst]).interdist_shm_probe(name=shm.name, token=token), 10
+                    )
+                )
 
             return bool(sync(self._worker.loop, ask))
         except Exception:  # noqa: BLE001 - an old peer without the handler, or unreachable: use comms
@@ -205,7 +227,8 @@ class DaskTransport(Transport):
         async def go() -> None:
             calls = [
                 self._worker.rpc(addr).interdist_abort(group=self._group_id, step=step, reason=reason)
-                for r, addr in enumerate(self._peers) if r != self.rank
+                for r, addr in enumerate(self._peers)
+                if r != self.rank
             ]
             await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 5)
 
@@ -235,8 +258,9 @@ def packet_from_payload(payload: Any) -> Any:
     return Packet(payload["h"], [memoryview(b).cast("B") for b in payload["b"]], payload.get("s"))
 
 
-def make_transport(worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox,
-                   sockets: bool = True) -> Transport:
+def make_transport(
+    worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox, sockets: bool = True
+) -> Transport:
     """Dask comms, with shared memory for large packets to peers on this host (and, with ``sockets``,
     their control sockets for the messages themselves)."""
     inner = DaskTransport(worker, group_id, rank, peers, mailbox, sockets)

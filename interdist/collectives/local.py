@@ -18,8 +18,15 @@ class LocalTransport(Transport):
         super().__init__(rank, world_size, mailboxes[rank])
         self._mailboxes = mailboxes
 
-    def send_packet(self, dsts: list[int], step: int, seq: int, packet: Packet,
-                    on_error: Callable[[BaseException], None] | None = None, detached: bool = False) -> None:
+    def send_packet(
+        self,
+        dsts: list[int],
+        step: int,
+        seq: int,
+        packet: Packet,
+        on_error: Callable[[BaseException], None] | None = None,
+        detached: bool = False,
+    ) -> None:
         for dst in dsts:
             # Each receiver gets its own writable copy, as if the bytes had crossed a process.
             copy = Packet(packet.header, [bytearray(b) for b in packet.buffers], packet.shm, packet.shared)

@@ -76,8 +76,9 @@ class Mailbox:
             self._drop(list(out.values()))
             raise
 
-    def _take(self, step: int, seq: int, srcs: list[int], timeout: float, what: str,
-              out: dict[int, Any]) -> dict[int, Any]:
+    def _take(
+        self, step: int, seq: int, srcs: list[int], timeout: float, what: str, out: dict[int, Any]
+    ) -> dict[int, Any]:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:

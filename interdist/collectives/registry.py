@@ -25,7 +25,9 @@ def get_backend(name: str) -> Any:
     try:
         target = _BACKENDS[name]
     except KeyError:
-        raise ValueError(f"unknown collectives backend {name!r}; known backends: {', '.join(backend_names())}") from None
+        raise ValueError(
+            f"unknown collectives backend {name!r}; known backends: {', '.join(backend_names())}"
+        ) from None
     import importlib
 
     module, _, attr = target.partition(":")

@@ -85,7 +85,7 @@ def sweep_stale() -> None:
         if not n.startswith(PREFIX):
             continue
         try:
-            pid = int(n[len(PREFIX):].split("-")[0])
+            pid = int(n[len(PREFIX) :].split("-")[0])
             os.kill(pid, 0)
         except ProcessLookupError:
             try:
@@ -125,8 +125,11 @@ class _Slot:
     def __init__(self, capacity: int, readers: int = 1) -> None:
         self.readers = readers
         self.header_bytes = _header_bytes(readers)
-        self.shm = _untracked(shared_memory.SharedMemory(
-            name=f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}", create=True, size=self.header_bytes + capacity))
+        self.shm = _untracked(
+            shared_memory.SharedMemory(
+                name=f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}", create=True, size=self.header_bytes + capacity
+            )
+        )
         self.capacity = capacity
         self.header = np.ndarray((_header_words(readers),), np.int64, self.shm.buf)
         self.header[:] = 0
@@ -152,8 +155,9 @@ class SharedMemoryTransport(Transport):
 
     name = "shm"
 
-    def __init__(self, inner: Transport, is_local: Callable[[int], bool] | None = None,
-                 threshold: int | None = None) -> None:
+    def __init__(
+        self, inner: Transport, is_local: Callable[[int], bool] | None = None, threshold: int | None = None
+    ) -> None:
         super().__init__(inner.rank, inner.world_size, inner.mailbox)
         self.inner = inner
         self.is_local = is_local or (lambda dst: True)
@@ -168,8 +172,15 @@ class SharedMemoryTransport(Transport):
         sweep_stale()
 
     # -- sending --------------------------------------------------------------
-    def send_packet(self, dsts: list[int], step: int, seq: int, packet: Packet,
-                    on_error: Callable[[BaseException], None] | None = None, detached: bool = False) -> None:
+    def send_packet(
+        self,
+        dsts: list[int],
+        step: int,
+        seq: int,
+        packet: Packet,
+        on_error: Callable[[BaseException], None] | None = None,
+        detached: bool = False,
+    ) -> None:
         data = sum(memoryview(b).nbytes for b in packet.buffers)
         if data < self.threshold or self.threshold < 0 or self._closed:
             self.inner.send_packet(dsts, step, seq, packet, on_error, detached)
@@ -183,8 +194,14 @@ class SharedMemoryTransport(Transport):
             # all_reduce: one 16 MB write per rank instead of three).
             self._send_shared(near, step, seq, packet, on_error)
 
-    def _send_shared(self, dsts: tuple[int, ...], step: int, seq: int, packet: Packet,
-                     on_error: Callable[[BaseException], None] | None) -> None:
+    def _send_shared(
+        self,
+        dsts: tuple[int, ...],
+        step: int,
+        seq: int,
+        packet: Packet,
+        on_error: Callable[[BaseException], None] | None,
+    ) -> None:
         sizes = [memoryview(b).nbytes for b in packet.buffers]
         offsets, at = [], 0
         for s in sizes:
@@ -290,7 +307,7 @@ class SharedMemoryTransport(Transport):
         packet.shared = True
         buf = shm.buf
         assert buf is not None
-        return [buf[o:o + s] for o, s in spans]
+        return [buf[o : o + s] for o, s in spans]
 
     def release(self, packet: Packet) -> None:
         if packet.shm is None:

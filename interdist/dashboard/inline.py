@@ -76,8 +76,9 @@ class InlineDashboard:
             changed = [v.update(self.model, force) for v in self.views.values()]
             if any(changed):
                 self.updates += 1
-            self._status.value = (f"{self.model.version} events, {self.updates} updates"
-                                  + (" (paused)" if self.paused else ""))
+            self._status.value = f"{self.model.version} events, {self.updates} updates" + (
+                " (paused)" if self.paused else ""
+            )
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -28,6 +28,7 @@ MAX_TIMINGS = 5000
 MAX_STEPS = 5000
 MAX_PENDING_STEPS = 64  # steps of checksums kept while waiting for a late replica's batch
 
+
 # NCCL's convention: bus bandwidth = algorithm bandwidth x this factor, so that the
 # numbers of different collectives compare against the link's speed.
 def _bus_factor(op: str, n: int) -> float:
@@ -190,8 +191,9 @@ class DashboardModel:
             self.failures.append(e)
 
     def _created(self, e: events.VariableCreated) -> None:
-        self.variables[e.var_id] = VariableInfo(e.var_id, e.name, tuple(e.shape), e.dtype, e.synchronization,
-                                                e.aggregation, e.step)
+        self.variables[e.var_id] = VariableInfo(
+            e.var_id, e.name, tuple(e.shape), e.dtype, e.synchronization, e.aggregation, e.step
+        )
         self._copy(e.var_id, e.replica, CopySummary(e.device, e.norm, e.checksum, e.step, e.time))
 
     def _copy(self, var_id: int, replica: int, summary: CopySummary) -> None:
@@ -236,8 +238,11 @@ class DashboardModel:
         start = oc.entered.get(e.replica) if oc is not None else None
         if start is None:
             start = e.time - e.wait_s - e.transfer_s
-        self.timeline.append(TimelineEntry(e.replica, e.step, e.seq, e.op, start, e.wait_s, e.transfer_s, e.time,
-                                           e.nbytes, e.algorithm, e.backend))
+        self.timeline.append(
+            TimelineEntry(
+                e.replica, e.step, e.seq, e.op, start, e.wait_s, e.transfer_s, e.time, e.nbytes, e.algorithm, e.backend
+            )
+        )
         n = max(self.world_size, 1)
         factor = _bus_factor(e.op, n)
         # Bandwidth from the transfer time only: waiting for a late peer says nothing about the link.

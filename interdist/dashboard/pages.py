@@ -105,7 +105,7 @@ def register_pages() -> None:
 
     for route in page_names():
         if route not in applications:
-            applications[route] = functools.partial(_page, route[len(PREFIX):])
+            applications[route] = functools.partial(_page, route[len(PREFIX) :])
 
 
 def dask_setup(scheduler: Any) -> None:

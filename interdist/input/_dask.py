@@ -49,7 +49,7 @@ from interdist.input._values import is_dask_collection
 from interdist.input.dataset import Dataset, register_node
 from interdist.input.spec import TensorSpec
 
-__all__ = ["DaskChunksDataset", "DaskSliceDataset", "contains_dask", "is_dask_collection"]
+__all__ = ["DaskChunksDataset", "DaskSliceDataset"]
 
 # Rows read per fetch on a worker (a window of whole steps; at least one step).
 WINDOW_ROWS = 16384
@@ -68,8 +68,10 @@ def _as_row_arrays(structure: Any) -> Any:
         items = [_as_row_arrays(v) for v in structure]
         return type(structure)(*items) if hasattr(type(structure), "_fields") else tuple(items)
     if not is_dask_collection(structure):
-        raise TypeError(f"Cannot mix Dask collections with {type(structure).__name__} in one dataset source: "
-                        "make every component a Dask collection (dask.array.from_array wraps a NumPy array)")
+        raise TypeError(
+            f"Cannot mix Dask collections with {type(structure).__name__} in one dataset source: "
+            "make every component a Dask collection (dask.array.from_array wraps a NumPy array)"
+        )
     import dask.array as da
 
     if isinstance(structure, da.Array):
@@ -152,8 +154,12 @@ class reading_client:
             return bound if bound is not None else current_client()
         from distributed import Client
 
-        self.own = Client(_worker.scheduler.address, security=_worker.security, set_as_default=False,
-                          name=f"interdist-reader-{_worker.name}")
+        self.own = Client(
+            _worker.scheduler.address,
+            security=_worker.security,
+            set_as_default=False,
+            name=f"interdist-reader-{_worker.name}",
+        )
         self.own._interdist_reader = True  # reads run on this worker (_compute_here)
         return self.own
 
@@ -182,7 +188,7 @@ def compute(arrays: list[Any], client: Any = None) -> list[np.ndarray]:
             # array and persists it again, then reads at once: up to ~1 s of such cancels).
             if type(e).__name__ not in ("FutureCancelledError", "CancelledError") or attempt == attempts - 1:
                 raise
-            time.sleep(0.05 * 2 ** attempt)
+            time.sleep(0.05 * 2**attempt)
     raise AssertionError("unreachable")
 
 
@@ -213,7 +219,6 @@ def _read_rows(leaves: list[Any], rows: np.ndarray, client: Any) -> list[np.ndar
     if len(rows) == 0:
         return [np.empty((0, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]
     if _worker is not None and getattr(client, "_interdist_reader", False) and _direct_reads:
-
         direct = _direct.read_rows(_worker, leaves, rows, client)
         if direct is not None:
             return direct
@@ -268,8 +273,10 @@ class DaskChunksDataset(Dataset):
         chunks = leaves[0].chunks[0]
         for leaf in leaves[1:]:
             if leaf.chunks[0] != chunks:
-                raise ValueError("The components of a Dask dataset must have the same row chunks "
-                                 f"(got {chunks} and {leaf.chunks[0]}): rechunk them alike")
+                raise ValueError(
+                    "The components of a Dask dataset must have the same row chunks "
+                    f"(got {chunks} and {leaf.chunks[0]}): rechunk them alike"
+                )
         self._chunks = tuple(int(c) for c in chunks)
 
     def _iterate(self) -> Iterator[Any]:
@@ -278,7 +285,7 @@ class DaskChunksDataset(Dataset):
         with reading_client() as client:
             for j, size in enumerate(self._chunks):
                 lo = int(starts[j])
-                parts = compute([leaf[lo:lo + size] for leaf in leaves], client)
+                parts = compute([leaf[lo : lo + size] for leaf in leaves], client)
                 yield _nest.pack_sequence_as(self._value, parts)
 
     def _cardinality(self) -> int:
@@ -289,6 +296,10 @@ class DaskChunksDataset(Dataset):
 
 
 def notebook_fallback_warning(reason: str) -> None:
-    warnings.warn(f"This pipeline over a Dask source is read in the notebook and split there ({reason}): "
-                  "only source → map/take/skip/shard → batch → repeat/take/skip/shard/prefetch pipelines are "
-                  "read on the replicas' workers", UserWarning, stacklevel=3)
+    warnings.warn(
+        f"This pipeline over a Dask source is read in the notebook and split there ({reason}): "
+        "only source → map/take/skip/shard → batch → repeat/take/skip/shard/prefetch pipelines are "
+        "read on the replicas' workers",
+        UserWarning,
+        stacklevel=3,
+    )

@@ -61,8 +61,12 @@ def read_rows(worker: Any, leaves: list[Any], rows: np.ndarray, client: Any) -> 
         out = [None]
     took = time.monotonic() - t0
     if took > SLOW_READ_S:
-        logger.warning("interdist: a direct read of %d rows took %.1f s (phases: %s)", len(rows), took,
-                       getattr(_local, "phases", {}))
+        logger.warning(
+            "interdist: a direct read of %d rows took %.1f s (phases: %s)",
+            len(rows),
+            took,
+            getattr(_local, "phases", {}),
+        )
     if any(o is None for o in out):
         stats["fallbacks"] += 1
         return None
@@ -88,13 +92,13 @@ def _read_leaf(worker: Any, leaf: Any, rows: np.ndarray, client: Any) -> np.ndar
         holders = list(who.get(keys[j], ()))
         if not holders:
             return None  # not in memory (not persisted, or released): Dask computes it
-        idx = rows[bounds[j]:bounds[j + 1]] - starts[j]
+        idx = rows[bounds[j] : bounds[j + 1]] - starts[j]
         contiguous = int(idx[-1]) - int(idx[0]) + 1 == len(idx)
         if worker.address in holders:
             value = worker.data[keys[j]]
-            target = out[bounds[j]:bounds[j + 1]]
+            target = out[bounds[j] : bounds[j + 1]]
             if contiguous:
-                target[...] = value[int(idx[0]):int(idx[-1]) + 1]
+                target[...] = value[int(idx[0]) : int(idx[-1]) + 1]
             else:
                 np.take(value, idx, axis=0, out=target)
             continue
@@ -125,7 +129,7 @@ def _read_leaf(worker: Any, leaf: Any, rows: np.ndarray, client: Any) -> np.ndar
                     conn.close()  # out of step: start again with a fresh connection
                 return None
             piece = np.frombuffer(rep["data"], np.dtype(rep["dtype"])).reshape(rep["shape"])
-            out[bounds[j]:bounds[j + 1]] = piece
+            out[bounds[j] : bounds[j + 1]] = piece
         phases[f"rows from {addr}"] = round(time.monotonic() - t, 3)
     return out
 
@@ -135,7 +139,7 @@ def serve_rows(worker: Any, msg: dict[str, Any]) -> dict[str, Any]:
     try:
         value = np.asarray(worker.data[msg["key"]])
         if "lo" in msg:
-            part = np.ascontiguousarray(value[msg["lo"]:msg["hi"]])
+            part = np.ascontiguousarray(value[msg["lo"] : msg["hi"]])
         else:
             part = np.take(value, np.frombuffer(msg["index"], np.int64), axis=0)
         if part.dtype.hasobject:

@@ -73,9 +73,7 @@ class TensorSliceDataset(Dataset):
     def _iterate(self) -> Iterator[Any]:
         leaves = _nest.flatten(self._value)
         for i in builtins.range(self._length):
-            yield _nest.pack_sequence_as(
-                self._value, [_values.copy_leaf(leaf[i]) for leaf in leaves]
-            )
+            yield _nest.pack_sequence_as(self._value, [_values.copy_leaf(leaf[i]) for leaf in leaves])
 
     def _cardinality(self) -> int:
         return self._length

@@ -70,10 +70,10 @@ class BatchDataset(_Unary):
             stop = n - n % b if self.drop_remainder else n
             if src._value is leaves[0]:  # one array: the batch is the copy itself (as _dask.iterate_plan)
                 for i in range(0, stop, b):
-                    yield np.array(src._value[i:i + b])
+                    yield np.array(src._value[i : i + b])
                 return
             for i in range(0, stop, b):
-                yield _nest.pack_sequence_as(src._value, [np.array(leaf[i:i + b]) for leaf in leaves])
+                yield _nest.pack_sequence_as(src._value, [np.array(leaf[i : i + b]) for leaf in leaves])
             return
         it = iter(self._input)
         while True:
@@ -272,15 +272,9 @@ class ShardDataset(_Unary):
         self.num_shards = _int_arg(num_shards, "num_shards")
         self.index = _int_arg(index, "index")
         if self.num_shards <= 0:
-            raise ValueError(
-                "Number of shards must be greater than zero "
-                f"(currently num_shards = {self.num_shards})."
-            )
+            raise ValueError(f"Number of shards must be greater than zero (currently num_shards = {self.num_shards}).")
         if not 0 <= self.index < self.num_shards:
-            raise ValueError(
-                f"Index must be between 0 and {self.num_shards - 1} "
-                f"(currently index = {self.index})."
-            )
+            raise ValueError(f"Index must be between 0 and {self.num_shards - 1} (currently index = {self.index}).")
 
     def _iterate(self) -> Iterator[Any]:
         return itertools.islice(iter(self._input), self.index, None, self.num_shards)
@@ -306,9 +300,7 @@ class ShuffleDataset(_Unary):
         if self.buffer_size <= 0:
             raise ValueError("buffer_size must be greater than zero.")
         self.seed = None if seed is None else _int_arg(seed, "seed")
-        self.reshuffle = (
-            True if reshuffle_each_iteration is None else bool(reshuffle_each_iteration)
-        )
+        self.reshuffle = True if reshuffle_each_iteration is None else bool(reshuffle_each_iteration)
         # Without a seed and without reshuffling, every epoch repeats one
         # random order: draw its seed once, here.
         self._auto_seed = int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
@@ -322,11 +314,7 @@ class ShuffleDataset(_Unary):
         epoch = self._epoch if self.reshuffle else 0
         self._epoch += 1
         if self.seed is None:
-            rng = (
-                np.random.default_rng()
-                if self.reshuffle
-                else np.random.default_rng(self._auto_seed)
-            )
+            rng = np.random.default_rng() if self.reshuffle else np.random.default_rng(self._auto_seed)
         else:
             rng = np.random.default_rng([self.seed, epoch])
         return self._shuffled(rng)

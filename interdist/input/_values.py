@@ -60,9 +60,7 @@ def to_leaf(value: Any) -> Any:
         # TF's conversion of Python numbers: 32-bit unless the value needs 64.
         if arr.dtype.kind == "f" and arr.dtype != np.float32:
             arr = arr.astype(np.float32)
-        elif arr.dtype.kind == "i" and (
-            arr.size == 0 or (arr.min() >= _INT32.min and arr.max() <= _INT32.max)
-        ):
+        elif arr.dtype.kind == "i" and (arr.size == 0 or (arr.min() >= _INT32.min and arr.max() <= _INT32.max)):
             arr = arr.astype(np.int32)
     return arr[()] if arr.ndim == 0 else arr
 
@@ -95,9 +93,7 @@ def normalize_fn_output(value: Any) -> Any:
     so), while lists nested deeper stay data.
     """
     if value is None:
-        raise ValueError(
-            "The `map` function returned None; it must return a value or a structure of values"
-        )
+        raise ValueError("The `map` function returned None; it must return a value or a structure of values")
     if type(value) is list:
         value = tuple(value)
     return normalize(value)
@@ -164,7 +160,6 @@ def is_dask_collection(x: Any) -> bool:
     """True for a Dask array, Series or DataFrame (checked without importing Dask)."""
     module = type(x).__module__ or ""
     return module.startswith("dask") and hasattr(x, "__dask_graph__")
-
 
 
 def contains_dask(structure: Any) -> bool:

@@ -39,8 +39,25 @@ from interdist.input.rebatch import (
 from interdist.values.distributed import PerReplica
 from interdist.values.tensor import Tensor
 
-_TRANSFORMATIONS = {"map", "batch", "unbatch", "repeat", "shard", "take", "skip", "prefetch", "filter", "shuffle",
-                    "cache", "with_options", "rebatch", "apply", "flat_map", "interleave", "padded_batch"}
+_TRANSFORMATIONS = {
+    "map",
+    "batch",
+    "unbatch",
+    "repeat",
+    "shard",
+    "take",
+    "skip",
+    "prefetch",
+    "filter",
+    "shuffle",
+    "cache",
+    "with_options",
+    "rebatch",
+    "apply",
+    "flat_map",
+    "interleave",
+    "padded_batch",
+}
 
 
 class _NoTransformations:
@@ -48,7 +65,8 @@ class _NoTransformations:
         if name in _TRANSFORMATIONS:
             raise AttributeError(
                 f"'{type(self).__name__}' object has no attribute '{name}': a distributed dataset cannot be "
-                f"transformed further; apply .{name}() to the dataset before distributing it")
+                f"transformed further; apply .{name}() to the dataset before distributing it"
+            )
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
 
@@ -59,16 +77,19 @@ class DistributedDataset(_NoTransformations):
         if _values.is_dask_collection(dataset):
             dataset = _dask.DaskChunksDataset(dataset)  # each chunk (partition) is one global batch
         if not isinstance(dataset, Dataset):
-            raise NotADatasetError(f"experimental_distribute_dataset requires an interdist.data.Dataset, "
-                                   f"but got {type(dataset).__name__}")
+            raise NotADatasetError(
+                f"experimental_distribute_dataset requires an interdist.data.Dataset, but got {type(dataset).__name__}"
+            )
         if options is not None and not isinstance(options, InputOptions):
             raise TypeError(f"options must be a tf.distribute.InputOptions, but got {type(options).__name__}")
         check_options_for_distribute_dataset(options)
         n = strategy.num_replicas_in_sync
         if n > 1 and static_batch_size(dataset) is None and not _batched_source(dataset):
             # TF 2.21 fails here with an IndexError (it looks for the batch dimension of a scalar element).
-            raise IndexError("experimental_distribute_dataset requires a batched dataset (it splits each global "
-                             "batch among the replicas): call .batch(global_batch_size) first")
+            raise IndexError(
+                "experimental_distribute_dataset requires a batched dataset (it splits each global "
+                "batch among the replicas): call .batch(global_batch_size) first"
+            )
         self._strategy = strategy
         self._dataset = dataset
         self._options = options
@@ -93,10 +114,14 @@ class DistributedDataset(_NoTransformations):
                 key = f"dask:{next(_ids)}"
                 self._strategy._system(_start_dask_reader, key, plan)
                 return _RemoteIterator(self._strategy, key, self.element_spec)
-            _dask.notebook_fallback_warning("its shape has no row plan" if plan is None else
-                                            "experimental_fetch_to_device=False keeps batches on the host")
-            return DistributedIterator(self._strategy, self._per_step(_read_with(self._strategy, self._dataset)),
-                                       self.element_spec)
+            _dask.notebook_fallback_warning(
+                "its shape has no row plan"
+                if plan is None
+                else "experimental_fetch_to_device=False keeps batches on the host"
+            )
+            return DistributedIterator(
+                self._strategy, self._per_step(_read_with(self._strategy, self._dataset)), self.element_spec
+            )
         return DistributedIterator(self._strategy, self._per_step(iter(self._dataset)), self.element_spec)
 
     def _worker_shards(self) -> DistributedIterator | None:
@@ -121,13 +146,18 @@ class DistributedDataset(_NoTransformations):
                 warnings.warn(
                     "AUTO sharding policy will apply DATA sharding policy as it failed to apply FILE sharding "
                     "policy because of the following reason: Found an unshardable source dataset (the pipeline "
-                    "does not read files).", UserWarning, stacklevel=3)
+                    "does not read files).",
+                    UserWarning,
+                    stacklevel=3,
+                )
         if policy in (AutoShardPolicy.DATA, AutoShardPolicy.HINT):
             return None
         batch = static_batch_size(dataset)
         if batch is None or batch % workers:
-            raise ValueError(f"the global batch size ({batch}) must divide evenly among the {workers} workers "
-                             f"to shard the input by {policy.name}")
+            raise ValueError(
+                f"the global batch size ({batch}) must divide evenly among the {workers} workers "
+                f"to shard the input by {policy.name}"
+            )
         if policy == AutoShardPolicy.FILE:
             shard_for_worker(dataset, workers, 0, AutoShardPolicy.FILE)  # TF's checks, here, before any worker
         key = f"sharded:{next(_ids)}"
@@ -145,8 +175,9 @@ class DistributedDataset(_NoTransformations):
                 continue
             parts = split_for_replicas(batch, n)
             yield _nest.map_structure(
-                lambda *leaves: PerReplica([Tensor(x, devices[r]) for r, x in enumerate(leaves)],
-                                           self._strategy), *parts)
+                lambda *leaves: PerReplica([Tensor(x, devices[r]) for r, x in enumerate(leaves)], self._strategy),
+                *parts,
+            )
 
 
 def _source(dataset: Dataset) -> Dataset | None:
@@ -225,8 +256,9 @@ _ids = itertools.count(1)
 class DistributedDatasetsFromFunction(_NoTransformations):
     """Datasets made by ``dataset_fn`` on each replica's worker."""
 
-    def __init__(self, strategy: Any, dataset_fn: Callable[[InputContext], Any],
-                 options: InputOptions | None = None) -> None:
+    def __init__(
+        self, strategy: Any, dataset_fn: Callable[[InputContext], Any], options: InputOptions | None = None
+    ) -> None:
         if not callable(dataset_fn):
             raise TypeError(f"dataset_fn must be callable, but got {type(dataset_fn).__name__}")
         if options is not None and not isinstance(options, InputOptions):
@@ -278,8 +310,13 @@ def _fill_empty(template: Any, results: list[Any], strategy: Any) -> Any:
     import numpy as np
 
     empties = _nest.map_structure(
-        lambda m: Tensor(np.empty((0, *m.shape[1:]), np.dtype(m.dtype)), device_lib.host_device())
-        if getattr(m, "shape", None) else None, template)
+        lambda m: (
+            Tensor(np.empty((0, *m.shape[1:]), np.dtype(m.dtype)), device_lib.host_device())
+            if getattr(m, "shape", None)
+            else None
+        ),
+        template,
+    )
     per_rank = [strategy._regroup([r]) if r is not None else empties for r in results]
     return _nest.map_structure(lambda *xs: PerReplica(list(xs), strategy), *per_rank)
 
@@ -296,8 +333,9 @@ def _make_dataset(replica: Any, key: str, dataset_fn: Callable[[InputContext], A
         _dask.bind_worker(replica.worker)  # Dask sources made by dataset_fn read with this worker's client
     dataset = dataset_fn(ctx)
     if not isinstance(dataset, Dataset):
-        raise NotADatasetError(f"dataset_fn must return an interdist.data.Dataset, but it returned "
-                               f"{type(dataset).__name__}")
+        raise NotADatasetError(
+            f"dataset_fn must return an interdist.data.Dataset, but it returned {type(dataset).__name__}"
+        )
     if not per_replica and n > 1:
         dataset = dataset.shard(n, rank)
     replica.store[key] = dataset

@@ -103,9 +103,7 @@ class InputContext:
         ) == (other._num_input_pipelines, other._input_pipeline_id, other._num_replicas_in_sync)
 
     def __hash__(self) -> int:
-        return hash(
-            (self._num_input_pipelines, self._input_pipeline_id, self._num_replicas_in_sync)
-        )
+        return hash((self._num_input_pipelines, self._input_pipeline_id, self._num_replicas_in_sync))
 
 
 class InputReplicationMode(enum.Enum):
@@ -161,18 +159,13 @@ def check_options_for_distribute_dataset(options: InputOptions | None) -> None:
         For ``PER_REPLICA``, which TF only supports with
         ``distribute_datasets_from_function``.
     """
-    if options is not None and (
-        options.experimental_replication_mode == InputReplicationMode.PER_REPLICA
-    ):
+    if options is not None and (options.experimental_replication_mode == InputReplicationMode.PER_REPLICA):
         raise NotImplementedError(
-            "InputReplicationMode.PER_REPLICA is only supported in "
-            "`distribute_datasets_from_function`."
+            "InputReplicationMode.PER_REPLICA is only supported in `distribute_datasets_from_function`."
         )
 
 
-def check_options_for_datasets_from_function(
-    options: InputOptions | None, per_replica_supported: bool = True
-) -> None:
+def check_options_for_datasets_from_function(options: InputOptions | None, per_replica_supported: bool = True) -> None:
     """Validate options given to ``distribute_datasets_from_function``.
 
     Parameters
@@ -205,11 +198,7 @@ def check_options_for_datasets_from_function(
             "When `experimental_place_dataset_on_device` is set for dataset placement, "
             "you must also specify `PER_REPLICA` for the replication mode"
         )
-    if (
-        per_replica
-        and options.experimental_fetch_to_device
-        and options.experimental_place_dataset_on_device
-    ):
+    if per_replica and options.experimental_fetch_to_device and options.experimental_place_dataset_on_device:
         raise ValueError(
             "`experimental_place_dataset_on_device` can not be set to True when "
             "experimental_fetch_to_device is True and replication mode is set to `PER_REPLICA`"

@@ -58,10 +58,7 @@ class _OptionsBase:
         bad_bool = bool in types and int not in types and isinstance(value, int)
         if not isinstance(value, types) or (bad_bool and not isinstance(value, bool)):
             expected = " or ".join(repr(t) for t in types)
-            raise TypeError(
-                f'Property "{name}" must be of type {expected}, got: {value!r} '
-                f"(type: {type(value)!r})"
-            )
+            raise TypeError(f'Property "{name}" must be of type {expected}, got: {value!r} (type: {type(value)!r})')
         object.__setattr__(self, name, value)
         self._explicit.add(name)
 

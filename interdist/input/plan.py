@@ -62,7 +62,7 @@ class Plan:
             lo = sum(self.chunks[:j])
             return builtins.range(lo, lo + self.chunks[j])
         b = self.batch_size
-        return self.rows[j * b:(j + 1) * b]
+        return self.rows[j * b : (j + 1) * b]
 
     def batch_ids(self) -> Iterator[int]:
         """The base batch of every element of the pipeline, in order (a finite or endless iterator)."""
@@ -74,6 +74,7 @@ class Plan:
 
 def _post(inner: Any, op: str, arg: Any) -> Any:
     if op == "repeat":
+
         def repeat() -> Iterator[int]:
             count = itertools.count() if arg < 0 else builtins.range(arg)
             for _ in count:
@@ -83,6 +84,7 @@ def _post(inner: Any, op: str, arg: Any) -> Any:
                     yield j
                 if empty:
                     return
+
         return repeat
     if op == "take":
         return lambda: inner() if arg < 0 else itertools.islice(inner(), arg)
@@ -107,8 +109,7 @@ def plan_of(dataset: Dataset) -> Plan | None:
     passthrough = (t.PrefetchDataset, t.OptionsDataset)
     while True:  # after batch: ops on whole batches
         if isinstance(node, DaskChunksDataset):
-            return Plan(node._value, builtins.range(0), [], None, False, node._chunks, post[::-1],
-                        None)
+            return Plan(node._value, builtins.range(0), [], None, False, node._chunks, post[::-1], None)
         if isinstance(node, passthrough):
             pass
         elif isinstance(node, t.RepeatDataset):
@@ -134,7 +135,8 @@ def plan_of(dataset: Dataset) -> Plan | None:
             return None
         node = node._input
     if isinstance(node, _sources.TensorSliceDataset) and not all(
-            isinstance(leaf, np.ndarray) for leaf in _nest.flatten(node._value)):
+        isinstance(leaf, np.ndarray) for leaf in _nest.flatten(node._value)
+    ):
         return None
     rows = builtins.range(node._length)
     maps = []
@@ -142,13 +144,14 @@ def plan_of(dataset: Dataset) -> Plan | None:
         if isinstance(op, t.MapDataset):
             maps.append(op)
         elif isinstance(op, t.TakeDataset):
-            rows = rows if op.count < 0 else rows[:op.count]
+            rows = rows if op.count < 0 else rows[: op.count]
         elif isinstance(op, t.SkipDataset):
-            rows = builtins.range(0) if op.count < 0 else rows[op.count:]
+            rows = builtins.range(0) if op.count < 0 else rows[op.count :]
         else:
-            rows = rows[op.index::op.num_shards]
-    return Plan(node._value, rows, maps, batch.batch_size, batch.drop_remainder, None, post[::-1],
-                batch._input.element_spec)
+            rows = rows[op.index :: op.num_shards]
+    return Plan(
+        node._value, rows, maps, batch.batch_size, batch.drop_remainder, None, post[::-1], batch._input.element_spec
+    )
 
 
 def _pieces(plan: Plan, batch_rows: builtins.range, rank: int, num_replicas: int) -> builtins.range:
@@ -158,19 +161,24 @@ def _pieces(plan: Plan, batch_rows: builtins.range, rank: int, num_replicas: int
 
     sizes = batch_sizes_for_replicas(len(batch_rows), num_replicas)
     lo = sum(sizes[:rank])
-    return batch_rows[lo:lo + sizes[rank]]
+    return batch_rows[lo : lo + sizes[rank]]
 
 
 def _empty_like_spec(spec: Any) -> Any:
-    return _nest.map_structure(
-        lambda s: np.empty((0, *(0 if d is None else d for d in s.shape)), s.dtype), spec)
+    return _nest.map_structure(lambda s: np.empty((0, *(0 if d is None else d for d in s.shape)), s.dtype), spec)
 
 
 _OPEN = object()  # iterate_plan opens a reading client of its own
 
 
-def iterate_plan(plan: Plan, rank: int = 0, num_replicas: int = 1, client: Any = _OPEN,
-                 window_rows: int = WINDOW_ROWS, stats: dict[str, int] | None = None) -> Iterator[Any]:
+def iterate_plan(
+    plan: Plan,
+    rank: int = 0,
+    num_replicas: int = 1,
+    client: Any = _OPEN,
+    window_rows: int = WINDOW_ROWS,
+    stats: dict[str, int] | None = None,
+) -> Iterator[Any]:
     """Replica ``rank``'s batch of every global batch of ``plan``, read in windows of steps.
 
     ``stats``, if given, counts the ``rows`` read and the ``reads`` (one per window).
@@ -220,7 +228,7 @@ def iterate_plan(plan: Plan, rank: int = 0, num_replicas: int = 1, client: Any =
         back[order] = inverse  # position in `data` of every wanted row, in wanted order
         at = 0
         for piece in pieces:
-            take = back[at:at + len(piece)]
+            take = back[at : at + len(piece)]
             at += len(piece)
             yield _batch(plan, [d[take] for d in data], len(piece))
 
@@ -250,8 +258,12 @@ class PrefetchingReader:
         # The reading client connects now, while the iterator is made (as TF's iterator creation).
         self._reading = reading_client()
         client = self._reading.__enter__()
-        self._thread = threading.Thread(target=self._fill, args=(plan, rank, num_replicas, client),
-                                        name=f"interdist-dask-reader-{rank}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._fill,
+            args=(plan, rank, num_replicas, client),
+            name=f"interdist-dask-reader-{rank}",
+            daemon=True,
+        )
         self._thread.start()
 
     def _fill(self, plan: Plan, rank: int, num_replicas: int, client: Any) -> None:
@@ -263,7 +275,6 @@ class PrefetchingReader:
         except BaseException as e:  # noqa: BLE001 - handed to the replica that reads next
             self._put(("error", e))
         finally:
-
             _direct.close_connections()
             self._reading.__exit__(None, None, None)
 
@@ -287,7 +298,8 @@ class PrefetchingReader:
             raise TimeoutError(
                 f"no batch from this replica's Dask read for {settings.input_timeout:g} s (its read is still "
                 "running: is a worker holding the data gone?); interdist.config.settings.input_timeout on the "
-                "workers, or INTERDIST_INPUT_TIMEOUT, sets the limit") from None
+                "workers, or INTERDIST_INPUT_TIMEOUT, sets the limit"
+            ) from None
         if kind == "ok":
             return value
         self._closed.set()

@@ -70,8 +70,7 @@ def _leading_dim(batch: Any) -> int:
     for leaf in _nest.flatten(batch):
         if np.ndim(leaf) == 0:
             raise ValueError(
-                "Cannot split a batch with scalar components across replicas; "
-                "call `batch()` on the dataset first"
+                "Cannot split a batch with scalar components across replicas; call `batch()` on the dataset first"
             )
         dims.add(np.shape(leaf)[0])
     if len(dims) != 1:

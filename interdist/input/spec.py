@@ -57,9 +57,7 @@ class TensorSpec:
     dtype: np.dtype[Any]
     name: str | None
 
-    def __init__(
-        self, shape: Iterable[int | None], dtype: DTypeLike, name: str | None = None
-    ) -> None:
+    def __init__(self, shape: Iterable[int | None], dtype: DTypeLike, name: str | None = None) -> None:
         # Frozen (so specs hash and compare by value): assignment has to go
         # through object.__setattr__.
         dims = tuple(None if d is None else operator.index(d) for d in shape)

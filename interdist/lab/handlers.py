@@ -49,8 +49,12 @@ async def with_pages(cluster: dict[str, Any]) -> dict[str, Any]:
         out["pages_error"] = "this cluster has no dashboard"
         return out
     try:
-        response = await AsyncHTTPClient().fetch(f"{origin}/individual-plots.json", request_timeout=PAGES_TIMEOUT_S,
-                                                 connect_timeout=PAGES_TIMEOUT_S, follow_redirects=False)
+        response = await AsyncHTTPClient().fetch(
+            f"{origin}/individual-plots.json",
+            request_timeout=PAGES_TIMEOUT_S,
+            connect_timeout=PAGES_TIMEOUT_S,
+            follow_redirects=False,
+        )
         out["pages"] = interdist_pages(json.loads(response.body), origin)
     except Exception as e:  # noqa: BLE001 - a dashboard closing as we ask, a refused connection
         out["pages_error"] = f"could not read the dashboard's pages: {type(e).__name__}: {e}"

@@ -22,8 +22,14 @@ from typing import Any
 logger = logging.getLogger("interdist")
 
 ENV_DIR = "INTERDIST_REGISTRY_DIR"
-FIELDS: dict[str, type | tuple[type, ...]] = {"id": str, "pid": int, "scheduler_address": str, "dashboard_link": (str, type(None)), "n_workers": int,
-          "created": (int, float)}
+FIELDS: dict[str, type | tuple[type, ...]] = {
+    "id": str,
+    "pid": int,
+    "scheduler_address": str,
+    "dashboard_link": (str, type(None)),
+    "n_workers": int,
+    "created": (int, float),
+}
 
 
 def registry_dir() -> Path:
@@ -39,13 +45,20 @@ def registry_dir() -> Path:
     return Path(jupyter_runtime_dir()) / "interdist"
 
 
-def register(scheduler_address: str, dashboard_link: str | None, n_workers: int,
-             directory: Path | None = None) -> Path | None:
+def register(
+    scheduler_address: str, dashboard_link: str | None, n_workers: int, directory: Path | None = None
+) -> Path | None:
     """Write this process's cluster file (in ``directory``, default :func:`registry_dir`); its path, or None
     when it could not be written."""
     cluster_id = uuid.uuid4().hex[:12]
-    record = {"id": cluster_id, "pid": os.getpid(), "scheduler_address": str(scheduler_address),
-              "dashboard_link": dashboard_link, "n_workers": int(n_workers), "created": time.time()}
+    record = {
+        "id": cluster_id,
+        "pid": os.getpid(),
+        "scheduler_address": str(scheduler_address),
+        "dashboard_link": dashboard_link,
+        "n_workers": int(n_workers),
+        "created": time.time(),
+    }
     try:
         d = registry_dir() if directory is None else Path(directory)
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -87,7 +100,8 @@ def pid_alive(pid: int) -> bool:
 
 def _valid(record: Any) -> bool:
     return isinstance(record, dict) and all(
-        k in record and isinstance(record[k], t) and not isinstance(record[k], bool) for k, t in FIELDS.items())
+        k in record and isinstance(record[k], t) and not isinstance(record[k], bool) for k, t in FIELDS.items()
+    )
 
 
 def live_clusters(directory: Path | None = None) -> list[dict[str, Any]]:

@@ -69,8 +69,17 @@ def fused_steps(replica: Replica, fn: Callable[..., Any], source: tuple[str, Any
         nonlocal alone
         alone = True
         flush()
-        replica.emit_msg({"group": group, "step": step, "replica": rank, "time": t0, "fn": name,
-                          "program": "run", "kind": events.RunStarted.kind})
+        replica.emit_msg(
+            {
+                "group": group,
+                "step": step,
+                "replica": rank,
+                "time": t0,
+                "fn": name,
+                "program": "run",
+                "kind": events.RunStarted.kind,
+            }
+        )
 
     try:
         with _context.enter(replica.view, replica.context):  # once for the call: the same for every step
@@ -86,9 +95,19 @@ def fused_steps(replica: Replica, fn: Callable[..., Any], source: tuple[str, Any
                 out = fn(batch)
                 t1 = time.time()
                 if alone:
-                    replica.emit_msg({"group": group, "step": step, "replica": rank, "time": t1, "fn": name,
-                                      "program": "run", "duration_s": t1 - t0, "ok": True,
-                                      "kind": events.RunFinished.kind})
+                    replica.emit_msg(
+                        {
+                            "group": group,
+                            "step": step,
+                            "replica": rank,
+                            "time": t1,
+                            "fn": name,
+                            "program": "run",
+                            "duration_s": t1 - t0,
+                            "ok": True,
+                            "kind": events.RunFinished.kind,
+                        }
+                    )
                 else:
                     replica.before_emit = None
                     if not pending:

@@ -36,8 +36,7 @@ class ValueContext:
         return self._num
 
     def __repr__(self) -> str:
-        return (f"tf.distribute.ValueContext(replica id {self._replica_id},  total replicas in sync: "
-                f"{self._num})")
+        return f"tf.distribute.ValueContext(replica id {self._replica_id},  total replicas in sync: {self._num})"
 
 
 def convert_value(value: Any) -> Any:
@@ -49,9 +48,23 @@ def create_variable(replica: Replica, var_id: int, meta: dict[str, Any], value: 
     var = ReplicaVariable(replica, var_id, meta, _gpu.place(value, replica.device))
     replica.variables[var_id] = var
     norm, checksum = summarize(var.raw)
-    replica.emit(events.VariableCreated(
-        replica.group_id, replica.step, replica.rank, time.time(), var_id, meta["name"], tuple(var.raw.shape),
-        var.raw.dtype.name, var.device, meta["synchronization"], meta["aggregation"], norm, checksum))
+    replica.emit(
+        events.VariableCreated(
+            replica.group_id,
+            replica.step,
+            replica.rank,
+            time.time(),
+            var_id,
+            meta["name"],
+            tuple(var.raw.shape),
+            var.raw.dtype.name,
+            var.device,
+            meta["synchronization"],
+            meta["aggregation"],
+            norm,
+            checksum,
+        )
+    )
 
 
 def delete_variables(replica: Replica, var_ids: list[int]) -> None:

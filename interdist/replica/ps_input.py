@@ -41,10 +41,14 @@ from interdist.input.input_context import InputContext, InputOptions, check_opti
 from interdist.replica import ps_step
 
 #: TF 2.21's messages for ``iter()`` of a ParameterServerStrategy dataset outside the coordinator.
-NOT_BUILT_DATASET = "To use this dataset, you need to pass this dataset to ClusterCoordinator.create_per_worker_dataset."
+NOT_BUILT_DATASET = (
+    "To use this dataset, you need to pass this dataset to ClusterCoordinator.create_per_worker_dataset."
+)
 NOT_BUILT_FROM_FUNCTION = "You need to use this dataset in ClusterCoordinator.create_per_worker_dataset."
-_NO_SPEC = ("a ParameterServerStrategy distributed dataset is made on the workers: its element_spec is known once "
-            "it is given to ClusterCoordinator.create_per_worker_dataset (read that object's element_spec)")
+_NO_SPEC = (
+    "a ParameterServerStrategy distributed dataset is made on the workers: its element_spec is known once "
+    "it is given to ClusterCoordinator.create_per_worker_dataset (read that object's element_spec)"
+)
 
 
 class _SpecOnceBuilt:
@@ -86,8 +90,7 @@ class DistributedDatasetsFromFunction(_SpecOnceBuilt, _dd.DistributedDatasetsFro
     ``dataset_fn(InputContext(1, 0, 1))`` on every worker (TF 2's context there).
     """
 
-    def __init__(self, dataset_fn: Callable[[InputContext], Any],
-                 options: InputOptions | None = None) -> None:
+    def __init__(self, dataset_fn: Callable[[InputContext], Any], options: InputOptions | None = None) -> None:
         if options is not None and not isinstance(options, InputOptions):
             raise TypeError(f"options must be a tf.distribute.InputOptions, but got {type(options).__name__}")
         # TF's ParameterServerStrategy accepts PER_REPLICA (a worker has one replica: the same thing).
@@ -182,12 +185,15 @@ def _as_dataset(obj: Any, slot: _Slot, key: str) -> Any:
     if isinstance(obj, DistributedDataset):
         obj = obj._dataset  # the whole dataset on every worker: TF 2 does not shard it
         if not isinstance(obj, Dataset):
-            raise NotADatasetError(f"experimental_distribute_dataset requires an interdist.data.Dataset, but got "
-                                   f"{type(obj).__name__}")
+            raise NotADatasetError(
+                f"experimental_distribute_dataset requires an interdist.data.Dataset, but got {type(obj).__name__}"
+            )
     if not isinstance(obj, Dataset):
-        raise NotADatasetError(f"the dataset_fn given to create_per_worker_dataset must return an interdist.data."
-                               f"Dataset or a distributed dataset of this strategy, but it returned "
-                               f"{type(obj).__name__}")
+        raise NotADatasetError(
+            f"the dataset_fn given to create_per_worker_dataset must return an interdist.data."
+            f"Dataset or a distributed dataset of this strategy, but it returned "
+            f"{type(obj).__name__}"
+        )
     if slot.worker is not None and hasattr(_dd, "_dask"):
         _dd._dask.bind_worker(slot.worker)  # a dataset reading Dask collections reads with this worker's client
     slot.store[key] = obj
@@ -207,8 +213,9 @@ def _build_dataset(slot: _Slot, key: str, payload: bytes, conn: Any, store: str,
     return spec
 
 
-def sync_resources(conn: Any, store: str, builds: list[tuple[str, str, Any]], drops: list[str],
-                   device: str) -> dict[str, Any]:
+def sync_resources(
+    conn: Any, store: str, builds: list[tuple[str, str, Any]], drops: list[str], device: str
+) -> dict[str, Any]:
     """Drop ``drops``, then make each of ``builds`` this worker does not hold yet; never raises.
 
     ``builds`` are ``(key, "dataset", pickled recipe)`` or ``(key, "iterator", dataset key)``.
@@ -243,8 +250,14 @@ def sync_resources(conn: Any, store: str, builds: list[tuple[str, str, Any]], dr
                         cloudpickle.loads(err)
                     except Exception:  # noqa: BLE001
                         err = None
-                    return {"ok": False, "key": key, "error": err, "type": type(exc).__name__,
-                            "message": str(exc), "traceback": traceback.format_exc()}
+                    return {
+                        "ok": False,
+                        "key": key,
+                        "error": err,
+                        "type": type(exc).__name__,
+                        "message": str(exc),
+                        "traceback": traceback.format_exc(),
+                    }
             specs[key] = slot.specs[key]
     return {"ok": True, "specs": cloudpickle.dumps(specs)}
 

@@ -29,7 +29,8 @@ VARIABLE_IN_STEP = (
     "ParameterServerStrategy cannot create a variable inside a step (a function given to "
     "ClusterCoordinator.schedule or strategy.run): a step only reads variables at its start and sends "
     "updates at its end. Create the variable in the notebook under `with strategy.scope():` before "
-    "scheduling the steps that use it.")
+    "scheduling the steps that use it."
+)
 
 
 class Connection:
@@ -43,6 +44,7 @@ class Connection:
 
     def call_many(self, calls: list[tuple[str, str, dict[str, Any]]]) -> list[Any]:
         """``[(address, handler, kwargs)]`` concurrently; the results in order."""
+
         async def go() -> list[Any]:
             return list(await asyncio.gather(*[getattr(self._rpc(a), h)(**kw) for a, h, kw in calls]))
 
@@ -75,7 +77,7 @@ def split_update(var: Any, op: str, value: np.ndarray) -> list[tuple[str, int, s
     if len(var._shards) == 1:
         s = var._shards[0]
         return [(s.address, s.shard_id, op, value)]
-    return [(s.address, s.shard_id, op, np.ascontiguousarray(value[s.start:s.stop])) for s in var._shards]
+    return [(s.address, s.shard_id, op, np.ascontiguousarray(value[s.start : s.stop])) for s in var._shards]
 
 
 class StepContext:
@@ -121,9 +123,19 @@ class StepContext:
         per_ps: dict[str, list[tuple[int, str, np.ndarray]]] = {}
         for addr, shard_id, op, part in self.updates:
             per_ps.setdefault(addr, []).append((shard_id, op, part))
-        calls = [(a, "interdist_ps_apply", {"store": self.store, "step_id": self.step_id,
-                                            "updates": cloudpickle.dumps(u), "read_count": self.read_counts.get(a)})
-                 for a, u in per_ps.items()]
+        calls = [
+            (
+                a,
+                "interdist_ps_apply",
+                {
+                    "store": self.store,
+                    "step_id": self.step_id,
+                    "updates": cloudpickle.dumps(u),
+                    "read_count": self.read_counts.get(a),
+                },
+            )
+            for a, u in per_ps.items()
+        ]
         self.updates = []
         return sum(bool(r) for r in self.conn.call_many(calls))
 
@@ -139,5 +151,3 @@ def materialize(result: Any) -> Any:
         return x
 
     return _nest.map_structure(leaf, result)
-
-

@@ -26,8 +26,9 @@ from interdist.replica.view import ReplicaContext
 from interdist.values.distributed import DistributedValues
 
 
-def run_step(conn: Connection, store: str, step_id: str, fn_bytes: bytes, args_bytes: bytes,
-             device: str) -> dict[str, Any]:
+def run_step(
+    conn: Connection, store: str, step_id: str, fn_bytes: bytes, args_bytes: bytes, device: str
+) -> dict[str, Any]:
     """Run one scheduled step on this worker; never raises (a failure is the reply)."""
     ctx = StepContext(step_id, conn, store, device)
     try:
@@ -45,16 +46,19 @@ def run_step(conn: Connection, store: str, step_id: str, fn_bytes: bytes, args_b
             cloudpickle.loads(err)
         except Exception:  # noqa: BLE001
             err = None
-        return {"ok": False, "error": err, "type": type(exc).__name__, "message": str(exc),
-                "traceback": traceback.format_exc()}
-
+        return {
+            "ok": False,
+            "error": err,
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "traceback": traceback.format_exc(),
+        }
 
 
 def worker_view(ctx: StepContext) -> Any:
     if ctx.view is None:
         ctx.view = PSWorkerView(ctx.store, ctx.device)
     return ctx.view
-
 
 
 class PSWorkerView:
@@ -106,8 +110,9 @@ class PSWorkerView:
 
         return DistributedDatasetsFromFunction(dataset_fn, options)
 
-    def experimental_distribute_datasets_from_function(self, dataset_fn: Callable[..., Any],
-                                                       options: Any = None) -> Any:
+    def experimental_distribute_datasets_from_function(
+        self, dataset_fn: Callable[..., Any], options: Any = None
+    ) -> Any:
         return self.distribute_datasets_from_function(dataset_fn, options)
 
     def _create_variable(self, *args: Any, **kwargs: Any) -> Any:

@@ -100,18 +100,30 @@ class Replica:
         with resolving(self):  # handles in peers' payloads become this replica's objects
             result = call(self.step, seq, what)
         t = self.collectives.last_timing
-        self.emit(events.CollectiveExited(
-            self.group_id, self.step, self.rank, time.time(), op, seq, max(nbytes, t.nbytes),
-            t.algorithm or op, self.transport.name, t.wait_s, t.transfer_s,
-        ))
+        self.emit(
+            events.CollectiveExited(
+                self.group_id,
+                self.step,
+                self.rank,
+                time.time(),
+                op,
+                seq,
+                max(nbytes, t.nbytes),
+                t.algorithm or op,
+                self.transport.name,
+                t.wait_s,
+                t.transfer_s,
+            )
+        )
         return result
 
     def exchange(self, op: str, obj: Any, nbytes: int = 0) -> list[Any]:
         return self.collective(op, nbytes, lambda s, q, w: self.collectives.exchange(s, q, obj, w))
 
     # -- execution -----------------------------------------------------------
-    def execute(self, step: int, fn_bytes: bytes, args_bytes: bytes, system: bool,
-                buffers: list[Any] | None = None) -> dict[str, Any]:
+    def execute(
+        self, step: int, fn_bytes: bytes, args_bytes: bytes, system: bool, buffers: list[Any] | None = None
+    ) -> dict[str, Any]:
         """Run one program for ``step``; never raises: failures become the reply.
 
         ``buffers``: the out-of-band buffers of ``args_bytes`` (pickle protocol 5), if any.
@@ -152,16 +164,35 @@ class Replica:
                 tb = traceback.format_exc()
                 if not secondary:
                     self._abort_peers(self.step, f"replica {self.rank} raised {type(exc).__name__}: {exc}")
-                self.emit(events.ReplicaFailed(self.group_id, self.step, self.rank, time.time(),
-                                               f"{type(exc).__name__}: {exc}", tb))
-                reply = {"ok": False, "secondary": secondary, "error": _dump_exception(exc), "traceback": tb,
-                         "type": type(exc).__name__, "message": str(exc)}
+                self.emit(
+                    events.ReplicaFailed(
+                        self.group_id, self.step, self.rank, time.time(), f"{type(exc).__name__}: {exc}", tb
+                    )
+                )
+                reply = {
+                    "ok": False,
+                    "secondary": secondary,
+                    "error": _dump_exception(exc),
+                    "traceback": tb,
+                    "type": type(exc).__name__,
+                    "message": str(exc),
+                }
             finally:
                 self._emit_variable_updates(step)
                 for hook in self.program_hooks:
                     hook(False)
-            self.emit(events.RunFinished(self.group_id, step, self.rank, time.time(), fn_name,
-                                         "run" if not system else fn_name, time.time() - t0, reply["ok"]))
+            self.emit(
+                events.RunFinished(
+                    self.group_id,
+                    step,
+                    self.rank,
+                    time.time(),
+                    fn_name,
+                    "run" if not system else fn_name,
+                    time.time() - t0,
+                    reply["ok"],
+                )
+            )
             if self.warnings:
                 reply["warnings"] = list(self.warnings)
             reply["events"], self.step_events = self.step_events, []
@@ -194,12 +225,19 @@ class Replica:
             if isinstance(x, (np.ndarray, np.generic)):
                 a = np.asarray(x)
                 small = a.nbytes <= settings.inline_bytes
-                return ValueMeta(key, a.shape, a.dtype.str, x if small else None, small,
-                                 shared=id(x) in self.shared_results)
+                return ValueMeta(
+                    key, a.shape, a.dtype.str, x if small else None, small, shared=id(x) in self.shared_results
+                )
             if _gpu.is_cupy(x):  # kept on the GPU; the notebook gets NumPy (small values inline)
                 small = x.nbytes <= settings.inline_bytes
-                return ValueMeta(key, tuple(x.shape), x.dtype.str, x.get() if small else None, small,
-                                 shared=id(x) in self.shared_results)
+                return ValueMeta(
+                    key,
+                    tuple(x.shape),
+                    x.dtype.str,
+                    x.get() if small else None,
+                    small,
+                    shared=id(x) in self.shared_results,
+                )
             # Python values travel as they are (TF leaves them unconverted)
             return ValueMeta(key, None, None, x, True)
 
@@ -210,14 +248,17 @@ class Replica:
             var = self.variables.get(var_id)
             if var is not None:
                 norm, checksum = summarize(var.raw)
-                self.emit(events.VariableUpdated(self.group_id, step, self.rank, time.time(), var_id,
-                                                 var.name, self.device, norm, checksum))
+                self.emit(
+                    events.VariableUpdated(
+                        self.group_id, step, self.rank, time.time(), var_id, var.name, self.device, norm, checksum
+                    )
+                )
 
     def release(self, keys: list[str]) -> None:
         for k in keys:
             if k.startswith(VARIABLE_KEY):
                 # The notebook's handle is gone: so is this copy (as a TF variable goes with its object).
-                self.variables.pop(int(k[len(VARIABLE_KEY):]), None)
+                self.variables.pop(int(k[len(VARIABLE_KEY) :]), None)
             else:
                 self.store.pop(k, None)
 

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import threading
-import time
-import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from interdist import _context, _gpu, events
-from interdist._convert import apply_op, as_array, convert_for_variable, summarize
-from interdist._gpu import to_host
+from interdist import _context, _gpu
+from interdist._convert import apply_op, as_array, convert_for_variable
 from interdist._reduction import reduce_arrays
-from interdist.collectives.base import Timing, pack, unpack
-from interdist.collectives.shared_memory import SharedMemoryTransport
-from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
 from interdist.protocol import resolve_variable
 from interdist.reduce_op import ReduceOp
 from interdist.values.distributed import DistributedValues
@@ -86,8 +75,10 @@ class ReplicaVariable(NDArrayOperatorsMixin):
         if self._sync_on_read and entry.replica_context is None and entry.update_replica_id is None:
             agg = self.meta["aggregation"]
             if agg == "NONE":
-                raise ValueError("Could not convert from `tf.VariableAggregation` VariableAggregation.NONE to "
-                                 "`tf.distribute.ReduceOp` type")
+                raise ValueError(
+                    "Could not convert from `tf.VariableAggregation` VariableAggregation.NONE to "
+                    "`tf.distribute.ReduceOp` type"
+                )
             if agg in ("SUM", "MEAN"):
                 return reduce_arrays(list(self._all_copies()), ReduceOp(agg))
         return _gpu.copy(self.raw)
@@ -169,22 +160,30 @@ class ReplicaVariable(NDArrayOperatorsMixin):
                 self._replica.warnings.append(
                     f"Variable {self.meta['name']!r} (aggregation NONE) was updated in replica context: each "
                     "replica changed only its own copy, and the copies may now differ (as in TensorFlow). "
-                    "Give the variable an aggregation (SUM, MEAN, ONLY_FIRST_REPLICA) to keep them in sync.")
+                    "Give the variable an aggregation (SUM, MEAN, ONLY_FIRST_REPLICA) to keep them in sync."
+                )
             return self._local(op, value)
         v = as_array(value)
         if agg == "MEAN" and self.raw.dtype.kind not in "fc":
             raise ValueError(
                 "Cannot update non-float variables with tf.VariableAggregation.MEAN aggregation in replica "
-                "context. Either change the variable dtype to float or update it in cross-replica context.")
+                "context. Either change the variable dtype to float or update it in cross-replica context."
+            )
         if agg == "ONLY_FIRST_REPLICA":
             v = self._replica.collective(
-                "broadcast", v.nbytes, lambda s, q, w: self._replica.collectives.broadcast(s, q, v, 0, w))
+                "broadcast", v.nbytes, lambda s, q, w: self._replica.collectives.broadcast(s, q, v, 0, w)
+            )
         else:
-            v = convert_for_variable(v, self.raw.dtype, self.raw.shape, self.meta["name"]) \
-                if v.dtype.kind == "f" and self.raw.dtype.kind == "f" else v
+            v = (
+                convert_for_variable(v, self.raw.dtype, self.raw.shape, self.meta["name"])
+                if v.dtype.kind == "f" and self.raw.dtype.kind == "f"
+                else v
+            )
             (v,) = self._replica.collective(
-                "all_reduce", v.nbytes,
-                lambda s, q, w: self._replica.collectives.all_reduce(s, q, [v], ReduceOp(agg), w))
+                "all_reduce",
+                v.nbytes,
+                lambda s, q, w: self._replica.collectives.all_reduce(s, q, [v], ReduceOp(agg), w),
+            )
         return self._local(op, v)
 
     def _sync_on_read_cross_replica(self, op: str, value: Any) -> ReplicaVariable:
@@ -193,14 +192,17 @@ class ReplicaVariable(NDArrayOperatorsMixin):
             if op != "assign":
                 raise ValueError(
                     f"SyncOnReadVariable does not support `{op}` in cross-replica context when aggregation "
-                    "is set to `tf.VariableAggregation.SUM`.")
+                    "is set to `tf.VariableAggregation.SUM`."
+                )
             a = as_array(value)
             value = _gpu.asarray(a / self._replica.world_size, dtype=self.raw.dtype)
         return self._local(op, value)
 
     def __repr__(self) -> str:
-        return (f"<interdist.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}, "
-                f"numpy={np.array2string(_gpu.to_host(self.raw), separator=', ') if self.raw.ndim else self.raw.item()!r}>")
+        return (
+            f"<interdist.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}, "
+            f"numpy={np.array2string(_gpu.to_host(self.raw), separator=', ') if self.raw.ndim else self.raw.item()!r}>"
+        )
 
 
 # -- central storage ------------------------------------------------------------
@@ -226,462 +228,5 @@ class ReplicaVariable(NDArrayOperatorsMixin):
 #   value (so errors are the same everywhere) and remember it, so that a read later in the
 #   same update sees it.
 
-READ_TAG_BASE = 1 << 40  # mailbox tags of read replies: never a collective's sequence number
-REDUCE_TO_HOLDER = "reduce-to-holder"
-
-
-def central_state(replica: Replica) -> CentralState:
-    """The replica's ``CentralState`` (kept on the replica: it goes when the replica goes)."""
-    state: CentralState | None = getattr(replica, "central_state", None)
-    if state is None:
-        state = CentralState(replica)
-        replica.central_state = state  # type: ignore[attr-defined]
-    return state
-
-
-def central_sync(replica: Replica) -> None:
-    """Every replica of the group reached this point (a collective all entered): drop old values."""
-    state = getattr(replica, "central_state", None)
-    if state is not None and state.is_holder:
-        state.prune()
-
-
-class CentralState:
-    """One replica's bookkeeping for the central variables of its group."""
-
-    def __init__(self, replica: Replica) -> None:
-        self.replica = replica
-        self.holder = int(replica.spec.get("central_holder", 0))
-        self.is_holder = replica.rank == self.holder
-        self.cond = threading.Condition()
-        # Made inside a program (a variable's creation) or by a restore between programs.
-        self.program = replica.step
-        self.running = replica.lock.locked()
-        self.epoch = 0
-        self.variables: weakref.WeakValueDictionary[int, CentralReplicaVariable] = weakref.WeakValueDictionary()
-        # not the holder: values read in this program, and the writes of the update under way
-        self.cache: dict[int, np.ndarray] = {}
-        self.op_depth = 0
-        self.op_writes: dict[int, list[tuple[str, np.ndarray]]] = {}
-        self._tags = itertools.count(READ_TAG_BASE)
-        self.reads_served = self.reads_from_history = 0  # holder: answers given, and how many from old values
-        self._reply_transport: Any = None  # holder: what the answers travel by (see reply)
-        self._reply_lock = threading.Lock()
-        replica.program_hooks.append(self._on_program)
-
-    # -- programs and updates ----------------------------------------------------
-    def _on_program(self, start: bool) -> None:
-        with self.cond:
-            if start:
-                self.program, self.epoch, self.running = self.replica.step, 0, True
-                for var in list(self.variables.values()):
-                    var._history.clear()
-                    var._tag = 0
-            else:
-                self.running = False
-            self.cond.notify_all()
-        self.cache.clear()  # no copy outlives the program that read it
-        self.op_depth = 0
-        self.op_writes = {}
-
-    @contextmanager
-    def op(self, update: bool = False) -> Iterator[None]:
-        """One update of central variables (a write, or a whole ``extended.update``): counted once."""
-        self.op_depth += 1
-        try:
-            yield
-        finally:
-            self.op_depth -= 1
-            if self.op_depth == 0:
-                with self.cond:
-                    self.epoch += 1
-                    self.cond.notify_all()
-                if update:
-                    # The function may have written variables this replica did not see written
-                    # (an optimizer skips its work where the variable is not held): read anew.
-                    self.cache.clear()
-                else:
-                    for var_id in self.op_writes:
-                        self.cache.pop(var_id, None)
-                self.op_writes = {}
-
-    def prune(self) -> None:
-        """Keep, for each variable, only what a read at the current epoch or later can need."""
-        with self.cond:
-            e = self.epoch
-            for var in list(self.variables.values()):
-                if var._history:
-                    if var._tag <= e:
-                        var._history.clear()
-                    else:
-                        var._history[:] = [h for h in var._history if h[0] <= e][-1:]
-
-    # -- the holder's side of a read -------------------------------------------------
-    def value_at(self, var: CentralReplicaVariable, program: int, epoch: int, timeout: float) -> np.ndarray:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                if self.program == program:
-                    if self.epoch >= epoch:
-                        self.reads_served += 1
-                        self.reads_from_history += var._tag > epoch
-                        return var._at(epoch)
-                    if not self.running:
-                        raise CollectiveAbortedError(
-                            f"replica {self.holder} ended step {program} after {self.epoch} update(s) of central "
-                            f"variables; a replica waited for update {epoch}")
-                elif self.program < program:
-                    if epoch == 0 and not self.running:
-                        self.reads_served += 1
-                        return var.raw  # the last program's final value: the next one starts from it
-                else:
-                    raise CollectiveAbortedError(
-                        f"replica {self.holder} already runs step {self.program}; a replica asked for a value "
-                        f"of step {program}")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise CollectiveTimeoutError(
-                        f"replica {self.holder} did not reach update {epoch} of the central variables in step "
-                        f"{program} within {timeout:g} s")
-                self.cond.wait(min(left, 0.5))
-
-    def reply(self, dst: int, step: int, tag: int, packet: Any) -> None:
-        """Send an answer to ``dst`` (from a thread beside the replica thread).
-
-        Large values go through shared memory when ``dst`` is on this host, by a transport of
-        the answers' own: the replica's one hands out its segments to its replica thread
-        alone. Answers are sent one at a time. Detached: the value is never changed in
-        place, so nothing waits for its delivery.
-        """
-        with self._reply_lock:
-            if self._reply_transport is None:
-                outer = self.replica.transport
-                inner = dask_transport(outer)
-                if isinstance(outer, SharedMemoryTransport):
-                    keep = inner.mailbox.on_drop  # the replica's transport frees dropped messages
-                    self._reply_transport = SharedMemoryTransport(inner, outer.is_local, outer.threshold)
-                    inner.mailbox.on_drop = keep
-                else:
-                    self._reply_transport = inner
-            self._reply_transport.send_packet([dst], step, tag, packet, detached=True)
-
-    def close(self) -> None:
-        """The replica leaves (its own transport is closed right after): free the answers' segments."""
-        with self._reply_lock:
-            if isinstance(self._reply_transport, SharedMemoryTransport):
-                self._reply_transport.close()
-            self._reply_transport = None
-
-    # -- the reader's side ---------------------------------------------------------
-    def fetch(self, var: CentralReplicaVariable) -> np.ndarray:
-        """The holder's value at this replica's point of the program (one message each way)."""
-        rep = self.replica
-        transport = rep.transport
-        step, tag = rep.step, next(self._tags)
-        what = (f"read of central variable {var.meta['name']!r} from replica {self.holder} by replica {rep.rank} "
-                f"in step {step}")
-        self._request(var.var_id, step, tag, what)
-        got = transport.mailbox.take(step, tag, [self.holder], rep.collectives.timeout(), what)
-        packet = got[self.holder]
-        try:
-            buffers = transport.view(packet)
-            status, payload = unpack(packet, buffers, copy=packet.shared)
-        finally:
-            transport.release(packet)
-        if status != "ok":
-            raise CollectiveAbortedError(f"{what} failed on replica {self.holder}: {payload}")
-        value = np.asarray(payload)
-        value.flags.writeable = False  # read-only: read_value hands out copies
-        return value
-
-    def _request(self, var_id: int, step: int, tag: int, what: str) -> None:
-        inner = dask_transport(self.replica.transport)
-        if inner is None:
-            raise NotImplementedError("reading a CentralStorageStrategy variable on a replica that does not hold "
-                                      "it needs the Dask transport (replicas on Dask workers)")
-        worker, address = inner._worker, inner._peers[self.holder]
-        mailbox = self.replica.transport.mailbox
-        kwargs = {"group": self.replica.group_id, "var_id": var_id, "program": self.program, "epoch": self.epoch,
-                  "step": step, "tag": tag, "src": self.replica.rank}
-
-        async def ask() -> None:
-            await worker.rpc(address).interdist_central_read(**kwargs)
-
-        def done(f: Any) -> None:
-            exc = None if not f.cancelled() and f.exception() is None else (
-                "cancelled" if f.cancelled() else repr(f.exception()))
-            if exc is not None:
-                mailbox.abort(step, f"{what}: could not reach replica {self.holder} ({address}): {exc}")
-
-        # Not waited for: the reply comes through this replica's mailbox (abort-aware, with a timeout).
-        asyncio.run_coroutine_threadsafe(ask(), worker.loop.asyncio_loop).add_done_callback(done)
-
-
-def dask_transport(transport: Any) -> Any:
-    """The Dask comms transport under ``transport`` (shared memory wraps it), or None."""
-    while transport is not None and not hasattr(transport, "_peers"):
-        transport = getattr(transport, "inner", None)
-    return transport
-
-
-def serve_central_read(replica: Replica, var_id: int, program: int, epoch: int, step: int, tag: int,
-                       src: int) -> None:
-    """The holder's answer to ``CentralState.fetch`` (run in a thread beside the replica thread)."""
-    try:
-        var = replica.variables[var_id]
-        state = var._state
-        packet = pack(("ok", state.value_at(var, program, epoch, replica.collectives.timeout())))
-    except BaseException as exc:  # noqa: BLE001 - the reader must get an answer
-        packet = pack(("error", f"{type(exc).__name__}: {exc}"))
-    central_state(replica).reply(src, step, tag, packet)
-
-
-def close_central(replica: Replica) -> None:
-    """The replica leaves: free what its answers to reads hold (shared-memory segments)."""
-    state = getattr(replica, "central_state", None)
-    if state is not None:
-        state.close()
-
-
-class CentralReplicaVariable(ReplicaVariable):
-    """A central variable as one replica sees it: the value on the holder, a name elsewhere."""
-
-    def __init__(self, replica: Replica, var_id: int, meta: dict[str, Any], value: np.ndarray | None) -> None:
-        self._replica = replica
-        self.var_id = var_id
-        self.meta = meta  # also shape, dtype and device (the parameter device)
-        self.group_id = replica.group_id
-        self._shape: tuple[int, ...] = tuple(meta["shape"])
-        self._dtype: np.dtype[Any] = np.dtype(meta["dtype"])
-        self._state = central_state(replica)
-        self._tag = 0  # the epoch from which _value holds
-        self._history: list[tuple[int, np.ndarray]] = []  # (epoch from which it held, value), holder only
-        self._value: np.ndarray | None = None
-        if self._state.is_holder:
-            if value is None:
-                raise ValueError(f"the holder of central variable {meta['name']!r} got no value")
-            self._value = np.array(value, copy=True)
-        self._state.variables[var_id] = self
-
-    @property
-    def raw(self) -> np.ndarray:  # type: ignore[override]
-        if self._value is None:
-            raise RuntimeError(f"replica {self._replica.rank} holds no copy of central variable "
-                               f"{self.meta['name']!r}: it lives on replica {self._state.holder}")
-        return self._value
-
-    @property
-    def _applies_updates(self) -> bool:
-        """Whether updates are applied here (optimizers skip their work, and slots, elsewhere)."""
-        return self._state.is_holder
-
-    @property
-    def name(self) -> str:
-        return f"{self.meta['name']}:0"
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self._dtype
-
-    # -- reads -------------------------------------------------------------------
-    def _at(self, epoch: int) -> np.ndarray:
-        """The holder's value as it was after ``epoch`` updates of this program (under the lock)."""
-        if self._tag <= epoch:
-            assert self._value is not None
-            return self._value
-        for tag, old in reversed(self._history):
-            if tag <= epoch:
-                value: np.ndarray = old
-                return value
-        raise RuntimeError(f"central variable {self.meta['name']!r}: the value after update {epoch} is gone")
-
-    def _current(self) -> np.ndarray:
-        state = self._state
-        if state.is_holder:
-            return self.raw
-        value = state.cache.get(self.var_id)
-        if value is None:
-            value = state.cache[self.var_id] = state.fetch(self)
-        for op, v in state.op_writes.get(self.var_id, ()):  # this update's own writes, seen by its reads
-            value = apply_op(op, value, v)
-        return value
-
-    def read_value(self) -> np.ndarray:
-        return np.array(self._current(), copy=True)
-
-    def __float__(self) -> float:
-        return float(self._current())
-
-    def __int__(self) -> int:
-        return int(self._current())
-
-    def __bool__(self) -> bool:
-        return bool(self._current())
-
-    def __len__(self) -> int:
-        if not self._shape:
-            raise TypeError("len() of unsized object")
-        return int(self._shape[0])
-
-    def _all_copies(self) -> tuple[np.ndarray, ...]:
-        return (self.read_value(),)  # one copy: no collective
-
-    # -- writes ------------------------------------------------------------------
-    def _write(self, op: str, value: np.ndarray) -> None:
-        state = self._state
-        if not state.is_holder:
-            state.op_writes.setdefault(self.var_id, []).append((op, value))
-            return
-        with state.cond:
-            assert self._value is not None
-            new = apply_op(op, self._value, value)
-            target = state.epoch + 1
-            if self._tag != target:  # keep the value a slower replica may still read
-                self._history.append((self._tag, self._value))
-                self._tag = target
-            self._value = new
-        self._replica.touched.add(self.var_id)
-
-    def _local(self, op: str, value: Any) -> ReplicaVariable:
-        v = convert_for_variable(to_host(value), self._dtype, self._shape, self.meta["name"])
-        state = self._state
-        if state.op_depth:
-            self._write(op, v)
-        else:
-            with state.op():
-                self._write(op, v)
-        return self
-
-    def _update(self, op: str, value: Any) -> ReplicaVariable:
-        rank = self._replica.rank
-        if isinstance(value, ReplicaVariable):
-            value = value.read_value()
-        if isinstance(value, DistributedValues):
-            value = value._component(rank)
-        if _context.current().replica_context is None:  # cross-replica: inside merge_fn or update
-            return self._local(op, value)
-        agg = self.meta["aggregation"]
-        n = self._replica.world_size
-        if agg == "NONE":
-            if n > 1:
-                raise ValueError(
-                    "You must specify an aggregation method to update a variable in replica context "
-                    f"(variable {self.meta['name']}, strategy CentralStorageStrategy)")
-            return self._local(op, value)
-        if agg == "MEAN" and self._dtype.kind not in "fc":
-            raise ValueError(
-                "Cannot update non-float variables with tf.VariableAggregation.MEAN aggregation in replica "
-                "context. Either change the variable dtype to float or update it in cross-replica context.")
-        # The value lives in the parameter device's host memory: a GPU replica's part goes there.
-        v = convert_for_variable(to_host(value), self._dtype, self._shape, self.meta["name"])
-        (reduced,) = reduce_to_holder(self._replica, [v], agg)
-        state = self._state
-        with state.op():
-            if reduced is not None:  # the holder
-                self._write(op, reduced)
-            else:
-                state.op_writes[self.var_id] = []  # the holder changed it: read it anew
-        return self
-
-    def __repr__(self) -> str:
-        if self._value is None:
-            return (f"<interdist.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}, held by replica "
-                    f"{self._state.holder}>")
-        num = np.array2string(self._value, separator=", ") if self._value.ndim else repr(self._value.item())
-        return f"<interdist.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}, numpy={num}>"
-
-
-def reduce_to_holder(replica: Replica, arrays: list[np.ndarray], agg: str) -> list[np.ndarray] | list[None]:
-    """Reduce each replica's ``arrays`` (SUM, MEAN or ONLY_FIRST_REPLICA) onto the holder.
-
-    The holder gets the results (added in rank order, the bits an all-reduce gives); the
-    others send their part and return ``[None, ...]`` at once.
-    """
-    state = central_state(replica)
-    holder, rank, n = state.holder, replica.rank, replica.world_size
-    srcs = [0] if agg == "ONLY_FIRST_REPLICA" else list(range(n))
-    nbytes = sum(a.nbytes for a in arrays)
-
-    def call(step: int, seq: int, what: str) -> Any:
-        coll = replica.collectives
-        transport = coll.transport
-        t0 = time.perf_counter()
-        try:
-            if rank != holder:
-                sent = 0
-                if rank in srcs:
-                    packet = pack(arrays)
-                    sent = packet.nbytes
-                    transport.send_packet([holder], step, seq, packet)
-                    transport.flush(coll.timeout())
-                coll.last_timing = Timing(0.0, time.perf_counter() - t0, sent, REDUCE_TO_HOLDER)
-                return [None] * len(arrays)
-            others = [r for r in srcs if r != holder]
-            got = transport.mailbox.take(step, seq, others, coll.timeout(), what) if others else {}
-            wait = time.perf_counter() - t0
-            recv: Any = None
-            parts: Any = None
-            try:
-                recv = {r: unpack(p, transport.view(p)) for r, p in got.items()}
-                parts = [arrays if r == holder else recv[r] for r in srcs]
-                if agg == "ONLY_FIRST_REPLICA":
-                    out = [np.array(a, copy=True) for a in parts[0]]
-                else:
-                    out = [reduce_arrays([p[i] for p in parts], ReduceOp(agg)) for i in range(len(arrays))]
-            finally:
-                recv = parts = None  # views of the senders' segments: gone before they are released
-                for p in got.values():
-                    transport.release(p)
-            coll.last_timing = Timing(wait, time.perf_counter() - t0 - wait,
-                                      sum(p.nbytes for p in got.values()), REDUCE_TO_HOLDER)
-            if len(others) == n - 1:
-                state.prune()  # every replica reached this collective
-            return out
-        except BaseException:
-            transport.forget()
-            raise
-
-    if n == 1:
-        return [reduce_arrays([a], ReduceOp(agg)) if agg != "ONLY_FIRST_REPLICA" else a for a in arrays]
-    return replica.collective("reduce_to_holder", nbytes, call)  # type: ignore[no-any-return]
-
-
-def make_replica_variable(replica: Replica, var_id: int, meta: dict[str, Any], value: Any) -> ReplicaVariable:
-    """A replica's variable object for ``meta`` (central variables have their own kind)."""
-    if meta.get("kind") == "central":
-        return CentralReplicaVariable(replica, var_id, meta, value)
-    return ReplicaVariable(replica, var_id, meta, value)
-
 
 # -- programs the notebook runs for central variables ---------------------------------
-
-def create_central_variable(replica: Replica, var_id: int, meta: dict[str, Any], value: Any) -> None:
-    var = CentralReplicaVariable(replica, var_id, meta, value)
-    replica.variables[var_id] = var
-    if var._state.is_holder:
-
-        norm, checksum = summarize(var.raw)
-        replica.emit(events.VariableCreated(
-            replica.group_id, replica.step, replica.rank, time.time(), var_id, meta["name"], tuple(var.shape),
-            var.dtype.name, var.device, meta["synchronization"], meta["aggregation"], norm, checksum))
-
-
-def assign_central_variable(replica: Replica, var_id: int, op: str, value: Any) -> None:
-    """A cross-replica write from the notebook: only the holder gets the (checked) value."""
-    if value is None:
-        return  # not the holder: the end of this program is where every replica meets again
-    with _context.enter(replica.view, None):
-        replica.variables[var_id]._update(op, value)
-
-
-def update_central_variable(replica: Replica, fn: Any, var: Any, args: tuple[Any, ...],
-                            kwargs: dict[str, Any]) -> Any:
-    """``extended.update`` from the notebook: ``fn`` runs once, on the holder."""
-    if fn is None:
-        return None
-    with var._state.op(update=True), _context.enter(replica.view, None, update_replica_id=replica.rank):
-        return fn(var, *args, **kwargs)

@@ -21,8 +21,9 @@ from interdist.input.distributed_dataset import DistributedDataset
 from interdist.protocol import resolve_strategy
 from interdist.reduce_op import ReduceOp, resolve
 from interdist.replica import programs
+from interdist.replica.central import CentralReplicaVariable, central_sync, reduce_to_holder
 from interdist.replica.programs import ValueContext, convert_value
-from interdist.replica.variable import CentralReplicaVariable, ReplicaVariable, central_sync, reduce_to_holder
+from interdist.replica.variable import ReplicaVariable
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
 from interdist.values.distributed_variable import variable_kind
 from interdist.values.variables import (
@@ -98,16 +99,20 @@ class ReplicaContext:
             for v in raw:
                 if isinstance(v, (bool, int, float, complex)) and not isinstance(v, np.generic):
                     # TF 2.21 needs tensors here: a Python number fails with this AttributeError.
-                    raise AttributeError(f"'{type(v).__name__}' object has no attribute 'dtype' (all_reduce needs "
-                                         "arrays, e.g. np.float32(x), not Python numbers)")
+                    raise AttributeError(
+                        f"'{type(v).__name__}' object has no attribute 'dtype' (all_reduce needs "
+                        "arrays, e.g. np.float32(x), not Python numbers)"
+                    )
         _check_cross_device_ops(self._replica)
         leaves = [as_array(v) for v in raw]
         if self._replica.world_size > 1 and any(a.dtype == np.bool_ for a in leaves):
-            raise ValueError(f"all_reduce cannot {op.value} boolean values (TF has no {op.value} kernel for bool); "
-                             "cast them to a number first")
+            raise ValueError(
+                f"all_reduce cannot {op.value} boolean values (TF has no {op.value} kernel for bool); "
+                "cast them to a number first"
+            )
         out = self._replica.collective(
-            "all_reduce", _nbytes(leaves),
-            lambda s, q, w: self._replica.collectives.all_reduce(s, q, leaves, op, w))
+            "all_reduce", _nbytes(leaves), lambda s, q, w: self._replica.collectives.all_reduce(s, q, leaves, op, w)
+        )
         central_sync(self._replica)
         return _nest.pack_sequence_as(value, out)
 
@@ -151,13 +156,19 @@ def _check_cross_device_ops(replica: Replica) -> None:
         return
     kind, num_packs = cdo
     if kind not in ("CrossDeviceOps", "ReductionToOneDevice", "HierarchicalCopyAllReduce", "NcclAllReduce"):
-        raise AttributeError(f"'{kind}' object has no attribute 'batch_reduce' (cross_device_ops must be a "
-                             "tf.distribute.CrossDeviceOps)")
-    if kind in ("HierarchicalCopyAllReduce", "NcclAllReduce") and num_packs and \
-            all("/device:CPU:" in d for d in replica.devices):
+        raise AttributeError(
+            f"'{kind}' object has no attribute 'batch_reduce' (cross_device_ops must be a tf.distribute.CrossDeviceOps)"
+        )
+    if (
+        kind in ("HierarchicalCopyAllReduce", "NcclAllReduce")
+        and num_packs
+        and all("/device:CPU:" in d for d in replica.devices)
+    ):
         # TF packs the values for these algorithms and fails doing so for CPU devices (num_packs=0 works).
-        raise AttributeError(f"{kind}(num_packs={num_packs}) cannot all-reduce between CPU devices in replica "
-                             "context (as in TF 2.21); use num_packs=0 or ReductionToOneDevice")
+        raise AttributeError(
+            f"{kind}(num_packs={num_packs}) cannot all-reduce between CPU devices in replica "
+            "context (as in TF 2.21); use num_packs=0 or ReductionToOneDevice"
+        )
 
 
 def _regroup_local(per_rank: list[Any], n: int) -> Any:
@@ -212,8 +223,9 @@ class ReplicaStrategyView:
     @contextmanager
     def scope(self) -> Iterator[None]:
         if _context.get_replica_context() is not None:
-            raise RuntimeError("strategy.scope() requires being in cross-replica context; it was entered inside "
-                               "a replica function")
+            raise RuntimeError(
+                "strategy.scope() requires being in cross-replica context; it was entered inside a replica function"
+            )
         entry = _context.current()
         if entry.strategy is self:
             yield
@@ -221,9 +233,17 @@ class ReplicaStrategyView:
         with _context.enter(self, None):
             yield
 
-    def _create_variable(self, initial_value: Any = None, trainable: bool | None = None, name: str | None = None,
-                         dtype: Any = None, synchronization: Any = None, aggregation: Any = None,
-                         shape: Any = None, **_: Any) -> Any:
+    def _create_variable(
+        self,
+        initial_value: Any = None,
+        trainable: bool | None = None,
+        name: str | None = None,
+        dtype: Any = None,
+        synchronization: Any = None,
+        aggregation: Any = None,
+        shape: Any = None,
+        **_: Any,
+    ) -> Any:
         """``Variable(...)`` inside a replica function: one distributed variable for all replicas.
 
         As TF 2.21's eager ``MirroredStrategy.run`` (checked): every replica's call returns the
@@ -239,14 +259,22 @@ class ReplicaStrategyView:
             raise NotImplementedError(
                 "interdist creates variables inside a replica function only under MirroredStrategy, "
                 f"MultiWorkerMirroredStrategy and OneDeviceStrategy (this is {kind_of_strategy!r}); "
-                "create it in strategy.scope() instead")
-        a = normalize_args(initial_value, name, trainable, dtype,
-                           VariableSynchronization.AUTO if synchronization is None else synchronization,
-                           VariableAggregation.NONE if aggregation is None else aggregation)
+                "create it in strategy.scope() instead"
+            )
+        a = normalize_args(
+            initial_value,
+            name,
+            trainable,
+            dtype,
+            VariableSynchronization.AUTO if synchronization is None else synchronization,
+            VariableAggregation.NONE if aggregation is None else aggregation,
+        )
         if a["synchronization"] == VariableSynchronization.NONE:
             # TF 2.21's words, inside run (checked), whatever `trainable` is.
-            raise ValueError("`NONE` variable synchronization mode is not supported with tf.distribute strategy. "
-                             f"Please change the `synchronization` for variable: {name}")
+            raise ValueError(
+                "`NONE` variable synchronization mode is not supported with tf.distribute strategy. "
+                f"Please change the `synchronization` for variable: {name}"
+            )
         if a["synchronization"] == VariableSynchronization.AUTO:
             a["synchronization"] = VariableSynchronization.ON_WRITE
         check_mean_dtype(a)
@@ -256,18 +284,19 @@ class ReplicaStrategyView:
         meta = variable_meta(a, kind, kind_of_strategy)
         value = a["value"]
         if replica.world_size > 1:
-            value = replica.collective("broadcast", int(value.nbytes), lambda s, q, w: replica.collectives.broadcast(
-                s, q, value, 0, w))
+            value = replica.collective(
+                "broadcast", int(value.nbytes), lambda s, q, w: replica.collectives.broadcast(s, q, value, 0, w)
+            )
         programs.create_variable(replica, var_id, meta, value)
-        replica.created.append({"var_id": var_id, "meta": meta, "shape": tuple(value.shape),
-                                "dtype": np.dtype(value.dtype).str})
+        replica.created.append(
+            {"var_id": var_id, "meta": meta, "shape": tuple(value.shape), "dtype": np.dtype(value.dtype).str}
+        )
         return replica.variables[var_id]
 
     def _require_cross_replica(self, what: str) -> None:
         if _context.get_replica_context() is not None:
             raise RuntimeError(
-                f"Method {what} requires being in cross-replica context, "
-                "use get_replica_context().merge_call()"
+                f"Method {what} requires being in cross-replica context, use get_replica_context().merge_call()"
             )
 
     def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
@@ -289,8 +318,11 @@ class ReplicaStrategyView:
         if _is_central(value):
             value = value.read_value()  # one value, reduced as a non-distributed one (as in the notebook)
         if axis is not None:
-            return _reduction.reduce_components(op, [value] * self.num_replicas_in_sync, axis) \
-                if op == ReduceOp.SUM else _reduction.reduce_components(op, [value], axis)
+            return (
+                _reduction.reduce_components(op, [value] * self.num_replicas_in_sync, axis)
+                if op == ReduceOp.SUM
+                else _reduction.reduce_components(op, [value], axis)
+            )
         return _reduction.reduce_non_distributed(op, value, self.num_replicas_in_sync)
 
     def gather(self, value: Any, axis: int) -> Any:
@@ -301,8 +333,10 @@ class ReplicaStrategyView:
     def run(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
         """Inside ``merge_fn``: run ``fn`` for this replica in its replica context."""
         if _context.get_replica_context() is not None:
-            raise RuntimeError("strategy.run was called inside a replica function (replica context); "
-                               "call it from the notebook (cross-replica context)")
+            raise RuntimeError(
+                "strategy.run was called inside a replica function (replica context); "
+                "call it from the notebook (cross-replica context)"
+            )
         args = _select(tuple(args), self._replica.rank)
         kwargs = _select(dict(kwargs or {}), self._replica.rank)
         with _context.enter(self, self._replica.context):
@@ -392,7 +426,8 @@ class ReplicaExtendedView:
         if _context.get_replica_context() is not None:
             # As TF does in replica context: a merge_call, then one update in cross-replica context.
             return self._replica.context.merge_call(
-                lambda s, *a, **k: s.extended.update(var, fn, a, k, group), args=tuple(args), kwargs=kwargs)
+                lambda s, *a, **k: s.extended.update(var, fn, a, k, group), args=tuple(args), kwargs=kwargs
+            )
         rank = self._replica.rank
         args = _select(tuple(args), rank)
         kwargs = _select(dict(kwargs or {}), rank)

@@ -6,21 +6,20 @@ arithmetic shared with the replicas lives in ``_reduction``.
 
 from __future__ import annotations
 
-import threading
 import warnings
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from interdist import _context, _nest, _reduction, events
+from interdist import _context, _nest, _reduction
 from interdist import device as device_lib
-from interdist._convert import as_array, convert_for_variable, same_object_across
+from interdist._convert import convert_for_variable, same_object_across
 from interdist._reduction import reduce_arrays
 from interdist.client import cluster as cluster_lib
+from interdist.client.event_log import EventLog
 from interdist.client.fn_pickle import cached_dumps
 from interdist.client.group import DaskGroup
 from interdist.config import settings
@@ -40,13 +39,13 @@ from interdist.protocol import (
 from interdist.reduce_op import ReduceOp, resolve
 from interdist.replica import programs
 from interdist.replica.fused import PickledFunction, fused_steps
+from interdist.strategy.extended import StrategyExtended
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
 from interdist.values.distributed_variable import (
     CentralVariable,
     DistributedVariable,
     MirroredVariable,
     SyncOnReadVariable,
-    VariableComponent,
     _Handle,
     variable_kind,
 )
@@ -65,206 +64,15 @@ from interdist.values.variables import (
 class RunOptions:
     """Run options for ``strategy.run`` (accepted for compatibility; interdist runs eagerly)."""
 
-    def __init__(self, experimental_enable_dynamic_batch_size: bool = True,
-                 experimental_bucketizing_dynamic_shape: bool = False,
-                 experimental_xla_options: Any = None) -> None:
+    def __init__(
+        self,
+        experimental_enable_dynamic_batch_size: bool = True,
+        experimental_bucketizing_dynamic_shape: bool = False,
+        experimental_xla_options: Any = None,
+    ) -> None:
         self.experimental_enable_dynamic_batch_size = experimental_enable_dynamic_batch_size
         self.experimental_bucketizing_dynamic_shape = experimental_bucketizing_dynamic_shape
         self.experimental_xla_options = experimental_xla_options
-
-
-class EventLog:
-    """The events of one strategy's replicas, as they arrive in the notebook.
-
-    Replies bring events in their wire form. Without listeners they are kept so and turned into
-    ``Event`` objects only when ``events`` is read: a fused call of 64 steps brings 128 of them,
-    and building them at every call cost the notebook ~0.7 ms of CPU that the replicas, sharing
-    its cores, could use.
-    """
-
-    def __init__(self, maxlen: int = 100_000) -> None:
-        self._events: deque[events.Event] = deque(maxlen=maxlen)
-        self._raw: list[dict[str, Any]] = []  # wire messages not expanded yet, in arrival order
-        self._cond = threading.Condition()
-        self.listeners: list[Callable[[events.Event], None]] = []
-
-    @property
-    def events(self) -> deque[events.Event]:
-        """The last ``maxlen`` events, oldest first."""
-        with self._cond:
-            self._expand()
-            return self._events
-
-    def _expand(self) -> None:  # with the lock held
-        if self._raw:
-            raw, self._raw = self._raw, []
-            self._events.extend(e for m in raw for e in events.expand(m))
-
-    def add_msgs(self, msgs: Any) -> None:
-        if not msgs:
-            return
-        listeners = list(self.listeners)
-        batch: list[events.Event] = []
-        with self._cond:
-            if listeners:
-                self._expand()
-                batch = [e for m in msgs for e in events.expand(m)]
-                self._events.extend(batch)
-            else:
-                self._raw.extend(msgs)
-                if len(self._raw) > (self._events.maxlen or 0):
-                    self._expand()  # bounded: never more unexpanded than the log keeps
-            self._cond.notify_all()  # one wake-up per reply, not per event
-        _tell(listeners, batch)
-
-    def add(self, event: events.Event) -> None:
-        with self._cond:
-            self._expand()
-            self._events.append(event)
-            self._cond.notify_all()
-        _tell(list(self.listeners), [event])
-
-    def wait_for(self, predicate: Callable[[list[events.Event]], bool], timeout: float = 10.0) -> list[events.Event]:
-        def ready() -> bool:
-            self._expand()
-            return predicate(list(self._events))
-
-        with self._cond:
-            self._cond.wait_for(ready, timeout)
-            self._expand()
-            return list(self._events)
-
-
-def _tell(listeners: list[Callable[[events.Event], None]], batch: list[events.Event]) -> None:
-    for listener in listeners:
-        for event in batch:
-            try:
-                listener(event)
-            except Exception:  # noqa: BLE001, S112 - a broken view must not break the strategy
-                continue
-
-
-class StrategyExtended:
-    """Additional APIs for algorithms that need to be distribution-aware."""
-
-    def __init__(self, strategy: Strategy) -> None:
-        self._container_strategy_weakref = weakref.ref(strategy)
-
-    @property
-    def _strategy(self) -> Strategy:
-        s = self._container_strategy_weakref()
-        assert s is not None
-        return s
-
-    @property
-    def worker_devices(self) -> tuple[str, ...]:
-        return tuple(self._strategy._devices)
-
-    @property
-    def parameter_devices(self) -> tuple[str, ...]:
-        return tuple(self._strategy._parameter_devices())
-
-    experimental_between_graph = False
-    experimental_require_static_shapes = False
-    experimental_should_init = True
-    should_checkpoint = True
-    should_save_summary = True
-
-    def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
-        """Combine ``value`` across replicas onto ``destinations``: a ``Mirrored`` value (in the notebook)."""
-        op = resolve(reduce_op)
-        self._strategy._require_cross_replica("reduce_to")
-        self._check_destinations(destinations)
-        s = self._strategy
-        if isinstance(value, Mirrored) and op == ReduceOp.MEAN and not isinstance(value, DistributedVariable):
-            return s._mirror(np.asarray(value), destinations) if isinstance(destinations, str) else value
-        if isinstance(value, (DistributedValues, DistributedVariable)):
-            reduced = np.asarray(s.reduce(op, value, axis=None))
-        else:
-            reduced = _reduction.reduce_non_distributed(op, value, s.num_replicas_in_sync)
-            if isinstance(destinations, str):
-                return Tensor(as_array(reduced), device_lib.host_device())  # TF hands the value back as it is
-        return s._mirror(as_array(reduced), destinations)
-
-    def batch_reduce_to(self, reduce_op: Any, value_destination_pairs: Any, options: Any = None) -> list[Any]:
-        """Many ``reduce_to`` calls; the replicas' parts travel in one program."""
-        op = resolve(reduce_op)
-        pairs = list(value_destination_pairs)
-        if self._strategy.num_replicas_in_sync > 1:
-            _check_one_dtype([v for v, _ in pairs])
-        out = []
-        for v, d in pairs:
-            if isinstance(v, (DistributedValues, DistributedVariable)):
-                out.append(self.reduce_to(op, v, d, options))
-            else:
-                # TF's batched path hands plain values back as they are (no SUM check).
-                out.append(Tensor(as_array(v), device_lib.host_device()))
-        return out
-
-    def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
-        """Mirror ``tensor`` to the destination devices."""
-        self._strategy._require_cross_replica("broadcast_to")
-        self._check_destinations(destinations)
-        return self._strategy._mirror(as_array(tensor), destinations)
-
-    def _check_destinations(self, destinations: Any) -> None:
-        if isinstance(destinations, str):
-            device_lib.parse(destinations)
-        elif destinations is None:
-            raise ValueError("destinations can not be None")
-
-    def update(self, var: Any, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, group: bool = True) -> Any:
-        """Run ``fn(copy, *args)`` on every copy of ``var`` (on the replicas)."""
-        self._strategy._require_cross_replica("update")
-        if not isinstance(var, Variable):
-            # TF 2.21 fails an internal assert here.
-            raise AssertionError(f"update() requires a variable created in this strategy's scope, but got {var!r}")
-        return self._strategy._update(var, fn, tuple(args), dict(kwargs or {}), group)
-
-    def call_for_each_replica(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None) -> Any:
-        """Run ``fn`` once per replica (``strategy.run`` without options)."""
-        return self._strategy.run(fn, args=args, kwargs=kwargs)
-
-    def value_container(self, value: Any) -> Any:
-        """The distributed variable a component belongs to (else ``value`` itself)."""
-
-        if isinstance(value, VariableComponent):
-            return value._variable
-        return value
-
-    @contextmanager
-    def colocate_vars_with(self, colocate_with_variable: Any) -> Iterator[None]:
-        """Variables created in this block live on the same devices as ``colocate_with_variable``."""
-        if _context.get_strategy() is not self._strategy:
-            raise RuntimeError("colocate_vars_with() may only be used inside the strategy's scope()")
-        if not self.variable_created_in_scope(colocate_with_variable):
-            raise ValueError(f"colocate_vars_with requires a variable created in this strategy's scope, "
-                             f"but got {colocate_with_variable!r}")
-        s = self._strategy
-        prev = s._colocate_with
-        s._colocate_with = colocate_with_variable
-        try:
-            yield
-        finally:
-            s._colocate_with = prev
-
-    def variable_created_in_scope(self, v: Any) -> bool:
-        """True when ``v`` was created in this strategy's scope."""
-        return isinstance(v, _Handle) and v._strategy is self._strategy
-
-    def _local_results(self, value: Any) -> tuple[Any, ...]:
-        return self._strategy.experimental_local_results(value)
-
-
-def _check_one_dtype(values: list[Any]) -> None:
-    """``batch_reduce_to`` packs its values into one collective: TF refuses mixed dtypes there."""
-    dtypes = set()
-    for v in values:
-        comps = v.values if isinstance(v, DistributedValues) else (v,)
-        dtypes |= {np.asarray(c).dtype for c in comps[:1]}
-    if len(dtypes) > 1:
-        raise ValueError(f"batch_reduce_to cannot reduce values of different dtypes in one batch: "
-                         f"{sorted(d.name for d in dtypes)}")
 
 
 class Strategy:
@@ -375,8 +183,9 @@ class Strategy:
     def _require_cross_replica(self, what: str) -> None:
         entry = _context.current()
         if entry.replica_context is not None and not _context.is_default(entry.strategy):
-            raise RuntimeError(f"Method {what} requires being in cross-replica context, "
-                               "use get_replica_context().merge_call()")
+            raise RuntimeError(
+                f"Method {what} requires being in cross-replica context, use get_replica_context().merge_call()"
+            )
 
     # -- run -----------------------------------------------------------------------
     def run(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
@@ -439,11 +248,14 @@ class Strategy:
                     break
             if not batches:
                 raise StopIteration("run_steps: the iterator has no batch left")
-            per_rank = [((fn_arg, ("shipped", [self._select(r, b) for b in batches]), steps), {})
-                        for r in range(self.num_replicas_in_sync)]
+            per_rank = [
+                ((fn_arg, ("shipped", [self._select(r, b) for b in batches]), steps), {})
+                for r in range(self.num_replicas_in_sync)
+            ]
         with self._enter_or_check():
-            results = self._group.execute(fused_steps, per_rank, system=True,
-                                          what=f"run_steps of {_fn_name(fn)}", steps=steps)
+            results = self._group.execute(
+                fused_steps, per_rank, system=True, what=f"run_steps of {_fn_name(fn)}", steps=steps
+            )
         done = results[0][1].value
         if done == 0:
             # Uneven ends: some replicas still hold batches. One plain step gives the others
@@ -467,13 +279,16 @@ class Strategy:
 
         With ``keep``, the notebook's own objects are kept (to recognise arguments returned unchanged).
         """
+
         def leaf(x: Any) -> Any:
             if keep:
                 return _nest.map_structure(leaf, x.values[rank]) if isinstance(x, DistributedValues) else x
             if isinstance(x, _Handle):
                 if x._strategy is not self:
-                    raise ValueError(f"The variable {x._name!r} was created in the scope of another strategy "
-                                     f"({x._strategy!r}); it cannot be used by {self!r}")
+                    raise ValueError(
+                        f"The variable {x._name!r} was created in the scope of another strategy "
+                        f"({x._strategy!r}); it cannot be used by {self!r}"
+                    )
                 return x
             if isinstance(x, DistributedValues):
                 return _nest.map_structure(leaf, self._select_values(x)[rank])
@@ -531,8 +346,10 @@ class Strategy:
             return value.values
         if _nest.is_nested(value):
             # TF maps over the nest: one copy of the structure per replica, components picked.
-            return tuple(_nest.map_structure(lambda x, r=r: x.values[r] if isinstance(x, DistributedValues) else x,
-                                             value) for r in range(self.num_replicas_in_sync))
+            return tuple(
+                _nest.map_structure(lambda x, r=r: x.values[r] if isinstance(x, DistributedValues) else x, value)
+                for r in range(self.num_replicas_in_sync)
+            )
         return (value,)
 
     def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
@@ -543,8 +360,9 @@ class Strategy:
         """
         if not isinstance(reduce_op, (str, ReduceOp)) and type(reduce_op).__name__ != "VariableAggregation":
             # TF 2.21 fails an internal assert for anything that is neither a string nor a ReduceOp.
-            raise AssertionError(f"reduce_op must be a tf.distribute.ReduceOp or one of 'SUM', 'MEAN', "
-                                 f"but got {reduce_op!r}")
+            raise AssertionError(
+                f"reduce_op must be a tf.distribute.ReduceOp or one of 'SUM', 'MEAN', but got {reduce_op!r}"
+            )
         op = resolve(reduce_op)
         self._check_usable()
         self._require_cross_replica("reduce")
@@ -584,9 +402,11 @@ class Strategy:
     def _select_values(self, value: DistributedValues) -> list[Any]:
         """One component per replica: TF picks component i for replica i and ignores extra ones."""
         if len(value.values) < self.num_replicas_in_sync:
-            raise ValueError(f"{type(value).__name__} has {len(value.values)} component(s) but this strategy has "
-                             f"{self.num_replicas_in_sync} replica(s): it belongs to another strategy")
-        return list(value.values[:self.num_replicas_in_sync])
+            raise ValueError(
+                f"{type(value).__name__} has {len(value.values)} component(s) but this strategy has "
+                f"{self.num_replicas_in_sync} replica(s): it belongs to another strategy"
+            )
+        return list(value.values[: self.num_replicas_in_sync])
 
     def gather(self, value: Any, axis: int) -> Any:
         """Concatenate the replicas' values along ``axis`` into one value in the notebook."""
@@ -615,8 +435,11 @@ class Strategy:
                 v = value_fn(programs.ValueContext(r, self.num_replicas_in_sync))
             v = programs.convert_value(v)
             # TF leaves value_fn's results on the host's CPU:0 until a run uses them.
-            values.append(_nest.map_structure(lambda x: Tensor(x, device_lib.host_device())
-                                              if isinstance(x, (np.ndarray, np.generic)) else x, v))
+            values.append(
+                _nest.map_structure(
+                    lambda x: Tensor(x, device_lib.host_device()) if isinstance(x, (np.ndarray, np.generic)) else x, v
+                )
+            )
         return PerReplica(values, self)
 
     def _mirror(self, value: np.ndarray, destinations: Any) -> Any:
@@ -626,19 +449,36 @@ class Strategy:
         return Mirrored([Tensor(value, d) for d in self._devices], self)
 
     # -- variables -------------------------------------------------------------------
-    def _create_variable(self, initial_value: Any = None, trainable: bool | None = None, name: str | None = None,
-                         dtype: Any = None, synchronization: Any = VariableSynchronization.AUTO,
-                         aggregation: Any = None, shape: Any = None, **_: Any) -> Any:
+    def _create_variable(
+        self,
+        initial_value: Any = None,
+        trainable: bool | None = None,
+        name: str | None = None,
+        dtype: Any = None,
+        synchronization: Any = VariableSynchronization.AUTO,
+        aggregation: Any = None,
+        shape: Any = None,
+        **_: Any,
+    ) -> Any:
 
         if _context.get_replica_context() is not None:
             raise NotImplementedError(
                 "interdist creates distributed variables in strategy.scope() (cross-replica context); "
-                "creating them inside strategy.run is not supported yet")
-        a = normalize_args(initial_value, name, trainable, dtype, synchronization,
-                           VariableAggregation.NONE if aggregation is None else aggregation)
+                "creating them inside strategy.run is not supported yet"
+            )
+        a = normalize_args(
+            initial_value,
+            name,
+            trainable,
+            dtype,
+            synchronization,
+            VariableAggregation.NONE if aggregation is None else aggregation,
+        )
         if a["synchronization"] == VariableSynchronization.NONE and a["trainable"]:
-            raise ValueError("Synchronization value NONE is not supported for trainable variables in a "
-                             f"distribution strategy (variable {a['name']!r}); set trainable=False")
+            raise ValueError(
+                "Synchronization value NONE is not supported for trainable variables in a "
+                f"distribution strategy (variable {a['name']!r}); set trainable=False"
+            )
         if a["synchronization"] == VariableSynchronization.AUTO and self._kind != "central_storage":
             a["synchronization"] = VariableSynchronization.ON_WRITE
         check_mean_dtype(a)
@@ -647,8 +487,9 @@ class Strategy:
         meta = variable_meta(a, kind, self._kind)
         self._create_on_replicas(var_id, meta, a["value"])
         self._var_metas[var_id] = meta
-        cls: Any = {"mirrored": self._variable_class, "sync_on_read": SyncOnReadVariable,
-                    "central": CentralVariable}[kind]
+        cls: Any = {"mirrored": self._variable_class, "sync_on_read": SyncOnReadVariable, "central": CentralVariable}[
+            kind
+        ]
         return cls(self, var_id, a, self._variable_devices(kind))
 
     def _forget_variable(self, var_id: int) -> None:
@@ -702,7 +543,9 @@ class Strategy:
         warnings.warn(
             f"replica(s) {ranks} of {self!r} were restarted on new workers; {len(restored)} variable(s) were copied "
             f"there from replica {source}. Values the lost replicas held (run results, dataset iterators) are gone.",
-            UserWarning, stacklevel=4)
+            UserWarning,
+            stacklevel=4,
+        )
 
     def _variable_kind(self, args: dict[str, Any]) -> str:
         return variable_kind(args["synchronization"])
@@ -722,9 +565,11 @@ class Strategy:
         if isinstance(var, SyncOnReadVariable):
             agg = var.aggregation.name
             if agg == "NONE":
-                raise ValueError("Could not convert from `tf.VariableAggregation` VariableAggregation.NONE to "
-                                 "`tf.distribute.ReduceOp` type (reading a sync-on-read variable in cross-replica "
-                                 "context needs SUM, MEAN or ONLY_FIRST_REPLICA aggregation)")
+                raise ValueError(
+                    "Could not convert from `tf.VariableAggregation` VariableAggregation.NONE to "
+                    "`tf.distribute.ReduceOp` type (reading a sync-on-read variable in cross-replica "
+                    "context needs SUM, MEAN or ONLY_FIRST_REPLICA aggregation)"
+                )
             if agg in ("SUM", "MEAN"):
                 return reduce_arrays([np.asarray(c) for c in var.values], ReduceOp(agg))
         return self._read_copy(var, 0)
@@ -734,8 +579,10 @@ class Strategy:
         if _context.get_replica_context() is not None and not _context.is_default(_context.get_strategy()):
             raise RuntimeError("a distributed variable was assigned in the notebook inside a replica context")
         if isinstance(var, SyncOnReadVariable) and var.aggregation.name == "SUM" and op != "assign":
-            raise ValueError(f"SyncOnReadVariable does not support `{op}` in cross-replica context when "
-                             "aggregation is set to `tf.VariableAggregation.SUM`.")
+            raise ValueError(
+                f"SyncOnReadVariable does not support `{op}` in cross-replica context when "
+                "aggregation is set to `tf.VariableAggregation.SUM`."
+            )
         n = self.num_replicas_in_sync
         if isinstance(value, PerReplica) and n > 1:
             # TF 2.21 (unlike its docs) gives each copy its replica's component; the copies may diverge.
@@ -752,13 +599,15 @@ class Strategy:
             return Mirrored([self._remote(r, m) for r, m in enumerate(after)], self)
         return None
 
-    def _update(self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                group: bool) -> Any:
+    def _update(
+        self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], group: bool
+    ) -> Any:
         if not self.extended.variable_created_in_scope(var):
             raise ValueError(f"update() requires a variable created in this strategy's scope, but got {var!r}")
         per_rank = [self._select(r, (var, args, kwargs)) for r in range(self.num_replicas_in_sync)]
-        results = self._group.execute(_update_program, [((fn, *p), {}) for p in per_rank], system=True,
-                                      what=f"update of {var._name}")
+        results = self._group.execute(
+            _update_program, [((fn, *p), {}) for p in per_rank], system=True, what=f"update of {var._name}"
+        )
         out = self._regroup(results)
         if not group and self._kind == "central_storage":
             return (out.values[0] if isinstance(out, DistributedValues) else out,)  # one copy, one result
@@ -767,8 +616,11 @@ class Strategy:
             if isinstance(out, PerReplica):
                 return tuple(out.values)
             if isinstance(out, _Handle):
-                return tuple(out._values) if len(out._values) == self.num_replicas_in_sync else \
-                    (out,) * self.num_replicas_in_sync
+                return (
+                    tuple(out._values)
+                    if len(out._values) == self.num_replicas_in_sync
+                    else (out,) * self.num_replicas_in_sync
+                )
             return (out,) * self.num_replicas_in_sync
         return out
 
@@ -783,14 +635,18 @@ class Strategy:
 
         return DistributedDatasetsFromFunction(self, dataset_fn, options)
 
-    def experimental_distribute_datasets_from_function(self, dataset_fn: Callable[..., Any],
-                                                       options: Any = None) -> Any:
+    def experimental_distribute_datasets_from_function(
+        self, dataset_fn: Callable[..., Any], options: Any = None
+    ) -> Any:
         return self.distribute_datasets_from_function(dataset_fn, options)
 
     def experimental_make_numpy_dataset(self, numpy_input: Any) -> Any:
         """A ``Dataset`` of the slices of ``numpy_input`` (deprecated, as in TF)."""
-        warnings.warn("experimental_make_numpy_dataset is deprecated: use "
-                      "interdist.data.Dataset.from_tensor_slices instead", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "experimental_make_numpy_dataset is deprecated: use interdist.data.Dataset.from_tensor_slices instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
 
         return Dataset.from_tensor_slices(numpy_input)
 
@@ -798,8 +654,9 @@ class Strategy:
         return f"<interdist.{type(self).__name__} on {', '.join(self._devices)}>"
 
 
-def _update_program(replica: Any, fn: Callable[..., Any], var: Any, args: tuple[Any, ...],
-                    kwargs: dict[str, Any]) -> Any:
+def _update_program(
+    replica: Any, fn: Callable[..., Any], var: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     with _context.enter(replica.view, None, update_replica_id=replica.rank):
         return fn(var, *args, **kwargs)
 

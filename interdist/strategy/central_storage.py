@@ -48,8 +48,9 @@ from interdist import _context, _nest
 from interdist import device as device_lib
 from interdist.errors import WorkerLostError
 from interdist.protocol import VarRef
-from interdist.replica import variable as rv
-from interdist.strategy.base import Strategy, StrategyExtended
+from interdist.replica import central as rv
+from interdist.strategy.base import Strategy
+from interdist.strategy.extended import StrategyExtended
 from interdist.strategy.mirrored import resolve_devices
 from interdist.values.distributed import DistributedValues, PerReplica
 from interdist.values.tensor import ArrayValue
@@ -90,8 +91,9 @@ class CentralStorageStrategy(Strategy):
         self._parameter_device = device_lib.canonicalize(parameter_device)
         # The worker that holds the values (see the module docstring).
         self._holder = devices.index(self._parameter_device) if self._parameter_device in devices else 0
-        super().__init__(devices, cluster, spec={"parameter_devices": [self._parameter_device],
-                                                 "central_holder": self._holder})
+        super().__init__(
+            devices, cluster, spec={"parameter_devices": [self._parameter_device], "central_holder": self._holder}
+        )
 
     def _parameter_devices(self) -> list[str]:
         return [self._parameter_device_as_given]
@@ -107,8 +109,10 @@ class CentralStorageStrategy(Strategy):
         meta.update(shape=tuple(value.shape), dtype=value.dtype.str, device=self._parameter_device)
         h = self._holder
         # The value travels to the holder only; the others learn the name, shape and dtype.
-        self._system(rv.create_central_variable,
-                     per_rank=[(var_id, meta, value if r == h else None) for r in range(self.num_replicas_in_sync)])
+        self._system(
+            rv.create_central_variable,
+            per_rank=[(var_id, meta, value if r == h else None) for r in range(self.num_replicas_in_sync)],
+        )
 
     def _read_copy(self, var: Any, rank: int) -> Any:
         return self._group.read_variable(self._holder, var._var_id)
@@ -125,22 +129,24 @@ class CentralStorageStrategy(Strategy):
         # Every component is checked (the errors TF gives); the one variable takes the first.
         checked = [rv.convert_for_variable(p, var.dtype, var.shape, var._name) for p in parts]
         h = self._holder
-        self._system(rv.assign_central_variable,
-                     per_rank=[(var._var_id, op, checked[0] if r == h else None)
-                               for r in range(self.num_replicas_in_sync)])
+        self._system(
+            rv.assign_central_variable,
+            per_rank=[(var._var_id, op, checked[0] if r == h else None) for r in range(self.num_replicas_in_sync)],
+        )
         return None
 
-    def _update(self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                group: bool) -> Any:
+    def _update(
+        self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], group: bool
+    ) -> Any:
         if not self.extended.variable_created_in_scope(var):
             raise ValueError(f"update() requires a variable created in this strategy's scope, but got {var!r}")
         h = self._holder
         v, a, k = self._select(h, (var, args, kwargs))
         skip: tuple[Any, ...] = (None, None, (), {})
         per_rank: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
-            ((fn, v, a, k) if r == h else skip, {}) for r in range(self.num_replicas_in_sync)]
-        results = self._group.execute(rv.update_central_variable, per_rank, system=True,
-                                      what=f"update of {var._name}")
+            ((fn, v, a, k) if r == h else skip, {}) for r in range(self.num_replicas_in_sync)
+        ]
+        results = self._group.execute(rv.update_central_variable, per_rank, system=True, what=f"update of {var._name}")
         out = self._decode(h, results[h])
         return out if group else (out,)  # one copy, one result
 
@@ -163,7 +169,8 @@ class CentralStorageStrategy(Strategy):
             raise WorkerLostError(
                 f"the worker holding this CentralStorageStrategy's variables (replica {self._holder}, parameter "
                 f"device {self._parameter_device}) was lost, and the variables lived only there: create a new "
-                "strategy and restore them from a checkpoint")
+                "strategy and restore them from a checkpoint"
+            )
         names = []
         for var_id, meta in list(self._var_metas.items()):
             if self._variable_by_id(var_id) is None:
@@ -174,4 +181,6 @@ class CentralStorageStrategy(Strategy):
         warnings.warn(
             f"replica(s) {ranks} of {self!r} were restarted on new workers; the {len(names)} variable(s) are intact "
             f"on replica {self._holder}. Values the lost replicas held (run results, dataset iterators) are gone.",
-            UserWarning, stacklevel=4)
+            UserWarning,
+            stacklevel=4,
+        )

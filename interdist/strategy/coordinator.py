@@ -126,9 +126,10 @@ class ClusterCoordinator:
         self._forgotten: deque[str] = deque()  # keys whose notebook object was collected (appended by finalizers)
         self._res_lock = threading.Lock()
         self._res_ids = itertools.count()
-        self._threads = [threading.Thread(target=self._worker_loop, args=(i,), daemon=True,
-                                          name=f"interdist-coordinator-worker-{i}")
-                         for i in range(len(self._addresses))]
+        self._threads = [
+            threading.Thread(target=self._worker_loop, args=(i,), daemon=True, name=f"interdist-coordinator-worker-{i}")
+            for i in range(len(self._addresses))
+        ]
         for t in self._threads:
             t.start()
 
@@ -187,8 +188,10 @@ class ClusterCoordinator:
         """
 
         if not (callable(dataset_fn) or isinstance(dataset_fn, Dataset) or ps_input.is_distributed(dataset_fn)):
-            raise ValueError(f"Unexpected dataset type! create_per_worker_dataset takes a dataset_fn, a Dataset or "
-                             f"a distributed dataset of the strategy, but got {type(dataset_fn).__name__}")
+            raise ValueError(
+                f"Unexpected dataset type! create_per_worker_dataset takes a dataset_fn, a Dataset or "
+                f"a distributed dataset of the strategy, but got {type(dataset_fn).__name__}"
+            )
         return PerWorkerDataset(self, cloudpickle.dumps(dataset_fn))
 
     # -- per-worker resources ------------------------------------------------------
@@ -210,12 +213,25 @@ class ClusterCoordinator:
     def _build_everywhere(self, key: str) -> Any:
         kind, payload = self._resources[key]
         addresses = list(self._addresses)
-        calls = [(a, {"store": self.strategy._store, "builds": [(key, kind, payload)], "drops": [],
-                      "device": self._devices[i]}) for i, a in enumerate(addresses)]
+        calls = [
+            (
+                a,
+                {
+                    "store": self.strategy._store,
+                    "builds": [(key, kind, payload)],
+                    "drops": [],
+                    "device": self._devices[i],
+                },
+            )
+            for i, a in enumerate(addresses)
+        ]
 
         async def go() -> list[Any]:
-            return list(await asyncio.gather(*[self._client.rpc(a).interdist_ps_input(**kw) for a, kw in calls],
-                                             return_exceptions=True))
+            return list(
+                await asyncio.gather(
+                    *[self._client.rpc(a).interdist_ps_input(**kw) for a, kw in calls], return_exceptions=True
+                )
+            )
 
         replies = self._client.sync(go)
         spec, error = None, None
@@ -223,8 +239,9 @@ class ClusterCoordinator:
             if isinstance(reply, BaseException):
                 continue  # the worker is gone: it gets the resource when it is back (_ensure_resources)
             if not reply["ok"]:
-                error = error or _rebuild_error(reply, f"create_per_worker_dataset ({kind})",
-                                                self.strategy._worker_tasks[i].index)
+                error = error or _rebuild_error(
+                    reply, f"create_per_worker_dataset ({kind})", self.strategy._worker_tasks[i].index
+                )
                 continue
             with self._res_lock:
                 if self._addresses[i] == addresses[i]:  # else a new process answered: it is made there later
@@ -262,15 +279,23 @@ class ClusterCoordinator:
             address = self._addresses[index]
         if not missing and not drops:
             return
-        reply = self._client.sync(lambda: self._client.rpc(address).interdist_ps_input(
-            store=self.strategy._store, builds=missing, drops=drops, device=self._devices[index]))
+        reply = self._client.sync(
+            lambda: self._client.rpc(address).interdist_ps_input(
+                store=self.strategy._store, builds=missing, drops=drops, device=self._devices[index]
+            )
+        )
         with self._res_lock:
             self._to_drop[index].difference_update(drops)
             if reply["ok"]:
                 self._built[index].update(k for k, _, _ in missing)
         if not reply["ok"]:
-            raise _ResourceError(_rebuild_error(reply, f"create_per_worker_dataset (rebuilding {reply['key']})",
-                                                self.strategy._worker_tasks[index].index))
+            raise _ResourceError(
+                _rebuild_error(
+                    reply,
+                    f"create_per_worker_dataset (rebuilding {reply['key']})",
+                    self.strategy._worker_tasks[index].index,
+                )
+            )
 
     # -- internals -------------------------------------------------------------
     def _raise_error(self) -> None:
@@ -289,8 +314,11 @@ class ClusterCoordinator:
                 self._cancelling = False
                 self._cond.notify_all()
         for c in cancelled:
-            c.remote._set(error=CancelledError(
-                f"The corresponding function ({c.step_id}) is cancelled. Please reschedule the function."))
+            c.remote._set(
+                error=CancelledError(
+                    f"The corresponding function ({c.step_id}) is cancelled. Please reschedule the function."
+                )
+            )
         raise err
 
     def _stop(self) -> None:
@@ -339,9 +367,11 @@ class ClusterCoordinator:
                 continue
             address = self._addresses[index]
             try:
-                reply = self._client.sync(lambda a=address, c=closure, b=args_bytes: self._client.rpc(a)
-                                          .interdist_ps_step(store=self.strategy._store, step_id=c.step_id,
-                                                             fn=c.fn_bytes, args=b, device=device))
+                reply = self._client.sync(
+                    lambda a=address, c=closure, b=args_bytes: self._client.rpc(a).interdist_ps_step(
+                        store=self.strategy._store, step_id=c.step_id, fn=c.fn_bytes, args=b, device=device
+                    )
+                )
             except Exception as e:  # noqa: BLE001 - the worker died or cannot be reached
                 self._requeue(closure, index, e)
                 self._wait_for_replacement(index)
@@ -360,9 +390,13 @@ class ClusterCoordinator:
 
     def _requeue(self, closure: _Closure, index: int, exc: BaseException) -> None:
         if closure.remote.attempts >= MAX_ATTEMPTS:
-            self._finish(closure, error=WorkerLostError(
-                f"step {closure.step_id} was lost with its worker {MAX_ATTEMPTS} times (last: worker:"
-                f"{self.strategy._worker_tasks[index].index}, {type(exc).__name__}: {exc})"))
+            self._finish(
+                closure,
+                error=WorkerLostError(
+                    f"step {closure.step_id} was lost with its worker {MAX_ATTEMPTS} times (last: worker:"
+                    f"{self.strategy._worker_tasks[index].index}, {type(exc).__name__}: {exc})"
+                ),
+            )
             return
         with self._cond:
             self._running -= 1
@@ -459,9 +493,11 @@ class PerWorkerIterator(PerWorkerValues):
 
     def get_next(self, name: str | None = None) -> Any:
         # TF 2.21's message; the iterator is for ClusterCoordinator.schedule.
-        raise NotImplementedError("Iterating over an `AsyncDistributedIterator` is not supported right now. Pass "
-                                  "the per-worker iterator to ClusterCoordinator.schedule and call next() on it "
-                                  "inside the scheduled function.")
+        raise NotImplementedError(
+            "Iterating over an `AsyncDistributedIterator` is not supported right now. Pass "
+            "the per-worker iterator to ClusterCoordinator.schedule and call next() on it "
+            "inside the scheduled function."
+        )
 
     def __repr__(self) -> str:
         return f"<PerWorkerIterator {self._key} on {len(self._values)} workers>"
@@ -477,8 +513,10 @@ def _rebuild_error(reply: dict[str, Any], step_id: str, task_index: int) -> Base
     if exc is None:
         exc = RuntimeError(f"{reply['type']}: {reply['message']}")
     try:
-        exc.add_note(f"interdist: raised in step {step_id} on worker:{task_index}\n--- remote traceback ---\n"
-                     f"{reply.get('traceback', '')}")
+        exc.add_note(
+            f"interdist: raised in step {step_id} on worker:{task_index}\n--- remote traceback ---\n"
+            f"{reply.get('traceback', '')}"
+        )
     except Exception:  # noqa: BLE001
         pass
     return exc

@@ -29,6 +29,7 @@ class _DefaultReplicaContext(ReplicaContext):
     @property
     def replica_id_in_sync_group(self) -> Any:
         return 0
+
     @property
     def strategy(self) -> Any:
         return _default_strategy

@@ -13,20 +13,24 @@ from interdist.strategy.base import Strategy
 def resolve_devices(devices: Any, allow_duplicates: bool = False) -> list[str]:
     """Canonical device strings; ``None`` (or ``[]``, as TF) means every GPU, else the logical CPU devices."""
     if isinstance(devices, str):
-        raise ValueError(f"`devices` must be a list of device strings such as ['CPU:0'], but got the string "
-                         f"{devices!r}")
+        raise ValueError(
+            f"`devices` must be a list of device strings such as ['CPU:0'], but got the string {devices!r}"
+        )
     if devices is not None and not list(devices):
         devices = None
     if devices is None:
         n_gpu = visible_gpus()
-        devices = [f"GPU:{i}" for i in range(n_gpu)] if n_gpu else \
-            [f"CPU:{i}" for i in range(get_logical_cpu_devices())]
+        devices = (
+            [f"GPU:{i}" for i in range(n_gpu)] if n_gpu else [f"CPU:{i}" for i in range(get_logical_cpu_devices())]
+        )
     devices = list(devices)
     qualified = {isinstance(d, str) and d.strip().startswith("/job:") for d in devices}
     if len(qualified) > 1:
         # TF reads job-qualified and unqualified names as devices of two workers.
-        raise RuntimeError("In-graph multi-worker training with MirroredStrategy is not supported in eager mode: "
-                           f"the devices {devices} mix job-qualified and unqualified names")
+        raise RuntimeError(
+            "In-graph multi-worker training with MirroredStrategy is not supported in eager mode: "
+            f"the devices {devices} mix job-qualified and unqualified names"
+        )
     canon = [device_lib.canonicalize(d) for d in devices]
     if not allow_duplicates and len(set(canon)) != len(canon):
         # TF 2.21 fails an internal assert here (AssertionError), also for different spellings.
@@ -54,6 +58,9 @@ class MirroredStrategy(Strategy):
         # TF accepts any object here and fails only when it is used; interdist's replicas choose
         # the algorithm themselves, so the value is kept for inspection.
         self._cross_device_ops = cross_device_ops
-        cdo = None if cross_device_ops is None else \
-            (type(cross_device_ops).__name__, getattr(cross_device_ops, "num_packs", None))
+        cdo = (
+            None
+            if cross_device_ops is None
+            else (type(cross_device_ops).__name__, getattr(cross_device_ops, "num_packs", None))
+        )
         super().__init__(resolve_devices(devices), cluster, spec={"cross_device_ops": cdo})

@@ -19,7 +19,8 @@ from typing import Any
 from interdist.client import cluster as cluster_lib
 from interdist.client import roles
 from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
-from interdist.strategy.base import Strategy, StrategyExtended
+from interdist.strategy.base import Strategy
+from interdist.strategy.extended import StrategyExtended
 from interdist.strategy.mirrored import resolve_devices
 
 
@@ -48,8 +49,12 @@ class CommunicationOptions:
         ``AUTO``, ``RING`` (worker-to-worker over Dask comms) or ``NCCL`` (GPU workers).
     """
 
-    def __init__(self, bytes_per_pack: int = 0, timeout_seconds: float | None = None,
-                 implementation: Any = CommunicationImplementation.AUTO) -> None:
+    def __init__(
+        self,
+        bytes_per_pack: int = 0,
+        timeout_seconds: float | None = None,
+        implementation: Any = CommunicationImplementation.AUTO,
+    ) -> None:
         if not isinstance(bytes_per_pack, int) or bytes_per_pack < 0:
             raise ValueError(f"bytes_per_pack must be a non-negative integer, but got {bytes_per_pack!r}")
         if timeout_seconds is not None and not timeout_seconds > 0:
@@ -63,8 +68,10 @@ class CommunicationOptions:
         self.implementation = implementation
 
     def __repr__(self) -> str:
-        return (f"CommunicationOptions(bytes_per_pack={self.bytes_per_pack}, timeout_seconds={self.timeout_seconds},"
-                f" implementation={self.implementation})")
+        return (
+            f"CommunicationOptions(bytes_per_pack={self.bytes_per_pack}, timeout_seconds={self.timeout_seconds},"
+            f" implementation={self.implementation})"
+        )
 
 
 class _MultiWorkerExtended(StrategyExtended):
@@ -103,8 +110,10 @@ class MultiWorkerMirroredStrategy(Strategy):
     def __init__(self, cluster_resolver: Any = None, communication_options: Any = None, cluster: Any = None) -> None:
         options = communication_options if communication_options is not None else CommunicationOptions()
         if not isinstance(options, CommunicationOptions):
-            raise ValueError(f"communication_options must be a tf.distribute.experimental.CommunicationOptions, "
-                             f"but got {type(options).__name__}")
+            raise ValueError(
+                f"communication_options must be a tf.distribute.experimental.CommunicationOptions, "
+                f"but got {type(options).__name__}"
+            )
         self._communication_options = options
         timeout = options.timeout_seconds or roles.DEFAULT_CONNECT_TIMEOUT
         self._planned_lease: cluster_lib.Lease | None = None
@@ -131,8 +140,14 @@ class MultiWorkerMirroredStrategy(Strategy):
                 client.close()
             raise
         devices = [f"/job:{t.job}/replica:0/task:{t.index}/device:CPU:0" for t in found]
-        self._planned_lease = cluster_lib.Lease(client, [t.address for t in found], [t.name for t in found],
-                                                None, False, ("own-client", len(found)) if owned else None)
+        self._planned_lease = cluster_lib.Lease(
+            client,
+            [t.address for t in found],
+            [t.name for t in found],
+            None,
+            False,
+            ("own-client", len(found)) if owned else None,
+        )
         super().__init__(devices, cluster, spec=spec_extra)
 
     def _acquire(self, specs: list[Any], cluster: Any) -> cluster_lib.Lease:
@@ -161,8 +176,13 @@ def _replica_tasks(spec: Any, from_dask: bool) -> list[tuple[str, int]]:
 class ExperimentalMultiWorkerMirroredStrategy(MultiWorkerMirroredStrategy):
     """``tf.distribute.experimental.MultiWorkerMirroredStrategy`` (its ``communication`` argument first)."""
 
-    def __init__(self, communication: Any = CommunicationImplementation.AUTO, cluster_resolver: Any = None,
-                 communication_options: Any = None, cluster: Any = None) -> None:
+    def __init__(
+        self,
+        communication: Any = CommunicationImplementation.AUTO,
+        cluster_resolver: Any = None,
+        communication_options: Any = None,
+        cluster: Any = None,
+    ) -> None:
         if communication_options is None:
             communication_options = CommunicationOptions(implementation=communication)
         super().__init__(cluster_resolver, communication_options, cluster)

@@ -25,10 +25,12 @@ import numpy as np
 from interdist import _context
 from interdist.client import cluster as cluster_lib
 from interdist.client import roles
+from interdist.client.event_log import EventLog
 from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
 from interdist.partitioners import row_splits
 from interdist.replica import ps_input, ps_step, ps_worker
-from interdist.strategy.base import EventLog, Strategy, StrategyExtended
+from interdist.strategy.base import Strategy
+from interdist.strategy.extended import StrategyExtended
 from interdist.values import ps_variable
 from interdist.values.variables import VariableAggregation, VariableSynchronization, normalize_args
 from interdist.worker.ps_store import ensure_ps_plugin
@@ -73,16 +75,23 @@ class ParameterServerStrategy(Strategy):
     _extended_class = _PSExtended
     _kind = "parameter_server"
 
-    def __init__(self, cluster_resolver: Any = None, variable_partitioner: Any = None, cluster: Any = None,
-                 timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        cluster_resolver: Any = None,
+        variable_partitioner: Any = None,
+        cluster: Any = None,
+        timeout: float | None = None,
+    ) -> None:
         if variable_partitioner is not None and not callable(variable_partitioner):
             raise TypeError(f"variable_partitioner must be callable, but got {type(variable_partitioner).__name__}")
         timeout = float(timeout or roles.DEFAULT_CONNECT_TIMEOUT)
         resolver = cluster_resolver if cluster_resolver is not None else TFConfigClusterResolver()
         if cluster_resolver is None and not resolver.cluster_spec().jobs:
             if cluster is None:
-                raise ValueError("ParameterServerStrategy needs a cluster: set TF_CONFIG (with 'ps' and 'worker' "
-                                 "tasks), pass a cluster_resolver, or pass cluster= a Dask cluster")
+                raise ValueError(
+                    "ParameterServerStrategy needs a cluster: set TF_CONFIG (with 'ps' and 'worker' "
+                    "tasks), pass a cluster_resolver, or pass cluster= a Dask cluster"
+                )
             resolver = None
         if resolver is not None:
             _check_spec(resolver.cluster_spec())
@@ -93,7 +102,8 @@ class ParameterServerStrategy(Strategy):
             _check_spec(spec)
             ps = roles.find_task_workers(client, spec, [("ps", i) for i in sorted(spec.task_indices("ps"))], timeout)
             workers = roles.find_task_workers(
-                client, spec, [("worker", i) for i in sorted(spec.task_indices("worker"))], timeout)
+                client, spec, [("worker", i) for i in sorted(spec.task_indices("worker"))], timeout
+            )
             ensure_ps_plugin(client)
         except BaseException:
             if owned:
@@ -118,14 +128,26 @@ class ParameterServerStrategy(Strategy):
         self._group_id = self._store
         self.events = EventLog()
         self._conn = ClientConnection(client)
-        self._lease = cluster_lib.Lease(client, [t.address for t in workers], [t.name for t in workers], None,
-                                        False, ("own-client", len(workers)) if owned else None)
+        self._lease = cluster_lib.Lease(
+            client,
+            [t.address for t in workers],
+            [t.name for t in workers],
+            None,
+            False,
+            ("own-client", len(workers)) if owned else None,
+        )
         _strategies[self._store] = self
         addrs = [t.address for t in ps]
         # The workers' current addresses: the coordinator updates them when a worker is replaced.
         self._worker_addresses = [t.address for t in workers]
-        self._finalizer = weakref.finalize(self, _close, self._lease, addrs, self._worker_addresses,  # type: ignore[call-arg,arg-type]
-                                           self._store)
+        self._finalizer = weakref.finalize(
+            self,
+            _close,
+            self._lease,
+            addrs,
+            self._worker_addresses,  # type: ignore[call-arg,arg-type]
+            self._store,
+        )
 
     # -- properties ------------------------------------------------------------
     @property
@@ -146,15 +168,29 @@ class ParameterServerStrategy(Strategy):
         super().close()
 
     # -- variables -------------------------------------------------------------
-    def _create_variable(self, initial_value: Any = None, trainable: bool | None = None, name: str | None = None,
-                         dtype: Any = None, synchronization: Any = VariableSynchronization.AUTO,
-                         aggregation: Any = None, shape: Any = None, **_: Any) -> Any:
+    def _create_variable(
+        self,
+        initial_value: Any = None,
+        trainable: bool | None = None,
+        name: str | None = None,
+        dtype: Any = None,
+        synchronization: Any = VariableSynchronization.AUTO,
+        aggregation: Any = None,
+        shape: Any = None,
+        **_: Any,
+    ) -> Any:
 
         self._check_usable()
         if _context.current_ps_step() is not None or _context.get_replica_context() is not None:
             raise NotImplementedError(ps_step.VARIABLE_IN_STEP)
-        a = normalize_args(initial_value, name, trainable, dtype, synchronization,
-                           VariableAggregation.NONE if aggregation is None else aggregation)
+        a = normalize_args(
+            initial_value,
+            name,
+            trainable,
+            dtype,
+            synchronization,
+            VariableAggregation.NONE if aggregation is None else aggregation,
+        )
         value = a["value"]
         shards = 1
         if self._partitioner is not None and value.ndim >= 1 and value.shape[0] > 1:
@@ -168,12 +204,25 @@ class ParameterServerStrategy(Strategy):
             shard_id = var_id * 1024 + k
             part = value[start:stop] if shards > 1 else value
             desc_shards.append((shard_id, t.address, self._ps_devices[self._ps_tasks.index(t)], start, stop))
-            calls.append((t.address, "interdist_ps_create",
-                          {"store": self._store, "shard_id": shard_id, "value": cloudpickle.dumps(part)}))
+            calls.append(
+                (
+                    t.address,
+                    "interdist_ps_create",
+                    {"store": self._store, "shard_id": shard_id, "value": cloudpickle.dumps(part)},
+                )
+            )
         self._conn.call_many(calls)
-        desc = {"store": self._store, "var_id": var_id, "name": a["name"], "shape": value.shape,
-                "dtype": value.dtype.str, "trainable": a["trainable"], "synchronization": a["synchronization"].name,
-                "aggregation": a["aggregation"].name, "shards": desc_shards}
+        desc = {
+            "store": self._store,
+            "var_id": var_id,
+            "name": a["name"],
+            "shape": value.shape,
+            "dtype": value.dtype.str,
+            "trainable": a["trainable"],
+            "synchronization": a["synchronization"].name,
+            "aggregation": a["aggregation"].name,
+            "shards": desc_shards,
+        }
         var = ps_variable.PSVariable(desc, self)
         ps_variable._handles[(self._store, var_id)] = var
         return var
@@ -231,21 +280,21 @@ class ParameterServerStrategy(Strategy):
 
     def _ps_stats(self) -> list[dict[str, Any]]:
         """Per ps task: applied step ids, update count and the staleness of each applied step."""
-        return list(self._conn.call_many([(t.address, "interdist_ps_stats", {"store": self._store})
-                                          for t in self._ps_tasks]))
+        return list(
+            self._conn.call_many([(t.address, "interdist_ps_stats", {"store": self._store}) for t in self._ps_tasks])
+        )
 
     def __repr__(self) -> str:
-        return (f"<interdist.ParameterServerStrategy: {len(self._worker_tasks)} worker(s), "
-                f"{len(self._ps_tasks)} ps>")
+        return f"<interdist.ParameterServerStrategy: {len(self._worker_tasks)} worker(s), {len(self._ps_tasks)} ps>"
 
 
 def _check_spec(spec: Any) -> None:
     if "ps" not in spec.jobs or not spec.task_indices("ps"):
-        raise ValueError(f"ParameterServerStrategy needs at least one 'ps' task, but the cluster is "
-                         f"{spec.as_dict()}")
+        raise ValueError(f"ParameterServerStrategy needs at least one 'ps' task, but the cluster is {spec.as_dict()}")
     if "worker" not in spec.jobs or not spec.task_indices("worker"):
-        raise ValueError(f"ParameterServerStrategy needs at least one 'worker' task, but the cluster is "
-                         f"{spec.as_dict()}")
+        raise ValueError(
+            f"ParameterServerStrategy needs at least one 'worker' task, but the cluster is {spec.as_dict()}"
+        )
 
 
 def _resolve_strategy(store: str) -> Any:

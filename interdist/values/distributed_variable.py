@@ -113,8 +113,9 @@ class DistributedVariable(_Handle, DistributedValues, Variable):  # type: ignore
         raise TypeError(f"float() argument must be a string or a real number, not '{type(self).__name__}'")
 
     def __int__(self) -> int:
-        raise TypeError(f"int() argument must be a string, a bytes-like object or a real number, "
-                        f"not '{type(self).__name__}'")
+        raise TypeError(
+            f"int() argument must be a string, a bytes-like object or a real number, not '{type(self).__name__}'"
+        )
 
 
 class OneDeviceVariable(_Handle, Variable):  # type: ignore[misc]
@@ -159,5 +160,14 @@ def variable_kind(synchronization: VariableSynchronization) -> str:
     return "sync_on_read" if synchronization == VariableSynchronization.ON_READ else "mirrored"
 
 
-__all__ = ["CentralVariable", "DistributedVariable", "MirroredVariable", "SyncOnReadVariable", "VariableComponent",
-           "VariableAggregation", "VariableSynchronization", "PerReplica", "_context"]
+__all__ = [
+    "CentralVariable",
+    "DistributedVariable",
+    "MirroredVariable",
+    "PerReplica",
+    "SyncOnReadVariable",
+    "VariableAggregation",
+    "VariableComponent",
+    "VariableSynchronization",
+    "_context",
+]

@@ -52,7 +52,7 @@ class ShardView:
 
     def numpy(self) -> np.ndarray:
         s = self._var._shards[self._index]
-        return np.asarray(self._var.read_value()[s.start:s.stop])
+        return np.asarray(self._var.read_value()[s.start : s.stop])
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         a = self.numpy()
@@ -67,7 +67,9 @@ class PSVariable(Variable):
 
     kind = "parameter_server"
 
-    def __init__(self, desc: dict[str, Any], strategy: Any = None) -> None:  # no Variable.__init__: the value lives on the ps
+    def __init__(
+        self, desc: dict[str, Any], strategy: Any = None
+    ) -> None:  # no Variable.__init__: the value lives on the ps
         self._desc = desc
         self._strategy = strategy
         self._store: str = desc["store"]
@@ -112,8 +114,9 @@ class PSVariable(Variable):
         if ctx is not None and ctx.store == self._store:
             return np.asarray(ctx.read(self))  # the value read at the step's start, with the step's own writes
         if self._strategy is None:
-            raise RuntimeError(f"variable {self._name!r} of a ParameterServerStrategy was read on a worker outside "
-                               "a scheduled step")
+            raise RuntimeError(
+                f"variable {self._name!r} of a ParameterServerStrategy was read on a worker outside a scheduled step"
+            )
         return self._strategy._read_ps_variable(self)
 
     def _apply(self, op: str, value: Any) -> Any:
@@ -122,8 +125,9 @@ class PSVariable(Variable):
         if ctx is not None and ctx.store == self._store:
             ctx.update(self, op, v)  # sent to the ps tasks when the step ends
         elif self._strategy is None:
-            raise RuntimeError(f"variable {self._name!r} of a ParameterServerStrategy was updated on a worker "
-                               "outside a scheduled step")
+            raise RuntimeError(
+                f"variable {self._name!r} of a ParameterServerStrategy was updated on a worker outside a scheduled step"
+            )
         else:
             self._strategy._write_ps_variable(self, op, v)
         return self

@@ -48,8 +48,10 @@ def _enum(cls: Any, value: Any, what: str) -> Any:
     # TF accepts only the enum members (a string such as "sum" is refused).
     if isinstance(value, cls):
         return value
-    raise ValueError(f"Invalid variable {what} mode: {value!r}; use one of "
-                     f"{', '.join(f'{cls.__name__}.{m}' for m in cls.__members__)}")
+    raise ValueError(
+        f"Invalid variable {what} mode: {value!r}; use one of "
+        f"{', '.join(f'{cls.__name__}.{m}' for m in cls.__members__)}"
+    )
 
 
 _ids = itertools.count(1)
@@ -65,8 +67,9 @@ class _VariableMeta(type):
         return super().__call__(*args, **kwargs)
 
 
-def normalize_args(initial_value: Any, name: str | None, trainable: bool | None, dtype: Any,
-                   synchronization: Any, aggregation: Any) -> dict[str, Any]:
+def normalize_args(
+    initial_value: Any, name: str | None, trainable: bool | None, dtype: Any, synchronization: Any, aggregation: Any
+) -> dict[str, Any]:
     """Check a variable's constructor arguments the way TF does; the value as an array."""
     if initial_value is None:
         raise ValueError("initial_value must be specified.")
@@ -79,28 +82,45 @@ def normalize_args(initial_value: Any, name: str | None, trainable: bool | None,
     if trainable is None:
         trainable = sync != VariableSynchronization.ON_READ
     value = np.array(as_array(initial_value, dtype=np.dtype(dtype) if dtype is not None else None), copy=True)
-    return {"value": value, "name": name or "Variable", "trainable": bool(trainable), "synchronization": sync,
-            "aggregation": agg}
+    return {
+        "value": value,
+        "name": name or "Variable",
+        "trainable": bool(trainable),
+        "synchronization": sync,
+        "aggregation": agg,
+    }
 
 
 def check_mean_dtype(a: dict[str, Any]) -> None:
     """MEAN aggregation needs a floating (or complex) dtype, as in TF."""
     if a["aggregation"].name == "MEAN" and a["value"].dtype.kind not in "fc":
-        raise ValueError(f"Cannot create variable {a['name']!r} of dtype {a['value'].dtype.name} with "
-                         "tf.VariableAggregation.MEAN: MEAN aggregation needs a floating dtype")
+        raise ValueError(
+            f"Cannot create variable {a['name']!r} of dtype {a['value'].dtype.name} with "
+            "tf.VariableAggregation.MEAN: MEAN aggregation needs a floating dtype"
+        )
 
 
 def variable_meta(a: dict[str, Any], kind: str, strategy_kind: str) -> dict[str, Any]:
     """What the workers (and a restore) know of a distributed variable, from its normalized arguments."""
-    return {"name": a["name"], "trainable": a["trainable"], "synchronization": a["synchronization"].name,
-            "aggregation": a["aggregation"].name, "kind": kind, "strategy_kind": strategy_kind}
+    return {
+        "name": a["name"],
+        "trainable": a["trainable"],
+        "synchronization": a["synchronization"].name,
+        "aggregation": a["aggregation"].name,
+        "kind": kind,
+        "strategy_kind": strategy_kind,
+    }
 
 
 def args_from_meta(meta: dict[str, Any], shape: tuple[int, ...], dtype: Any) -> dict[str, Any]:
     """The normalized arguments of a variable known by its ``variable_meta`` (its value only by shape and dtype)."""
-    return {"name": meta["name"], "trainable": meta["trainable"],
-            "synchronization": VariableSynchronization[meta["synchronization"]],
-            "aggregation": VariableAggregation[meta["aggregation"]], "value": np.empty(shape, np.dtype(dtype))}
+    return {
+        "name": meta["name"],
+        "trainable": meta["trainable"],
+        "synchronization": VariableSynchronization[meta["synchronization"]],
+        "aggregation": VariableAggregation[meta["aggregation"]],
+        "value": np.empty(shape, np.dtype(dtype)),
+    }
 
 
 class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
@@ -112,9 +132,16 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
     (3.0, 'float32')
     """
 
-    def __init__(self, initial_value: Any = None, trainable: bool | None = None, name: str | None = None,
-                 dtype: Any = None, synchronization: Any = VariableSynchronization.AUTO,
-                 aggregation: Any = VariableAggregation.NONE, shape: Any = None) -> None:
+    def __init__(
+        self,
+        initial_value: Any = None,
+        trainable: bool | None = None,
+        name: str | None = None,
+        dtype: Any = None,
+        synchronization: Any = VariableSynchronization.AUTO,
+        aggregation: Any = VariableAggregation.NONE,
+        shape: Any = None,
+    ) -> None:
         a = normalize_args(initial_value, name, trainable, dtype, synchronization, aggregation)
         self._value = a["value"]
         self._name = a["name"]
@@ -193,8 +220,12 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
 
         if isinstance(value, PerReplica):
             raise ValueError(f"Cannot assign a PerReplica value to the variable {self._name}")
-        return convert_for_variable(np.asarray(value) if isinstance(value, (Variable, ArrayValue, DistributedValues))
-                                    else value, self.dtype, self.shape, self._name)
+        return convert_for_variable(
+            np.asarray(value) if isinstance(value, (Variable, ArrayValue, DistributedValues)) else value,
+            self.dtype,
+            self.shape,
+            self._name,
+        )
 
     def _apply(self, op: str, value: Any) -> Any:
 
@@ -215,4 +246,6 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
         return np.array2string(a, separator=", ") if a.ndim else repr(a.item())
 
     def __repr__(self) -> str:
-        return f"<interdist.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}, numpy={self._repr_numpy()}>"
+        return (
+            f"<interdist.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}, numpy={self._repr_numpy()}>"
+        )

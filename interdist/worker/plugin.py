@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,8 +21,10 @@ from interdist.collectives.dask_comms import answer_probe, make_transport, packe
 from interdist.collectives.mailbox import Mailbox
 from interdist.input import _direct
 from interdist.protocol import lost_reply
+from interdist.replica.central import close_central, make_replica_variable, serve_central_read
 from interdist.replica.replica import Replica
-from interdist.replica.variable import close_central, make_replica_variable, serve_central_read
+from interdist.worker.control_server import ControlServer
+from interdist.worker.thread import ReplicaThread
 
 logger = logging.getLogger("interdist")
 
@@ -42,22 +42,24 @@ class ReplicaRuntime(WorkerPlugin):
         self.replicas: dict[str, Replica] = {}
         self.mailboxes: dict[str, Mailbox] = {}
         self.executors: dict[str, ReplicaThread] = {}
-        worker.handlers.update({
-            "interdist_join": self.join,
-            "interdist_leave": self.leave,
-            "interdist_execute": self.execute,
-            "interdist_fetch": self.fetch,
-            "interdist_release": self.release,
-            "interdist_coll": self.coll,
-            "interdist_abort": self.abort,
-            "interdist_shm_probe": self.shm_probe,
-            "interdist_ping": self.ping,
-            "interdist_read_var": self.read_var,
-            "interdist_set_peers": self.set_peers,
-            "interdist_restore_var": self.restore_var,
-            "interdist_central_read": self.central_read,
-            "interdist_control_endpoint": self.control_endpoint,
-        })
+        worker.handlers.update(
+            {
+                "interdist_join": self.join,
+                "interdist_leave": self.leave,
+                "interdist_execute": self.execute,
+                "interdist_fetch": self.fetch,
+                "interdist_release": self.release,
+                "interdist_coll": self.coll,
+                "interdist_abort": self.abort,
+                "interdist_shm_probe": self.shm_probe,
+                "interdist_ping": self.ping,
+                "interdist_read_var": self.read_var,
+                "interdist_set_peers": self.set_peers,
+                "interdist_restore_var": self.restore_var,
+                "interdist_central_read": self.central_read,
+                "interdist_control_endpoint": self.control_endpoint,
+            }
+        )
         self._control: Any = None  # the same-host control socket (local_control.py), made on first ask
         worker.interdist_runtime = self  # for debugging and tests
         self._outbox: list[dict[str, Any]] = []
@@ -95,7 +97,7 @@ class ReplicaRuntime(WorkerPlugin):
         batch, self._outbox = self._outbox, []
         try:
             self.worker.log_event(events.TOPIC, events.pack_batch(batch))
-        except Exception:  # noqa: BLE001 - instrumentation must never break a step
+        except Exception:
             logger.exception("interdist: could not log %d events", len(batch))
 
     # -- handlers --------------------------------------------------------------
@@ -107,8 +109,9 @@ class ReplicaRuntime(WorkerPlugin):
         old = self.replicas.get(group)
         if old is not None:
             _close_transport(old)
-        transport = make_transport(self.worker, group, rank, list(peers), self._mailbox(group),
-                                   sockets=bool(spec_d.get("local_control", True)))
+        transport = make_transport(
+            self.worker, group, rank, list(peers), self._mailbox(group), sockets=bool(spec_d.get("local_control", True))
+        )
         self.replicas[group] = Replica(group, rank, spec_d, transport, self._emit, transport.abort_peers)
         inner = getattr(transport, "inner", transport)
         if hasattr(inner, "connect_peers"):
@@ -134,8 +137,10 @@ class ReplicaRuntime(WorkerPlugin):
         try:
             return self.replicas[group]
         except KeyError:
-            raise KeyError(f"worker {self.worker.address} holds no replica of group {group} "
-                           "(the worker was restarted, or the strategy was closed)") from None
+            raise KeyError(
+                f"worker {self.worker.address} holds no replica of group {group} "
+                "(the worker was restarted, or the strategy was closed)"
+            ) from None
 
     async def control_endpoint(self) -> dict[str, Any] | None:
         """Where a notebook on this host can send programs without the event loops (local_control.py)."""
@@ -143,7 +148,7 @@ class ReplicaRuntime(WorkerPlugin):
         if not local_control.available():
             return None
         if self._control is None:
-            self._control = local_control.ControlServer(self._handle_control)
+            self._control = ControlServer(self._handle_control)
         return self._control.endpoint()
 
     def _handle_control(self, msg: dict[str, Any], reply: Callable[[dict[str, Any]], None]) -> None:
@@ -153,7 +158,6 @@ class ReplicaRuntime(WorkerPlugin):
             self._mailbox(msg["group"]).put(msg["step"], msg["seq"], msg["src"], packet_from_payload(msg["payload"]))
             return
         if msg.get("op") == "rows":  # a replica on this host reads rows of a chunk this worker holds
-
             reply(_direct.serve_rows(self.worker, msg))
             return
         if msg.get("op") != "execute":
@@ -175,8 +179,16 @@ class ReplicaRuntime(WorkerPlugin):
         buffers = [b if isinstance(b, bytearray) else bytearray(b) for b in msg.get("bufs") or ()]
         self.executors[group].call(replica.execute, (step, msg["fn"], msg["args"], msg["system"], buffers), done)
 
-    async def execute(self, group: str, step: int, fn: bytes, args: bytes, system: bool,
-                      release: list[str] | None = None, timeout: float | None = None) -> dict[str, Any]:
+    async def execute(
+        self,
+        group: str,
+        step: int,
+        fn: bytes,
+        args: bytes,
+        system: bool,
+        release: list[str] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         replica = self._replica(group)
         if timeout is not None:
             # The notebook's interdist.config.set_collective_timeout travels with each program.
@@ -206,12 +218,14 @@ class ReplicaRuntime(WorkerPlugin):
         """Give a replacement replica its copy of a variable (taken from a surviving replica)."""
 
         replica = self._replica(group)
-        replica.variables[var_id] = make_replica_variable(replica, var_id, cloudpickle.loads(meta),
-                                                          _gpu.place(cloudpickle.loads(value), replica.device))
+        replica.variables[var_id] = make_replica_variable(
+            replica, var_id, cloudpickle.loads(meta), _gpu.place(cloudpickle.loads(value), replica.device)
+        )
         return "OK"
 
-    async def central_read(self, group: str, var_id: int, program: int, epoch: int, step: int, tag: int,
-                           src: int) -> str:
+    async def central_read(
+        self, group: str, var_id: int, program: int, epoch: int, step: int, tag: int, src: int
+    ) -> str:
         """A replica asks this one, the holder of a central variable, for its value (replica_variable.py).
 
         Answered from a thread (the holder may first have to reach that update), into the
@@ -219,8 +233,9 @@ class ReplicaRuntime(WorkerPlugin):
         """
 
         replica = self._replica(group)
-        asyncio.get_running_loop().run_in_executor(None, serve_central_read, replica, var_id, program, epoch,
-                                                   step, tag, src)
+        asyncio.get_running_loop().run_in_executor(
+            None, serve_central_read, replica, var_id, program, epoch, step, tag, src
+        )
         return "OK"
 
     async def release(self, group: str, keys: list[str]) -> str:
@@ -237,63 +252,6 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def abort(self, group: str, step: int, reason: str) -> None:
         self._mailbox(group).abort(step, reason)
-
-
-class ReplicaThread:
-    """The one thread a replica's programs run on (they block in collectives, so never on the event loop).
-
-    A queue and a thread rather than a ``ThreadPoolExecutor``: handing a program over and its reply
-    back costs one queue put and one ``call_soon_threadsafe``, without the executor's future chain.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._queue.put((loop, future, fn, args))
-        return future
-
-    def call(self, fn: Callable[..., Any], args: tuple[Any, ...],
-             done: Callable[[Any, BaseException | None], None]) -> None:
-        """Run ``fn(*args)`` after what is queued; ``done(result, error)`` is called on this thread."""
-        self._queue.put((None, done, fn, args))
-
-    def _serve(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            loop, future, fn, args = item
-            try:
-                result, error = fn(*args), None
-            except BaseException as e:  # noqa: BLE001 - handed to the awaiting handler
-                result, error = None, e
-            if loop is None:
-                try:
-                    future(result, error)
-                except Exception:  # noqa: BLE001 - a reply that cannot be sent must not stop the thread
-                    logger.exception("interdist: could not hand back a program's reply")
-                continue
-            try:
-                loop.call_soon_threadsafe(_settle, future, result, error)
-            except RuntimeError:  # the event loop closed (the worker is shutting down)
-                return
-
-    def shutdown(self) -> None:
-        self._queue.put(None)  # after whatever runs now; programs still queued are not waited for
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
 
 
 def _close_transport(replica: Replica) -> None:

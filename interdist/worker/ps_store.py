@@ -71,9 +71,13 @@ class ShardStore:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {"applied_count": self.applied_count, "applied_ids": list(self.applied),
-                    "staleness": list(self.staleness), "duplicates": self.duplicates,
-                    "shards": sorted(self.values)}
+            return {
+                "applied_count": self.applied_count,
+                "applied_ids": list(self.applied),
+                "staleness": list(self.staleness),
+                "duplicates": self.duplicates,
+                "shards": sorted(self.values),
+            }
 
 
 class PSRuntime(WorkerPlugin):
@@ -89,15 +93,17 @@ class PSRuntime(WorkerPlugin):
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="interdist-ps-step")
         # Datasets are made in a thread of their own, so that making one does not wait for a running step.
         self.input_executor = ThreadPoolExecutor(1, thread_name_prefix="interdist-ps-input")
-        worker.handlers.update({
-            "interdist_ps_create": self.create,
-            "interdist_ps_read": self.read,
-            "interdist_ps_apply": self.apply,
-            "interdist_ps_stats": self.stats,
-            "interdist_ps_drop": self.drop,
-            "interdist_ps_step": self.step,
-            "interdist_ps_input": self.input,
-        })
+        worker.handlers.update(
+            {
+                "interdist_ps_create": self.create,
+                "interdist_ps_read": self.read,
+                "interdist_ps_apply": self.apply,
+                "interdist_ps_stats": self.stats,
+                "interdist_ps_drop": self.drop,
+                "interdist_ps_step": self.step,
+                "interdist_ps_input": self.input,
+            }
+        )
         worker.interdist_ps = self
 
     def teardown(self, worker: Any) -> None:
@@ -120,8 +126,10 @@ class PSRuntime(WorkerPlugin):
 
     async def read(self, store: str, shard_ids: list[int]) -> bytes:
         if store not in self.stores:
-            raise KeyError(f"ps worker {self.worker.address} holds no variables of strategy {store} (was it "
-                           "restarted? a parameter server's variables are lost with it)")
+            raise KeyError(
+                f"ps worker {self.worker.address} holds no variables of strategy {store} (was it "
+                "restarted? a parameter server's variables are lost with it)"
+            )
         return bytes(cloudpickle.dumps(self.stores[store].read(list(shard_ids))))
 
     async def apply(self, store: str, step_id: str, updates: bytes, read_count: int | None = None) -> bool:
@@ -146,8 +154,9 @@ class PSRuntime(WorkerPlugin):
         """Make the per-worker datasets and iterators this worker lacks (``ps_input.sync_resources``)."""
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.input_executor, sync_resources, WorkerConnection(self.worker), store,
-                                          list(builds), list(drops), device)
+        return await loop.run_in_executor(
+            self.input_executor, sync_resources, WorkerConnection(self.worker), store, list(builds), list(drops), device
+        )
 
 
 def ensure_ps_plugin(client: Any) -> None:

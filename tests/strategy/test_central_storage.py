@@ -47,7 +47,7 @@ def worker_state(s: Any) -> dict[int, dict[str, Any]]:
     gid = s._group_id
 
     def look(dask_worker: Any) -> dict[str, Any]:
-        from interdist.replica.variable import CentralReplicaVariable
+        from interdist.replica.central import CentralReplicaVariable
 
         rep = dask_worker.interdist_runtime.replicas[gid]
         state = getattr(rep, "central_state", None)

@@ -11,7 +11,8 @@ from interdist.dashboard.components.timings import Timings
 from interdist.dashboard.components.watchdog import Watchdog
 
 # The order the inline dashboard stacks them in, and the names of the Dask pages.
-VIEWS: dict[str, type[View]] = {cls.name: cls for cls in
-                                (Progress, ReplicaValues, Placement, Timeline, Timings, Watchdog)}
+VIEWS: dict[str, type[View]] = {
+    cls.name: cls for cls in (Progress, ReplicaValues, Placement, Timeline, Timings, Watchdog)
+}
 
 __all__ = ["VIEWS", "Placement", "Progress", "ReplicaValues", "Timeline", "Timings", "View", "Watchdog"]

@@ -33,21 +33,36 @@ class Placement(View):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
-        self.source = ColumnDataSource({c: [] for c in COLUMNS}, name=f"interdist-{self.name}")  # found by tests in the browser
+        self.source = ColumnDataSource(
+            {c: [] for c in COLUMNS}, name=f"interdist-{self.name}"
+        )  # found by tests in the browser
         self.param_source = ColumnDataSource({c: [] for c in COLUMNS})
-        cols = [TableColumn(field="host", title="host", width=110),
-                TableColumn(field="worker", title="worker", width=190),
-                TableColumn(field="device", title="device", width=270),
-                TableColumn(field="replica", title="replica", width=60),
-                TableColumn(field="variables", title="variables")]
+        cols = [
+            TableColumn(field="host", title="host", width=110),
+            TableColumn(field="worker", title="worker", width=190),
+            TableColumn(field="device", title="device", width=270),
+            TableColumn(field="replica", title="replica", width=60),
+            TableColumn(field="variables", title="variables"),
+        ]
         height = kwargs.pop("height", 200)
-        self.table = DataTable(source=self.source, columns=cols, index_position=None,
-                               sizing_mode="stretch_width", height=height)
-        self.param_table = DataTable(source=self.param_source, columns=cols, index_position=None,
-                                     sizing_mode="stretch_width", height=max(80, height // 2))
-        self.root = column(Div(text="<b>Replicas</b> (host &rarr; worker &rarr; device)"), self.table,
-                           Div(text="<b>Parameter devices</b> (one copy per variable for the group)"),
-                           self.param_table, sizing_mode="stretch_width", **kwargs)
+        self.table = DataTable(
+            source=self.source, columns=cols, index_position=None, sizing_mode="stretch_width", height=height
+        )
+        self.param_table = DataTable(
+            source=self.param_source,
+            columns=cols,
+            index_position=None,
+            sizing_mode="stretch_width",
+            height=max(80, height // 2),
+        )
+        self.root = column(
+            Div(text="<b>Replicas</b> (host &rarr; worker &rarr; device)"),
+            self.table,
+            Div(text="<b>Parameter devices</b> (one copy per variable for the group)"),
+            self.param_table,
+            sizing_mode="stretch_width",
+            **kwargs,
+        )
 
     def _update(self, model: DashboardModel) -> None:
         central: dict[tuple[int, str], list[str]] = {}  # (holding replica, device) -> names
@@ -64,15 +79,29 @@ class Placement(View):
             if not self.shows_replica(r):
                 continue
             worker = model.workers.get(r, "")
-            rows.append({"host": host_of(worker), "worker": worker, "device": model.devices_of(r),
-                         "replica": str(r), "variables": ", ".join(self._names(per_replica[r]))})
+            rows.append(
+                {
+                    "host": host_of(worker),
+                    "worker": worker,
+                    "device": model.devices_of(r),
+                    "replica": str(r),
+                    "variables": ", ".join(self._names(per_replica[r])),
+                }
+            )
         # hosts first, then each host's workers in replica order (one worker per replica)
         rows.sort(key=lambda row: (row["host"], int(row["replica"])))
         params = []
         for (r, device), names in sorted(central.items()):
             worker = model.workers.get(r, "")
-            params.append({"host": host_of(worker), "worker": worker, "device": device,
-                           "replica": f"held by {r}", "variables": ", ".join(self._names(names))})
+            params.append(
+                {
+                    "host": host_of(worker),
+                    "worker": worker,
+                    "device": device,
+                    "replica": f"held by {r}",
+                    "variables": ", ".join(self._names(names)),
+                }
+            )
         set_data(self.source, {c: [row[c] for row in rows] for c in COLUMNS})
         set_data(self.param_source, {c: [row[c] for row in params] for c in COLUMNS})
 

@@ -24,10 +24,17 @@ class Progress(View):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
-        self.source = ColumnDataSource({c: [] for c in COLUMNS}, name=f"interdist-{self.name}")  # found by tests in the browser
+        self.source = ColumnDataSource(
+            {c: [] for c in COLUMNS}, name=f"interdist-{self.name}"
+        )  # found by tests in the browser
         self.status = Div(text="no steps yet")
-        fig = figure(height=kwargs.pop("height", 180), sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset",
-                     x_axis_label="seconds since first event", y_axis_label="steps finished")
+        fig = figure(
+            height=kwargs.pop("height", 180),
+            sizing_mode="stretch_width",
+            tools="xpan,xwheel_zoom,reset",
+            x_axis_label="seconds since first event",
+            y_axis_label="steps finished",
+        )
         fig.line(x="time", y="count", source=self.source)
         self.figure = fig
         self.root = column(self.status, fig, sizing_mode="stretch_width", **kwargs)
@@ -37,10 +44,17 @@ class Progress(View):
         done = list(model.steps_done)
         first = max(0, len(done) - SHOWN)
         shown = done[first:]
-        set_data(self.source, {"time": [t - t0 for t, _ in shown], "step": [s for _, s in shown],
-                               "count": list(range(first + 1, first + len(shown) + 1))})
+        set_data(
+            self.source,
+            {
+                "time": [t - t0 for t, _ in shown],
+                "step": [s for _, s in shown],
+                "count": list(range(first + 1, first + len(shown) + 1)),
+            },
+        )
         running = f", running step {model.running_step} ({model.last_fn})" if model.running_step is not None else ""
-        self.status.text = (f"<b>{len(done)}</b> step(s) finished on <b>{model.world_size}</b> replica(s), "
-                            f"<b>{model.steps_per_second():.1f}</b> steps/s{running}"
-                            + (f", <span style='color:red'>{len(model.failures)} failure(s)</span>"
-                               if model.failures else ""))
+        self.status.text = (
+            f"<b>{len(done)}</b> step(s) finished on <b>{model.world_size}</b> replica(s), "
+            f"<b>{model.steps_per_second():.1f}</b> steps/s{running}"
+            + (f", <span style='color:red'>{len(model.failures)} failure(s)</span>" if model.failures else "")
+        )

@@ -16,8 +16,7 @@ from bokeh.models.widgets import DataTable, Div, NumberFormatter, StringFormatte
 from interdist.dashboard.components._base import View, set_data
 from interdist.dashboard.model import DashboardModel
 
-COLUMNS = ["var_id", "variable", "replica", "shape", "dtype", "device", "norm", "checksum", "step",
-           "status", "color"]
+COLUMNS = ["var_id", "variable", "replica", "shape", "dtype", "device", "norm", "checksum", "step", "status", "color"]
 
 
 class ReplicaValues(View):
@@ -28,7 +27,9 @@ class ReplicaValues(View):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
-        self.source = ColumnDataSource({c: [] for c in COLUMNS}, name=f"interdist-{self.name}")  # found by tests in the browser
+        self.source = ColumnDataSource(
+            {c: [] for c in COLUMNS}, name=f"interdist-{self.name}"
+        )  # found by tests in the browser
         text = StringFormatter(text_color="color")  # red for diverged rows, from the "color" column
         num = NumberFormatter(format="0.000000", text_color="color")
         cols = [
@@ -43,8 +44,13 @@ class ReplicaValues(View):
             TableColumn(field="status", title="status", formatter=text),
         ]
         self.summary = Div(text="no variables yet")
-        self.table = DataTable(source=self.source, columns=cols, index_position=None,
-                               sizing_mode="stretch_width", height=kwargs.pop("height", 300))
+        self.table = DataTable(
+            source=self.source,
+            columns=cols,
+            index_position=None,
+            sizing_mode="stretch_width",
+            height=kwargs.pop("height", 300),
+        )
         self.root = column(self.summary, self.table, sizing_mode="stretch_width", **kwargs)
 
     def _update(self, model: DashboardModel) -> None:
@@ -61,14 +67,23 @@ class ReplicaValues(View):
                 status, color = "on-read (per replica)", "black"
             else:
                 status, color = "ok", "black"
-            row = {"var_id": var_id, "variable": name, "replica": replica,
-                   "shape": str(tuple(info.shape)) if info is not None else "?",
-                   "dtype": info.dtype if info is not None else "?", "device": c.device,
-                   "norm": c.norm, "checksum": c.checksum, "step": c.step, "status": status, "color": color}
+            row = {
+                "var_id": var_id,
+                "variable": name,
+                "replica": replica,
+                "shape": str(tuple(info.shape)) if info is not None else "?",
+                "dtype": info.dtype if info is not None else "?",
+                "device": c.device,
+                "norm": c.norm,
+                "checksum": c.checksum,
+                "step": c.step,
+                "status": status,
+                "color": color,
+            }
             for k in COLUMNS:
                 data[k].append(row[k])
         set_data(self.source, data)
         n_div = len(model.diverged_since)
-        self.summary.text = (f"<b>{len(model.variables)}</b> variable(s) on <b>{len(model.replicas)}</b> replica(s)"
-                             + (f" &mdash; <span style='color:red'><b>{n_div} diverged</b></span>" if n_div else
-                                " &mdash; copies agree"))
+        self.summary.text = f"<b>{len(model.variables)}</b> variable(s) on <b>{len(model.replicas)}</b> replica(s)" + (
+            f" &mdash; <span style='color:red'><b>{n_div} diverged</b></span>" if n_div else " &mdash; copies agree"
+        )

@@ -17,8 +17,21 @@ from bokeh.plotting import figure
 from interdist.dashboard.components._base import View, fmt_bytes, set_data
 from interdist.dashboard.model import DashboardModel
 
-COLUMNS = ["replica", "op", "step", "seq", "start", "mid", "end", "wait_ms", "transfer_ms", "nbytes", "bytes",
-           "algorithm", "backend"]
+COLUMNS = [
+    "replica",
+    "op",
+    "step",
+    "seq",
+    "start",
+    "mid",
+    "end",
+    "wait_ms",
+    "transfer_ms",
+    "nbytes",
+    "bytes",
+    "algorithm",
+    "backend",
+]
 # The newest collectives only: a plot of thousands of bars is unreadable and slow to send.
 SHOWN = 300
 
@@ -31,20 +44,43 @@ class Timeline(View):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
-        self.source = ColumnDataSource({c: [] for c in COLUMNS}, name=f"interdist-{self.name}")  # found by tests in the browser
-        fig = figure(title="collectives per replica: wait (grey) vs transfer (blue)",
-                     x_axis_label="seconds since first event", y_axis_label="replica",
-                     tools="xpan,xwheel_zoom,reset", height=kwargs.pop("height", 260),
-                     sizing_mode="stretch_width", **kwargs)
-        fig.hbar(y="replica", left="start", right="mid", height=0.6, source=self.source,
-                 color="#bbbbbb", legend_label="wait")
-        fig.hbar(y="replica", left="mid", right="end", height=0.6, source=self.source,
-                 color="#1f77b4", legend_label="transfer")
+        self.source = ColumnDataSource(
+            {c: [] for c in COLUMNS}, name=f"interdist-{self.name}"
+        )  # found by tests in the browser
+        fig = figure(
+            title="collectives per replica: wait (grey) vs transfer (blue)",
+            x_axis_label="seconds since first event",
+            y_axis_label="replica",
+            tools="xpan,xwheel_zoom,reset",
+            height=kwargs.pop("height", 260),
+            sizing_mode="stretch_width",
+            **kwargs,
+        )
+        fig.hbar(
+            y="replica", left="start", right="mid", height=0.6, source=self.source, color="#bbbbbb", legend_label="wait"
+        )
+        fig.hbar(
+            y="replica",
+            left="mid",
+            right="end",
+            height=0.6,
+            source=self.source,
+            color="#1f77b4",
+            legend_label="transfer",
+        )
         fig.yaxis.ticker = SingleIntervalTicker(interval=1)
         fig.add_layout(fig.legend[0], "right")  # outside the plot: inside, it hides the first bars
-        fig.add_tools(HoverTool(tooltips=[("op", "@op #@seq (step @step)"), ("wait", "@wait_ms{0.000} ms"),
-                                          ("transfer", "@transfer_ms{0.000} ms"), ("bytes", "@bytes"),
-                                          ("algorithm", "@algorithm / @backend")]))
+        fig.add_tools(
+            HoverTool(
+                tooltips=[
+                    ("op", "@op #@seq (step @step)"),
+                    ("wait", "@wait_ms{0.000} ms"),
+                    ("transfer", "@transfer_ms{0.000} ms"),
+                    ("bytes", "@bytes"),
+                    ("algorithm", "@algorithm / @backend"),
+                ]
+            )
+        )
         self.figure = fig
         self.root = fig
 

@@ -36,17 +36,24 @@ class Timings(View):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
-        self.source = ColumnDataSource({c: [] for c in COLUMNS}, name=f"interdist-{self.name}")  # found by tests in the browser
+        self.source = ColumnDataSource(
+            {c: [] for c in COLUMNS}, name=f"interdist-{self.name}"
+        )  # found by tests in the browser
         self._ops: list[str] = []
         height = kwargs.pop("height", 170)
-        hover = [("op", "@op (step @step, replica @replica)"), ("latency", "@latency_ms{0.000} ms"), ("bytes", "@nbytes"),
-                 ("bus bandwidth", "@bus_gbps{0.000} GB/s")]
+        hover = [
+            ("op", "@op (step @step, replica @replica)"),
+            ("latency", "@latency_ms{0.000} ms"),
+            ("bytes", "@nbytes"),
+            ("bus bandwidth", "@bus_gbps{0.000} GB/s"),
+        ]
         figs: list[Any] = []
         for field, label in [("latency_ms", "latency (ms)"), ("nbytes", "bytes"), ("bus_gbps", "bus bandwidth (GB/s)")]:
             # Share the first plot's time axis (an x_range of None would make Bokeh try pandas).
             shared: dict[str, Any] = {"x_range": figs[0].x_range} if figs else {}
-            fig = figure(height=height, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset",
-                         y_axis_label=label, **shared)
+            fig = figure(
+                height=height, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset", y_axis_label=label, **shared
+            )
             fig.scatter(x="time", y=field, color="color", source=self.source, size=5, legend_field="op")
             fig.add_tools(HoverTool(tooltips=hover))
             fig.add_layout(fig.legend[0], "right")  # outside the plot, so no point is hidden

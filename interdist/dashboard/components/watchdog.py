@@ -31,16 +31,25 @@ class Watchdog(View):
         super().__init__()
         self.threshold_s = threshold_s
         self.clock = clock  # injectable so tests need not sleep
-        self.source = ColumnDataSource({c: [] for c in COLUMNS}, name=f"interdist-{self.name}")  # found by tests in the browser
+        self.source = ColumnDataSource(
+            {c: [] for c in COLUMNS}, name=f"interdist-{self.name}"
+        )  # found by tests in the browser
         self.status = Div(text="no collectives yet")
-        cols = [TableColumn(field="op", title="collective", width=120),
-                TableColumn(field="step", title="step", width=50),
-                TableColumn(field="seq", title="#", width=40),
-                TableColumn(field="arrived", title="arrived (waiting s)"),
-                TableColumn(field="waiting_s", title="longest wait (s)", width=110),
-                TableColumn(field="missing", title="missing replicas", width=130)]
-        self.table = DataTable(source=self.source, columns=cols, index_position=None,
-                               sizing_mode="stretch_width", height=kwargs.pop("height", 160))
+        cols = [
+            TableColumn(field="op", title="collective", width=120),
+            TableColumn(field="step", title="step", width=50),
+            TableColumn(field="seq", title="#", width=40),
+            TableColumn(field="arrived", title="arrived (waiting s)"),
+            TableColumn(field="waiting_s", title="longest wait (s)", width=110),
+            TableColumn(field="missing", title="missing replicas", width=130),
+        ]
+        self.table = DataTable(
+            source=self.source,
+            columns=cols,
+            index_position=None,
+            sizing_mode="stretch_width",
+            height=kwargs.pop("height", 160),
+        )
         self.failures = Div(text="")
         self.root = column(self.status, self.table, self.failures, sizing_mode="stretch_width", **kwargs)
 
@@ -49,27 +58,39 @@ class Watchdog(View):
         return int(self.clock()) if model.waiting() else None
 
     def _update(self, model: DashboardModel) -> None:
-        stuck = [s for s in model.stuck(self.threshold_s, self.clock())
-                 if any(self.shows_replica(r) for r in list(s.arrived) + s.missing)]
-        set_data(self.source, {
-            "op": [s.op for s in stuck],
-            "step": [s.step for s in stuck],
-            "seq": [s.seq for s in stuck],
-            "arrived": [", ".join(f"{r} ({w:.1f})" for r, w in s.arrived.items()) for s in stuck],
-            "waiting_s": [round(max(s.arrived.values()), 1) for s in stuck],
-            "missing": [", ".join(str(r) for r in s.missing) or "(all arrived)" for s in stuck],
-        })
+        stuck = [
+            s
+            for s in model.stuck(self.threshold_s, self.clock())
+            if any(self.shows_replica(r) for r in list(s.arrived) + s.missing)
+        ]
+        set_data(
+            self.source,
+            {
+                "op": [s.op for s in stuck],
+                "step": [s.step for s in stuck],
+                "seq": [s.seq for s in stuck],
+                "arrived": [", ".join(f"{r} ({w:.1f})" for r, w in s.arrived.items()) for s in stuck],
+                "waiting_s": [round(max(s.arrived.values()), 1) for s in stuck],
+                "missing": [", ".join(str(r) for r in s.missing) or "(all arrived)" for s in stuck],
+            },
+        )
         if stuck:
-            self.status.text = (f"<span style='color:red'><b>{len(stuck)} collective(s) stuck</b></span> "
-                                f"for more than {self.threshold_s:g} s")
+            self.status.text = (
+                f"<span style='color:red'><b>{len(stuck)} collective(s) stuck</b></span> "
+                f"for more than {self.threshold_s:g} s"
+            )
         elif model.timeline:
-            self.status.text = (f"<span style='color:green'>OK</span>: {len(model.timeline)} collective exits, "
-                                f"{model.waiting()} open, none older than {self.threshold_s:g} s")
+            self.status.text = (
+                f"<span style='color:green'>OK</span>: {len(model.timeline)} collective exits, "
+                f"{model.waiting()} open, none older than {self.threshold_s:g} s"
+            )
         else:
             self.status.text = "no collectives yet"
         self.failures.text = "".join(
             f"<div style='color:red'>replica {f.replica} failed at step {f.step}: {_escape(f.error)}</div>"
-            for f in model.failures[-5:] if self.shows_replica(f.replica))
+            for f in model.failures[-5:]
+            if self.shows_replica(f.replica)
+        )
 
 
 def _escape(text: str) -> str:

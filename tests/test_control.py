@@ -13,6 +13,7 @@ import pytest
 
 import interdist as idist
 from interdist import control as local_control
+from interdist.worker import control_server
 
 
 def _endpoint(s: idist.MirroredStrategy, rank: int) -> dict[str, object]:
@@ -161,10 +162,10 @@ def test_socket_directories_of_killed_workers_are_removed() -> None:
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stale = tempfile.mkdtemp(prefix=f"{local_control._DIR_PREFIX}{dead.pid}-")
-    live = tempfile.mkdtemp(prefix=f"{local_control._DIR_PREFIX}{os.getpid()}-")
+    stale = tempfile.mkdtemp(prefix=f"{control_server._DIR_PREFIX}{dead.pid}-")
+    live = tempfile.mkdtemp(prefix=f"{control_server._DIR_PREFIX}{os.getpid()}-")
     try:
-        local_control._remove_stale_dirs()
+        control_server._remove_stale_dirs()
         assert not os.path.exists(stale) and os.path.isdir(live)
     finally:
         os.rmdir(live)

@@ -41,7 +41,7 @@ def test_event_roundtrip() -> None:
 
 
 def test_the_event_log_keeps_arrival_order_whether_or_not_it_expanded_yet() -> None:
-    from interdist.strategy.base import EventLog
+    from interdist.client.event_log import EventLog
 
     log = EventLog(maxlen=5)
     a = events.RunStarted("g", 1, 0, 1.0, "f", "run")

@@ -1,0 +1,136 @@
+"""TODO docstring"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hmac
+import logging
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from interdist.control import TOKEN_BYTES, host_id, pack, read_message, send_parts
+from interdist.protocol import lost_reply
+
+# -- the worker's side -----------------------------------------------------------
+_DIR_PREFIX = "interdist-control-"
+
+logger = logging.getLogger(__name__)
+
+
+def _remove_stale_dirs() -> None:
+    """Remove socket directories of this user's processes that are gone (killed: no atexit ran)."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(_DIR_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            pid = int(name[len(_DIR_PREFIX) :].split("-", 1)[0])
+            if os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(pid, 0)  # raises if no such process
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (ValueError, OSError):
+            continue
+
+
+class ControlServer:
+    """One per worker: a listening Unix socket and one serving thread per connection.
+
+    ``handle(msg, reply)`` is called on the serving thread for each request; it must
+    arrange for ``reply(dict)`` to be called once (from any thread).
+    """
+
+    def __init__(self, handle: Callable[[dict[str, Any], Callable[[dict[str, Any]], None]], None]) -> None:
+        self._handle = handle
+        self.token = secrets.token_bytes(TOKEN_BYTES)
+        _remove_stale_dirs()
+        self.dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")  # mode 0700: only this user may enter
+        self.path = os.path.join(self.dir, "control.sock")
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.path)
+        os.chmod(self.path, 0o600)
+        self._listener.listen(64)
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self.closed = False
+        atexit.register(self.close)  # the directory goes with the process, also without a teardown
+        threading.Thread(target=self._accept, name="interdist-control-accept", daemon=True).start()
+
+    def endpoint(self) -> dict[str, Any]:
+        return {"path": self.path, "token": self.token, "host": host_id()}
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                if self.closed:
+                    conn.close()
+                    return
+                self._conns.add(conn)
+            threading.Thread(target=self._serve, args=(conn,), name="interdist-control", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        write_lock = threading.Lock()
+
+        def reply(msg: dict[str, Any]) -> None:
+            parts = pack(msg)
+            with write_lock:
+                try:
+                    send_parts(conn, parts)
+                except OSError:
+                    pass  # the notebook went away; its group sees the step as lost
+
+        try:
+            conn.settimeout(10)
+            token = b""
+            while len(token) < TOKEN_BYTES:
+                chunk = conn.recv(TOKEN_BYTES - len(token))
+                if not chunk:
+                    return
+                token += chunk
+            if not hmac.compare_digest(token, self.token):
+                logger.warning("interdist: refused a control connection with a wrong token")
+                return
+            conn.settimeout(None)
+            conn.sendall(b"OK")
+            while True:
+                msg = read_message(conn)
+                if msg is None:
+                    return
+                try:
+                    self._handle(msg, reply)
+                except Exception as exc:  # noqa: BLE001 - reported as this step's reply
+                    reply(dict(lost_reply(exc, step=msg.get("step"))))
+        except OSError:
+            return
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def close(self) -> None:
+        atexit.unregister(self.close)
+        with self._lock:
+            self.closed = True
+            conns, self._conns = list(self._conns), set()
+        for c in [self._listener, *conns]:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                c.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
