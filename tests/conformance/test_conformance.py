@@ -1,15 +1,17 @@
 """interdist against values recorded from real TensorFlow 2.21.
 
-``seed_examples.json`` (shared/) must all pass. ``recorded_cases.json`` (our own
-recordings, tests/conformance/recorder/) must pass too, except the divergences
-listed below, each with its reason.
+``seed_examples.json`` (the given examples, see SEED_README.md) must all pass.
+``tf_cases.json``, ``tf_cases_2.json`` and ``tf_cases_3.json`` (our own recordings,
+made by recorder/record.py) must pass too, except the divergences listed below,
+each with its reason. All these files live beside this one; ``runner.load`` fails
+loudly when one is missing or empty.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .runner import RECORDED, SHARED, load, run_case
+from .runner import RECORDED, SEED, load, run_case
 
 # id -> why interdist differs from the recording (kept short and honest).
 KNOWN_DIVERGENCES: dict[str, str] = {
@@ -18,11 +20,28 @@ KNOWN_DIVERGENCES: dict[str, str] = {
                                    "but leaves the context clean",
 }
 
-SEED = load(SHARED)
-OURS = load(RECORDED) + load(RECORDED.with_name("tf_cases_2.json")) + load(RECORDED.with_name("tf_cases_3.json"))
+SEEDS = load(SEED)
+OURS = [c for path in RECORDED for c in load(path)]
 
 
-@pytest.mark.parametrize("case", SEED, ids=[c["id"] for c in SEED])
+def test_case_files_are_all_there() -> None:
+    """The counts at the time of writing: a file that shrinks or vanishes shows up here."""
+    assert len(SEEDS) >= 38
+    counts = {p.name: len(load(p)) for p in RECORDED}
+    assert all(counts[name] >= n for name, n in
+               {"tf_cases.json": 335, "tf_cases_2.json": 245, "tf_cases_3.json": 167}.items()), counts
+
+
+@pytest.mark.parametrize("bad", ["missing", "empty"])
+def test_load_refuses_a_missing_or_empty_file(tmp_path, bad: str) -> None:
+    path = tmp_path / "cases.json"
+    if bad == "empty":
+        path.write_text("[]")
+    with pytest.raises(FileNotFoundError if bad == "missing" else ValueError):
+        load(path)
+
+
+@pytest.mark.parametrize("case", SEEDS, ids=[c["id"] for c in SEEDS])
 def test_seed_example(case: dict) -> None:
     ok, detail = run_case(case)
     assert ok, detail

@@ -59,11 +59,19 @@ def test_missing_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_require_gpu_without_gpu() -> None:
     code = ("import interdist._gpu as g, interdist\n"
+            "try:\n    import cupy\n    print('cupy imports')\nexcept Exception:\n    print('no cupy')\n"
             "try:\n    g.require_gpu('here')\nexcept interdist.NoGPUError as e:\n    print('NoGPUError:', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
                          env={**_env(), "CUDA_VISIBLE_DEVICES": "-1"})
-    assert out.stdout.startswith("NoGPUError:"), out.stdout + out.stderr
-    assert "CuPy" in out.stdout or "GPU" in out.stdout
+    cupy_line, _, msg = out.stdout.partition("\n")
+    assert msg.startswith("NoGPUError:"), out.stdout + out.stderr
+    if cupy_line == "no cupy":  # the first check: CuPy itself
+        assert msg.startswith("NoGPUError: GPU replicas need CuPy in here: pip install 'interdist[gpu]'"), msg
+    else:  # CuPy imports, but CUDA_VISIBLE_DEVICES=-1 leaves CUDA no device: an error, or a count of 0
+        assert cupy_line == "cupy imports", out.stdout
+        assert msg.startswith(("NoGPUError: here has no usable GPU: CUDA reports ",
+                               "NoGPUError: here sees no GPU")), msg
+        assert "(CUDA_VISIBLE_DEVICES='-1')" in msg, msg
 
 
 def test_gpu_devices_on_cpu_workers_name_the_workers() -> None:

@@ -3,7 +3,7 @@
 Tooling only: nothing in the test suite imports this.
 
 Each case pairs an interdist program (``code``, shipped in
-``tests/conformance/recorded_cases.json``) with the same program written for
+``tests/conformance/tf_cases.json``, the file the tests load) with the same program written for
 TensorFlow (``tf_code``, kept here). The TF side runs in a separate virtual
 environment that has ``tensorflow-cpu==2.21.0``::
 
@@ -32,7 +32,7 @@ program, so a re-run only executes new or changed cases.
 
 ``expected`` is the JSON value TF gave, or ``{"raises": "ClassName"}``.
 ``tf.errors.InvalidArgumentError`` is recorded as ``ValueError`` (with
-``"tf_raises": "InvalidArgumentError"``, as in seed_examples.json); any other
+``"tf_raises": "InvalidArgumentError"``, as in ../seed_examples.json); any other
 class as itself.
 """
 
@@ -49,7 +49,7 @@ import textwrap
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-OUT = HERE.parent / "recorded_cases.json"
+OUT = HERE.parent / "tf_cases.json"  # what the tests load: review the git diff before committing
 RAW = HERE / "tf_raw.json"
 TF_PYTHON = os.environ.get("TF_PYTHON", "/work/tfvenv/bin/python")
 
@@ -184,18 +184,18 @@ def main() -> int:
     ap.add_argument("--fresh", action="store_true", help="ignore the cache")
     ap.add_argument("--show", action="store_true", help="print each selected outcome")
     ap.add_argument("--round2", action="store_true",
-                    help="record the round-2 cases (cases2.py) into recorded_cases_2.json / tf_raw_2.json")
+                    help="record the round-2 cases (cases2.py) into tf_cases_2.json / tf_raw_2.json")
     ap.add_argument("--round3", action="store_true",
-                    help="record the round-3 cases (cases3.py) into recorded_cases_3.json / tf_raw_3.json")
+                    help="record the round-3 cases (cases3.py) into tf_cases_3.json / tf_raw_3.json")
     a = ap.parse_args()
 
     global OUT, RAW
     if a.round3:
-        OUT = HERE.parent / "recorded_cases_3.json"
+        OUT = HERE.parent / "tf_cases_3.json"
         RAW = HERE / "tf_raw_3.json"
         import cases3  # noqa: F401  (fills CASES)
     elif a.round2:
-        OUT = HERE.parent / "recorded_cases_2.json"
+        OUT = HERE.parent / "tf_cases_2.json"
         RAW = HERE / "tf_raw_2.json"
         import cases2  # noqa: F401  (fills CASES)
     else:

@@ -1,4 +1,4 @@
-"""Run a round of recorded cases (recorded_cases_<N>.json) on interdist with runner.run_case.
+"""Run a round of recorded cases (tests/conformance/tf_cases.json for round 1, tf_cases_<N>.json after) on interdist with runner.run_case.
 
     .venv/bin/python tests/conformance/recorder/run_round.py [--round N] [-k SUBSTR] [--out FILE]
 """
@@ -22,13 +22,13 @@ def _alarm(*_):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-k", default="")
-    ap.add_argument("--round", type=int, default=2, help="which recorded_cases_<N>.json to run")
+    ap.add_argument("--round", type=int, default=2, help="1: tf_cases.json, N > 1: tf_cases_<N>.json")
     ap.add_argument("--out", default=None)
     ap.add_argument("--timeout", type=int, default=120)
     a = ap.parse_args()
     logging.disable(logging.CRITICAL)
     a.out = a.out or f"/tmp/r{a.round}/idist_results.json"
-    cases = json.loads((HERE.parent / f"recorded_cases_{a.round}.json").read_text())
+    cases = json.loads((HERE.parent / ("tf_cases.json" if a.round == 1 else f"tf_cases_{a.round}.json")).read_text())
     sel = [c for c in cases if a.k in c["id"]]
     res = {}
     signal.signal(signal.SIGALRM, _alarm)

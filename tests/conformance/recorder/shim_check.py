@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CASES = HERE.parent / "recorded_cases.json"
+CASES = HERE.parent / "tf_cases.json"
 
 CHILD = r'''
 import json, os, sys, types

@@ -1,9 +1,11 @@
-"""Host-staged all_reduce of CuPy arrays between two replicas that share GPU 0 (not a test; docs/gpu_run.md).
+"""Host-staged all_reduce of CuPy arrays between two replicas that share GPU 0 (results: tests/gpu/gpu_run.md).
 
-    python tests/gpu/bench_allreduce.py
+    cd benchmarks && python bench_gpu_allreduce.py
+
 Prints the median time of one ``strategy.run`` whose replica function all-reduces
 a float32 CuPy array (SUM), for a few sizes, and the same for NumPy arrays on the
-same two workers, so the cost of staging through host memory shows.
+same two workers, so the cost of staging through host memory shows. Without CuPy or
+a GPU it says so and exits 0 (``make bench`` runs it on CPU machines too).
 """
 
 from __future__ import annotations
@@ -17,7 +19,22 @@ import interdist as idist
 from interdist.client.cluster import local_gpu_cluster
 
 
+def no_gpu_reason() -> str | None:
+    """Why this machine cannot run the benchmark, or None."""
+    try:
+        import cupy
+
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as e:  # ImportError, or CUDA libraries/driver that fail to load
+        return f"CuPy/CUDA not usable here ({type(e).__name__}: {e})"
+    return None if count > 0 else "CUDA sees no GPU"
+
+
 def main() -> None:
+    reason = no_gpu_reason()
+    if reason is not None:
+        print(f"bench_gpu_allreduce: skipped, needs CuPy and an NVIDIA GPU: {reason}", flush=True)
+        return
     with local_gpu_cluster([0, 0]) as cluster, \
             idist.MirroredStrategy(["GPU:0", "GPU:1"], cluster=cluster) as s:
         for mb in (1, 16, 64):

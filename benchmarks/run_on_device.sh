@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The GPU run recorded in docs/gpu_run.md. From the repo root, on a machine with an NVIDIA GPU and CuPy,
+# The GPU run recorded in tests/gpu/gpu_run.md. From the repo root, on a machine with an NVIDIA GPU and CuPy,
 # where pip cannot reach an index: the wheels of dask, distributed & co. (same versions as the dev venv)
-# wait in .whl/ (see docs/gpu.md). Logs go to $OUT (default /tmp/gpu-out).
-#   bash tests/gpu/run_on_device.sh [gpu|cpu|bench|all]   (default: all)
+# wait in .whl/ (see tests/gpu/gpu_run.md). Logs go to $OUT (default /tmp/gpu-out).
+#   bash benchmarks/run_on_device.sh [gpu|cpu|bench|all]   (default: all)
 set -o pipefail
 what=${1:-all}
 OUT=${OUT:-/tmp/gpu-out}
@@ -38,6 +38,6 @@ if [ "$what" = cpu ] || [ "$what" = all ]; then
     rc=$((rc | $?))
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-    timeout 180 python3 tests/gpu/bench_allreduce.py 2>&1 | tee "$OUT/bench_allreduce.txt"
+    timeout 180 python3 benchmarks/bench_gpu_allreduce.py 2>&1 | tee "$OUT/bench_gpu_allreduce.txt"
 fi
 exit $rc
