@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench setup clean
+.PHONY: demo test lint bench setup clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,15 +17,32 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m interdist.demo
 
+# tests/ and the doctests of the package (pyproject.toml: testpaths, --doctest-modules)
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider tests interdist
+
+# The package's lint, format and strict typing, as configured in pyproject.toml; .ci/run runs it.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check interdist
+	$(VENV)/bin/ruff format --check interdist
+	$(VENV)/bin/mypy interdist
 
 bench: $(STAMP)
 	cd benchmarks && ../$(PY) bench_run.py
 	cd benchmarks && ../$(PY) bench_all_reduce.py
+	cd benchmarks && ../$(PY) bench_collective_paths.py
 	cd benchmarks && ../$(PY) bench_input.py
 	cd benchmarks && ../$(PY) bench_optimizer.py
+	cd benchmarks && ../$(PY) bench_central_storage.py
 	cd benchmarks && ../$(PY) bench_ps.py
+	cd benchmarks && ../$(PY) bench_dashboard.py
+	cd benchmarks && ../$(PY) bench_gpu_allreduce.py  # says "skipped" and exits 0 without CuPy and a GPU
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+
+# The committed JupyterLab bundle (interdist/labextension/) against extension/: rebuilt from the
+# lockfile (npm ci) in a temporary copy, it must come out byte for byte the same. Needs Node >= 20.
+.PHONY: check-extension
+check-extension: $(STAMP)
+	extension/check_bundle.sh

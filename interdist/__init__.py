@@ -1,6 +1,25 @@
 """interdist: TensorFlow's ``tf.distribute`` API for NumPy arrays, with replicas on Dask workers.
 
-This module only re-exports; the code lives in the subpackages.
+This module only re-exports; the code lives below it, in layers by where it runs. Each layer
+imports only the layers under it, function-local imports included (``tests/test_architecture.py``):
+
+====================  ===========================================================================
+layer                 modules
+====================  ===========================================================================
+core                  ``_context _convert _gpu _nest _reduction reduce_op errors events config
+                      device``: stdlib and NumPy only
+contract              ``protocol`` (the notebook <-> replica messages as types), ``control``
+                      (the same-host socket framing)
+collectives           ``collectives/`` (backends, algorithms, ``CrossDeviceOps``),
+                      ``cluster_resolver/``, ``partitioners``
+values, input         ``values/`` (distributed values, variables), ``input/`` (datasets)
+replica               ``replica/``: the SPMD engine, Dask-agnostic
+worker                ``worker/``: the Dask binding (one ``WorkerPlugin``)
+views                 ``dashboard/``, ``lab/``: read events only
+client                ``client/``: the notebook's side (clusters, groups, event log)
+api                   ``strategy/``, ``optimizers``, ``metrics``, ``checkpoint``, ``data``...
+top                   this module, ``experimental``, ``server``, ``demo``
+====================  ===========================================================================
 """
 
 from __future__ import annotations
