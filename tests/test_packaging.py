@@ -187,9 +187,6 @@ class NeedsPosix(Exception):
     """``import interdist`` failed on a module or attribute that Windows lacks."""
 
 
-@pytest.mark.xfail(strict=True, raises=NeedsPosix, reason=(
-    "interdist/collectives/shared_memory.py imports _posixshmem at module level (for shm_unlink), and "
-    "import interdist reaches it: experimental -> strategy.coordinator -> ... -> replica.central"))
 def test_import_without_posix_only_modules() -> None:
     list_modules = ("import json, sys, interdist; "
                     "print(json.dumps([m for m in sys.modules if m.split('.')[0] != 'interdist']))")

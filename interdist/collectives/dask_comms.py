@@ -25,7 +25,7 @@ from distributed.utils import sync
 from interdist import control as local_control
 from interdist.collectives.base import Packet, Transport
 from interdist.collectives.mailbox import Mailbox
-from interdist.collectives.shared_memory import PREFIX, SharedMemoryTransport, _unlink, _untracked
+from interdist.collectives.shared_memory import PREFIX, SharedMemoryTransport, _unlink, _untracked, shm_available
 from interdist.errors import CollectiveTimeoutError
 
 _MISSING: Any = object()
@@ -198,6 +198,8 @@ class DaskTransport(Transport):
 
     def _probe(self, dst: int) -> bool:
         token = secrets.token_hex(8)
+        if not shm_available():
+            return False  # no named POSIX segments here (Windows)
         try:
             shm = _untracked(
                 shared_memory.SharedMemory(name=f"{PREFIX}{os.getpid()}-probe-{token[:6]}", create=True, size=16)

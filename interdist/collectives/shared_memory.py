@@ -28,7 +28,6 @@ removed by the next transport created on that host (``sweep_stale``).
 
 from __future__ import annotations
 
-import _posixshmem
 import itertools
 import os
 import secrets
@@ -40,6 +39,16 @@ from typing import Any
 import numpy as np
 
 from interdist.collectives.base import Packet, Transport
+
+try:  # POSIX: unlink a segment by name without the resource tracker (_untracked)
+    import _posixshmem
+except ImportError:  # Windows has no named POSIX segments: the fast path is off there (shm_available)
+    _posixshmem = None
+
+
+def shm_available() -> bool:
+    """Named POSIX shared memory, which the same-host fast path needs."""
+    return _posixshmem is not None
 
 PREFIX = "idist-"
 _HEADER = 64
@@ -69,8 +78,10 @@ def _untracked(shm: shared_memory.SharedMemory) -> shared_memory.SharedMemory:
 
 
 def _unlink(shm: shared_memory.SharedMemory) -> None:
+    if _posixshmem is None:
+        return  # never reached: no segment is made where shm_available() is False
     try:
-        _posixshmem.shm_unlink(shm._name)  # type: ignore[attr-defined]
+        _posixshmem.shm_unlink(shm._name)
     except FileNotFoundError:  # already gone (the other side removed it)
         pass
 

@@ -50,7 +50,7 @@ class TensorSpec:
     Examples
     --------
     >>> TensorSpec((None, 3), "float32")
-    TensorSpec(shape=(None, 3), dtype=float32, name=None)
+    TensorSpec(shape=(None, 3), dtype=tf.float32, name=None)
     """
 
     shape: Shape
@@ -91,7 +91,7 @@ class TensorSpec:
         spec = other if isinstance(other, TensorSpec) else TensorSpec.from_value(other)
         if spec.dtype != self.dtype or spec.rank != self.rank:
             return False
-        return all(a is None or b is None or a == b for a, b in zip(self.shape, spec.shape))
+        return all(a is None or b is None or a == b for a, b in zip(self.shape, spec.shape, strict=True))
 
     def batched(self, batch_size: int | None) -> TensorSpec:
         """The spec of a stack of elements of this spec (new leading axis)."""
@@ -112,7 +112,7 @@ class TensorSpec:
         """
         if other.dtype != self.dtype or other.rank != self.rank:
             raise ValueError(f"{self!r} and {other!r} have no common TensorSpec")
-        shape = tuple(a if a == b else None for a, b in zip(self.shape, other.shape))
+        shape = tuple(a if a == b else None for a, b in zip(self.shape, other.shape, strict=True))
         return TensorSpec(shape, self.dtype, self.name)
 
 
