@@ -25,8 +25,11 @@ class _Settings:
     input_timeout: float = float(os.environ.get("INTERDIST_INPUT_TIMEOUT", "300"))
     # Embedded clusters idle this long after their last strategy closed are shut down.
     cluster_idle_timeout: float = float(os.environ.get("INTERDIST_CLUSTER_IDLE_TIMEOUT", "30"))
-    # Collectives backend used between replicas of one group.
-    collectives_backend: str = os.environ.get("INTERDIST_COLLECTIVES", "dask")
+    # Collectives backend between the replicas of a group on Dask workers, by its name in
+    # interdist.collectives.registry ("dask"; "local" serves one replica; "shm" and "nccl" cannot).
+    collectives_backend: str = os.environ.get(
+        "INTERDIST_COLLECTIVES_BACKEND", os.environ.get("INTERDIST_COLLECTIVES", "dask")
+    )
     # After a replica failed, how long the notebook waits for the others before reporting them stuck.
     stuck_grace: float = float(os.environ.get("INTERDIST_STUCK_GRACE", "10"))
     # Values at most this many bytes travel with the reply of ``run`` and are shown by repr.

@@ -1,6 +1,6 @@
 """The collective algorithms a replica uses, on top of any ``Transport``.
 
-``all_reduce`` has two algorithms, both bitwise identical on every rank:
+``all_reduce`` has three algorithms, all bitwise identical on every rank:
 
 - all-gather-reduce (the default, and on one host at every size): every rank
   sends its arrays to every peer and reduces all contributions itself, in rank
@@ -12,11 +12,17 @@
   sends the reduced chunk to everyone. Each element is reduced by exactly one
   rank and copied as bytes, so every rank ends with the same bytes. Each rank
   moves and adds 1/n of the data instead of all of it, for one more round.
+- reduce-broadcast (large batches among 3 or more replicas on one host): every
+  rank sends its arrays to one root, which reduces them once, in rank order, and
+  sends the result to every rank.
 
-The choice depends only on the shapes and on whether the group spans hosts
-(the same on every rank whenever the call is valid); the first message carries
-every rank's shapes, so a shape mismatch raises the same ``ValueError`` on
-every rank in either algorithm.
+Which one runs is ``Collectives.algorithm``, the same on every rank (it comes with
+the group spec, from the strategy's ``cross_device_ops``: ``cross_device_ops.py``):
+``AUTO`` chooses by the thresholds below, from the shapes and whether the group
+spans hosts only (the same on every rank whenever the call is valid); any other
+value forces that algorithm at every size. The first message carries every rank's
+shapes, so a shape mismatch raises the same ``ValueError`` on every rank in every
+algorithm.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import functools
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -52,12 +58,16 @@ RS_MIN_ELEMENTS_ONE_HOST = int(os.environ.get("INTERDIST_RS_MIN_ELEMENTS_ONE_HOS
 # 22.3-23.3 ms; 3 replicas 4 MB 5.2 vs 5.9 ms, 16 MB 14.5 vs 16.4 ms; 1 MB on 3 replicas even.
 RB_MIN_ELEMENTS_ONE_HOST = int(os.environ.get("INTERDIST_RB_MIN_ELEMENTS_ONE_HOST", str(1 << 18)))
 
+AUTO = "auto"  # chosen per call by the thresholds above
 AG = "all-gather-reduce"
 RS = "reduce-scatter-all-gather"
 RB = "reduce-broadcast"
+ALGORITHMS = (AUTO, AG, RS, RB)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _forget_on_error(method: Callable[..., Any]) -> Callable[..., Any]:
+def _forget_on_error(method: _F) -> _F:
     @functools.wraps(method)
     def wrapper(self: Collectives, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -66,7 +76,7 @@ def _forget_on_error(method: Callable[..., Any]) -> Callable[..., Any]:
             self.transport.forget()
             raise
 
-    return wrapper
+    return cast(_F, wrapper)
 
 
 def _phase2(seq: int) -> int:
@@ -79,11 +89,23 @@ def _bounds(size: int, n: int) -> list[int]:
 
 
 class Collectives:
-    """The ops a replica uses, on top of a transport. One instance per replica."""
+    """The ops a replica uses, on top of a transport. One instance per replica.
 
-    def __init__(self, transport: Transport, timeout: Callable[[], float]) -> None:
+    ``algorithm`` is the all_reduce algorithm (``AUTO``: by the thresholds) and ``root``
+    the rank that reduces in reduce-broadcast; both must be the same on every rank.
+    """
+
+    def __init__(
+        self, transport: Transport, timeout: Callable[[], float], algorithm: str = AUTO, root: int = 0
+    ) -> None:
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown all_reduce algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
+        if not 0 <= root < transport.world_size:
+            raise ValueError(f"reduce root {root} is not a rank of a group of {transport.world_size}")
         self.transport = transport
         self.timeout = timeout
+        self.algorithm = algorithm
+        self.root = root
         self.last_timing = Timing(0.0, 0.0, 0)
 
     @property
@@ -161,7 +183,7 @@ class Collectives:
         if not any_cupy(arrays):
             return self._all_reduce_host(step, seq, arrays, op, what)
         if self.world_size == 1:
-            self.last_timing = Timing(0.0, 0.0, 0, AG)
+            self.last_timing = Timing(0.0, 0.0, 0, self._alone())
             return [reduce_arrays([a], op) for a in arrays]
         out = self._all_reduce_host(step, seq, [to_host(a) for a in arrays], op, what)
         return [to_device(a) for a in out]
@@ -172,10 +194,16 @@ class Collectives:
     ) -> list[np.ndarray]:
         arrays = [np.asarray(a) for a in arrays]
         if self.world_size == 1:
-            self.last_timing = Timing(0.0, 0.0, 0, AG)
+            self.last_timing = Timing(0.0, 0.0, 0, self._alone())
             return [reduce_arrays([a], op) for a in arrays]
         shapes = [a.shape for a in arrays]
-        # Shapes and topology only: the same choice on every rank. (Whether the group spans
+        if self.algorithm == RB:
+            return self._reduce_broadcast(step, seq, arrays, shapes, op, what)
+        if self.algorithm == RS:
+            return self._reduce_scatter_all_gather(step, seq, arrays, shapes, op, what)
+        if self.algorithm == AG:
+            return self._all_gather_reduce(step, seq, arrays, shapes, op, what)
+        # AUTO. Shapes and topology only: the same choice on every rank. (Whether the group spans
         # hosts is symmetric: if it does, every rank has a peer on another host.)
         size = sum(a.size for a in arrays)
         spans = self.transport.spans_hosts()
@@ -185,6 +213,10 @@ class Collectives:
         if self.world_size >= 3 and size >= RB_MIN_ELEMENTS_ONE_HOST and not spans:
             return self._reduce_broadcast(step, seq, arrays, shapes, op, what)
         return self._all_gather_reduce(step, seq, arrays, shapes, op, what)
+
+    def _alone(self) -> str:
+        """The algorithm a group of one reports (nothing moves): the forced one, else all-gather-reduce."""
+        return AG if self.algorithm == AUTO else self.algorithm
 
     def _check(self, shapes: list[tuple[int, ...]], metas: dict[int, Any]) -> None:
         """Every rank's shapes agree (else the same ValueError on every rank)."""
@@ -221,11 +253,11 @@ class Collectives:
     def _reduce_broadcast(
         self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]], op: ReduceOp, what: str
     ) -> list[np.ndarray]:
-        """Every rank's arrays to rank 0, which reduces them once (in rank order: the same bits as
-        ``_all_gather_reduce``) and sends the result to every rank; or, when shapes disagree, the
+        """Every rank's arrays to ``self.root``, which reduces them once (in rank order: the same bits
+        as ``_all_gather_reduce``) and sends the result to every rank; or, when shapes disagree, the
         same ``ValueError`` to every rank."""
         t0 = time.perf_counter()
-        root, peers = 0, self._peers()
+        root, peers = self.root, self._peers()
         if self.rank != root:
             packet = pack((shapes, arrays))
             self.transport.send_packet([root], step, seq, packet)
@@ -292,10 +324,10 @@ class Collectives:
             recv = parts = None
             self._release(got)
         # round 2: every owner's reduced chunk to everyone, copied into place as bytes
-        outs = [np.empty(a.size, dtype=m.dtype) for a, m in zip(arrays, mine)]
+        outs = [np.empty(a.size, dtype=m.dtype) for a, m in zip(arrays, mine, strict=True)]
         for i, m in enumerate(mine):
             outs[i][bounds[i][me] : bounds[i][me + 1]] = m
-        packet = pack([o[b[me] : b[me + 1]] for o, b in zip(outs, bounds)])
+        packet = pack([o[b[me] : b[me + 1]] for o, b in zip(outs, bounds, strict=True)])
         sent += packet.nbytes
         self.transport.send_packet(peers, step, _phase2(seq), packet)
         got, wait2 = self._take(step, _phase2(seq), peers, what)
@@ -311,7 +343,7 @@ class Collectives:
         self.transport.flush(self.timeout())  # our chunks were read before anyone may change them
         wait += wait2
         self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, sent, RS)
-        return [o.reshape(s) for o, s in zip(outs, shapes)]
+        return [o.reshape(s) for o, s in zip(outs, shapes, strict=True)]
 
 
 def _reduce_owned(values: list[Any], op: ReduceOp) -> np.ndarray:

@@ -1,6 +1,11 @@
 """The collectives seam: a ``Transport`` moves packets between ranks; ``Collectives`` builds the ops.
 
-Every backend passes the same contract tests (tests/collectives). Every
+A backend is a ``Transport`` class registered by name (``registry.py``, filled in
+``collectives/__init__.py``): ``is_available()`` says whether it can run here (and
+``unavailable_reason()`` why not), ``for_worker(...)`` builds the one a replica on a
+Dask worker uses. The worker picks it by name (``config.settings.collectives_backend``,
+carried in the group spec) through ``registry.get_backend``. Every available backend
+passes the same contract tests (tests/collectives/test_contract.py). Every
 algorithm here keeps one property: each element of a reduced array is computed
 by exactly one rank (or by every rank the same way), adding the ranks'
 contributions in rank order, so every rank's result is bitwise identical and
@@ -24,9 +29,13 @@ import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from interdist.collectives.mailbox import Mailbox
+
+
+class BackendUnavailableError(RuntimeError):
+    """A known collectives backend that cannot run here (its ``unavailable_reason()`` says why)."""
 
 
 @dataclass
@@ -71,19 +80,50 @@ def pack(obj: Any) -> Packet:
 def unpack(packet: Packet, buffers: list[Any] | None = None, copy: bool = False) -> Any:
     """Rebuild the object of a packet; ``copy`` gives it private, writable arrays."""
     bufs = packet.buffers if buffers is None else buffers
-    if copy:
-        bufs = [bytearray(b) for b in bufs]
-    else:
-        # Arrays that come back read-only (a received frame, a shared view) are copied on
-        # write only by numpy's own operations; in-place user code needs writable ones.
-        bufs = [b if not memoryview(b).readonly else bytearray(b) for b in bufs]
+    # Without ``copy``, arrays that would come back read-only (a received frame, a shared view)
+    # are copied anyway: numpy copies them on write only in its own operations, and in-place
+    # user code needs writable ones.
+    bufs = [bytearray(b) if copy or memoryview(b).readonly else b for b in bufs]
     return pickle.loads(packet.header, buffers=bufs)
 
 
 class Transport(ABC):
-    """Point-to-point packets between the ranks of one replica group."""
+    """Point-to-point packets between the ranks of one replica group.
+
+    The class is also the backend: the registry holds transport classes, and these
+    class methods are all it asks of one (the backend protocol):
+
+    - ``is_available()``: whether the backend can run in this process;
+    - ``unavailable_reason()``: why not ("" when it can);
+    - ``for_worker(worker, group_id, rank, peers, mailbox, sockets)``: the transport of
+      rank ``rank`` of a group whose replicas are the Dask workers ``peers``.
+
+    ``unavailable_error`` is the exception ``registry.get_backend`` raises for a
+    known backend that is not available.
+    """
 
     name = "abstract"
+    unavailable_error: ClassVar[type[Exception]] = BackendUnavailableError
+
+    @classmethod
+    def is_available(cls) -> bool:
+        """Whether this backend can run here (``unavailable_reason`` says why not)."""
+        return not cls.unavailable_reason()
+
+    @classmethod
+    def unavailable_reason(cls) -> str:
+        """Why this backend cannot run here; "" when it can."""
+        return ""
+
+    @classmethod
+    def for_worker(
+        cls, worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox, sockets: bool = True
+    ) -> Transport:
+        """The transport of rank ``rank`` whose peers are the Dask workers at ``peers`` (``worker`` is this one)."""
+        raise ValueError(
+            f"the {cls.name!r} collectives backend cannot connect replicas on Dask workers; use 'dask' "
+            "(interdist.config.settings.collectives_backend, or INTERDIST_COLLECTIVES_BACKEND)"
+        )
 
     def __init__(self, rank: int, world_size: int, mailbox: Mailbox) -> None:
         self.rank = rank
@@ -113,7 +153,7 @@ class Transport(ABC):
         self.send_packet([dst], step, seq, Packet(payload))
         self.flush()
 
-    def flush(self, timeout: float | None = None) -> None:
+    def flush(self, timeout: float | None = None) -> None:  # noqa: B027 - an optional hook: a no-op for transports that need none
         """Wait until every packet sent so far was delivered (raises if one could not be)."""
 
     def peer_id(self, dst: int) -> str:
@@ -124,20 +164,20 @@ class Transport(ABC):
         """Whether some peer is on another host (the same answer on every rank)."""
         return False
 
-    def forget(self) -> None:
+    def forget(self) -> None:  # noqa: B027 - an optional hook: a no-op for transports that need none
         """A collective failed: stop tracking its sends (their errors would blame the next one)."""
 
     def view(self, packet: Packet) -> list[Any]:
         """The buffers of a received packet (views: valid until :meth:`release`)."""
         return packet.buffers
 
-    def release(self, packet: Packet) -> None:
+    def release(self, packet: Packet) -> None:  # noqa: B027 - an optional hook: a no-op for transports that need none
         """The receiver is done with ``packet`` (its buffers may be reused by the sender)."""
 
-    def abort_peers(self, step: int, reason: str) -> None:
+    def abort_peers(self, step: int, reason: str) -> None:  # noqa: B027 - an optional hook: a no-op for transports that need none
         """Release every peer waiting in ``step`` (this rank failed)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: a no-op for transports that need none
         """Release what the transport holds (connections, shared memory)."""
 
 
@@ -151,4 +191,4 @@ class Timing:
     algorithm: str = ""
 
 
-__all__ = ["INBAND_MAX", "Packet", "Timing", "Transport", "pack", "unpack"]
+__all__ = ["INBAND_MAX", "BackendUnavailableError", "Packet", "Timing", "Transport", "pack", "unpack"]

@@ -1,6 +1,7 @@
 """Worker-to-worker messages over Dask's own comms (TLS/UCX/auth come with them).
 
-``make_transport`` is what a worker uses: Dask comms, with packets of at least
+The ``dask`` collectives backend (the default). ``make_transport`` (its
+``DaskTransport.for_worker``) is what a worker uses: Dask comms, with packets of at least
 ``SHM_THRESHOLD`` bytes to peers on the same host going through shared memory
 (``collectives/shared_memory.py``). Whether a peer shares this host is probed
 once, on the first large packet to it: the peer must be able to open a segment
@@ -32,7 +33,16 @@ _MISSING: Any = object()
 
 
 class DaskTransport(Transport):
+    """Packets to peers as Dask RPCs, or over their control sockets when they share this host."""
+
     name = "dask"
+
+    @classmethod
+    def for_worker(
+        cls, worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox, sockets: bool = True
+    ) -> Transport:
+        """Dask comms with the same-host fast path (``make_transport``)."""
+        return make_transport(worker, group_id, rank, peers, mailbox, sockets)
 
     def __init__(
         self, worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox, sockets: bool = True
@@ -65,8 +75,8 @@ class DaskTransport(Transport):
         payload = {
             "h": packet.header,
             "s": packet.shm,
-            "b": [to_serialize(np.frombuffer(b, np.uint8)) for b in packet.buffers],
-        }  # type: ignore[no-untyped-call]
+            "b": [to_serialize(np.frombuffer(b, np.uint8)) for b in packet.buffers],  # type: ignore[no-untyped-call]
+        }
 
         async def one(dst: int) -> None:
             try:
@@ -92,7 +102,7 @@ class DaskTransport(Transport):
                 raw = {
                     "h": packet.header,
                     "s": packet.shm,
-                    "b": [memoryview(np.frombuffer(b, np.uint8)) for b in packet.buffers],
+                    "b": [np.frombuffer(b, np.uint8).data for b in packet.buffers],
                 }
                 parts = local_control.pack(
                     {"op": "coll", "group": self._group_id, "step": step, "seq": seq, "src": self.rank, "payload": raw}

@@ -1,34 +1,113 @@
-"""Collectives backends by name; the error for an unknown name lists the known ones."""
+"""Collectives backends by name: the table a worker picks its transport from.
+
+A backend is a ``Transport`` class (``base.py`` lists the class methods it must
+have). Backends are registered as ``"module:Class"`` strings and imported on first
+use, so registering one costs nothing and importing the engine
+(``collectives.algorithms``) never imports Dask. The built-in ones are registered
+in ``collectives/__init__.py``.
+
+- ``get_backend(name)``: the class; ``ValueError`` listing the known names for an
+  unknown one, the backend's ``unavailable_error`` (a ``RuntimeError``) for a known
+  one that cannot run here.
+- ``worker_transport(name, ...)``: what a worker calls when a replica joins;
+  ``name`` None means ``config.settings.collectives_backend``.
+"""
 
 from __future__ import annotations
 
+import importlib
+import threading
 from typing import Any
 
-_BACKENDS: dict[str, str] = {
-    "local": "interdist.collectives.local:LocalTransport",
-    "dask": "interdist.collectives.dask_comms:DaskTransport",
-    "shm": "interdist.collectives.shared_memory:SharedMemoryTransport",
-}
+from interdist.collectives.base import BackendUnavailableError, Transport
+from interdist.collectives.mailbox import Mailbox
+from interdist.config import settings
+
+_BACKENDS: dict[str, str] = {}
+_loaded: dict[str, type[Transport]] = {}
+_lock = threading.Lock()
 
 
-def register_backend(name: str, target: str) -> None:
-    """Register ``"module:Class"`` as the transport of backend ``name``."""
-    _BACKENDS[name] = target
+def register_backend(name: str, target: str | type[Transport]) -> None:
+    """Register a transport class, or ``"module:Class"`` (imported on first use), as backend ``name``."""
+    with _lock:
+        _loaded.pop(name, None)
+        if isinstance(target, str):
+            _BACKENDS[name] = target
+        else:
+            _BACKENDS[name] = f"{target.__module__}:{target.__qualname__}"
+            _loaded[name] = target
 
 
 def backend_names() -> list[str]:
+    """Every registered name, available here or not."""
     return sorted(_BACKENDS)
 
 
-def get_backend(name: str) -> Any:
-    """The transport class of backend ``name``."""
+def load_backend(name: str) -> type[Transport]:
+    """The class of backend ``name`` whether or not it can run here (``ValueError`` if unknown)."""
+    cls = _loaded.get(name)
+    if cls is not None:
+        return cls
     try:
         target = _BACKENDS[name]
     except KeyError:
         raise ValueError(
             f"unknown collectives backend {name!r}; known backends: {', '.join(backend_names())}"
         ) from None
-    import importlib
-
     module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    try:
+        loaded = getattr(importlib.import_module(module), attr)
+    except ImportError as e:
+        raise BackendUnavailableError(
+            f"collectives backend {name!r} could not be imported ({target}): {type(e).__name__}: {e}"
+        ) from e
+    if not (isinstance(loaded, type) and issubclass(loaded, Transport)):
+        raise TypeError(f"collectives backend {name!r} ({target}) is not a Transport class")
+    with _lock:
+        _loaded.setdefault(name, loaded)
+    return loaded
+
+
+def get_backend(name: str) -> type[Transport]:
+    """The transport class of backend ``name``, which can run here (else a clear error)."""
+    cls = load_backend(name)
+    if not cls.is_available():
+        raise cls.unavailable_error(f"collectives backend {name!r} is not available here: {cls.unavailable_reason()}")
+    return cls
+
+
+def available_backends() -> list[str]:
+    """The registered names whose backend can run here."""
+    out = []
+    for name in backend_names():
+        try:
+            if load_backend(name).is_available():
+                out.append(name)
+        except BackendUnavailableError:
+            continue
+    return out
+
+
+def worker_transport(
+    name: str | None,
+    worker: Any,
+    group_id: str,
+    rank: int,
+    peers: list[str],
+    mailbox: Mailbox,
+    sockets: bool = True,
+) -> Transport:
+    """The transport of a replica joining on a Dask worker, from backend ``name`` (None: the setting)."""
+    backend = get_backend(name or settings.collectives_backend)
+    return backend.for_worker(worker, group_id, rank, peers, mailbox, sockets)
+
+
+__all__ = [
+    "available_backends",
+    "backend_names",
+    "get_backend",
+    "load_backend",
+    "register_backend",
+    "worker_transport",
+]

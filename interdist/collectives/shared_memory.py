@@ -28,6 +28,7 @@ removed by the next transport created on that host (``sweep_stale``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import secrets
@@ -39,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from interdist.collectives.base import Packet, Transport
+from interdist.collectives.mailbox import Mailbox
 
 try:  # POSIX: unlink a segment by name without the resource tracker (_untracked)
     import _posixshmem
@@ -49,6 +51,7 @@ except ImportError:  # Windows has no named POSIX segments: the fast path is off
 def shm_available() -> bool:
     """Named POSIX shared memory, which the same-host fast path needs."""
     return _posixshmem is not None
+
 
 PREFIX = "idist-"
 _HEADER = 64
@@ -81,7 +84,7 @@ def _unlink(shm: shared_memory.SharedMemory) -> None:
     if _posixshmem is None:
         return  # never reached: no segment is made where shm_available() is False
     try:
-        _posixshmem.shm_unlink(shm._name)
+        _posixshmem.shm_unlink(shm._name)  # type: ignore[attr-defined]
     except FileNotFoundError:  # already gone (the other side removed it)
         pass
 
@@ -161,10 +164,40 @@ class _Slot:
         _close(self.shm)
 
 
+@functools.cache
+def _shm_unusable() -> str:
+    """Why this process cannot create and map a POSIX shared-memory segment ("" when it can)."""
+    if not shm_available():
+        return "this platform has no named POSIX shared memory (no _posixshmem)"
+    try:
+        shm = _untracked(
+            shared_memory.SharedMemory(name=f"{PREFIX}{os.getpid()}-check-{secrets.token_hex(4)}", create=True, size=64)
+        )
+    except OSError as e:
+        return f"POSIX shared memory is not usable here ({type(e).__name__}: {e})"
+    _unlink(shm)
+    _close(shm)
+    return ""
+
+
 class SharedMemoryTransport(Transport):
     """Wraps ``inner`` (which carries control packets): big packets to local peers via shared memory."""
 
     name = "shm"
+
+    @classmethod
+    def unavailable_reason(cls) -> str:
+        return _shm_unusable()
+
+    @classmethod
+    def for_worker(
+        cls, worker: Any, group_id: str, rank: int, peers: list[str], mailbox: Mailbox, sockets: bool = True
+    ) -> Transport:
+        raise ValueError(
+            "the 'shm' collectives backend wraps another transport (it carries the control messages); "
+            "on Dask workers use 'dask', which already sends large packets to peers on the same host "
+            "through shared memory (interdist.config.settings.collectives_backend, or INTERDIST_COLLECTIVES_BACKEND)"
+        )
 
     def __init__(
         self, inner: Transport, is_local: Callable[[int], bool] | None = None, threshold: int | None = None
@@ -223,9 +256,9 @@ class SharedMemoryTransport(Transport):
         try:
             slot.mark_busy(token)
             base = slot.header_bytes
-            for b, off, s in zip(packet.buffers, offsets, sizes):
+            for b, off, s in zip(packet.buffers, offsets, sizes, strict=True):
                 np.copyto(np.ndarray((s,), np.uint8, slot.shm.buf, base + off), np.frombuffer(b, np.uint8))
-            spans = [[base + o, s] for o, s in zip(offsets, sizes)]
+            spans = [[base + o, s] for o, s in zip(offsets, sizes, strict=True)]
 
             def failed(exc: BaseException) -> None:
                 self._retire(dsts, slot)

@@ -6,6 +6,7 @@ from typing import Any
 
 from interdist import device as device_lib
 from interdist.client.cluster import visible_gpus
+from interdist.collectives.cross_device_ops import all_reduce_choice
 from interdist.config import get_logical_cpu_devices
 from interdist.strategy.base import Strategy
 
@@ -55,12 +56,14 @@ class MirroredStrategy(Strategy):
     """
 
     def __init__(self, devices: Any = None, cross_device_ops: Any = None, cluster: Any = None) -> None:
-        # TF accepts any object here and fails only when it is used; interdist's replicas choose
-        # the algorithm themselves, so the value is kept for inspection.
+        # TF accepts any object here and fails only when it is used (replica/view.py); a
+        # CrossDeviceOps picks the replicas' all_reduce algorithm (collectives/cross_device_ops.py).
         self._cross_device_ops = cross_device_ops
         cdo = (
             None
             if cross_device_ops is None
             else (type(cross_device_ops).__name__, getattr(cross_device_ops, "num_packs", None))
         )
-        super().__init__(resolve_devices(devices), cluster, spec={"cross_device_ops": cdo})
+        resolved = resolve_devices(devices)
+        choice = all_reduce_choice(cross_device_ops, resolved)
+        super().__init__(resolved, cluster, spec={"cross_device_ops": cdo, "all_reduce": choice})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from interdist.collectives.algorithms import _BLOCK, _reduce_owned
 from interdist._reduction import reduce_arrays
+from interdist.collectives.algorithms import _BLOCK, _reduce_owned
 from interdist.reduce_op import ReduceOp
 
 

@@ -1,7 +1,8 @@
-"""The collectives contract on the shared-memory transport, and its segment hygiene.
+"""The shared-memory transport beyond the contract (test_contract.py runs that on it): segment
+hygiene and reuse, every algorithm through segments, replaced peers, senders running ahead.
 
-Ranks are threads here (the control messages go through the in-process transport),
-but every packet over the threshold really goes through a POSIX shared-memory
+Ranks are threads here (``_harness.py``; the control messages go through the in-process
+transport), but every packet over the threshold really goes through a POSIX shared-memory
 segment, mapped and unlinked exactly as between worker processes.
 """
 
@@ -11,7 +12,6 @@ import glob
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,15 +20,15 @@ import numpy as np
 import pytest
 
 from interdist.collectives import algorithms
-from interdist.collectives.base import Packet
 from interdist.collectives.algorithms import Collectives
-from interdist._reduction import reduce_arrays
+from interdist.collectives.base import Packet
 from interdist.collectives.local import LocalTransport, local_group
 from interdist.collectives.shared_memory import PREFIX, SharedMemoryTransport, sweep_stale
-from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
+from interdist.errors import CollectiveTimeoutError
 from interdist.reduce_op import ReduceOp
 
-THRESHOLD = 1024  # bytes: anything bigger goes through a segment
+from ._harness import THRESHOLD, run_threads
+from ._harness import shm_group as _group
 
 
 def _segments() -> set[str]:
@@ -42,30 +42,7 @@ def _no_segment_leaked() -> Iterator[None]:
     assert _segments() - before == set(), "a shared-memory segment outlived its test"
 
 
-def _group(world: int, threshold: int = THRESHOLD) -> list[SharedMemoryTransport]:
-    return [SharedMemoryTransport(t, threshold=threshold) for t in local_group(world)]
-
-
-def _run(transports: list[SharedMemoryTransport], body: Any, timeout: float = 5.0,
-         close: bool = True) -> list[Any]:
-    colls = [Collectives(t, lambda: timeout) for t in transports]
-    out: list[Any] = [None] * len(transports)
-
-    def go(r: int) -> None:
-        try:
-            out[r] = body(r, colls[r])
-        except BaseException as e:  # noqa: BLE001 - returned to the test
-            out[r] = e
-
-    threads = [threading.Thread(target=go, args=(r,)) for r in range(len(transports))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    if close:
-        for tr in transports:
-            tr.close()
-    return out
+_run = run_threads
 
 
 @pytest.fixture(params=["all-gather", "reduce-scatter", "reduce-broadcast"])
@@ -112,21 +89,6 @@ def test_all_reduce_closed_form(world: int, dtype: Any, op: ReduceOp, size: int,
         assert out[r].dtype == want_dtype and out[r].shape == (size,)
         assert np.allclose(out[r], expected)
         assert out[r].tobytes() == out[0].tobytes()
-
-
-@pytest.mark.parametrize("world", [2, 3, 4])
-def test_bitwise_identical_to_reduce_arrays(world: int, algorithm: str) -> None:
-    # Rounding-sensitive data, odd sizes (not divisible by world, smaller than world), a batch.
-    rng = np.random.default_rng(0)
-    data = [[rng.standard_normal(s).astype(np.float32) * np.float32(10.0) ** rng.integers(-3, 4, s).astype(np.float32) for s in (1, 2, 40_001)]
-            + [rng.standard_normal((3, 5, 7))] for _ in range(world)]
-    for op in (ReduceOp.SUM, ReduceOp.MEAN):
-        out = _run(_group(world), lambda r, c, op=op: c.all_reduce(1, 1, data[r], op, "t"))
-        for i in range(len(data[0])):
-            want = reduce_arrays([d[i] for d in data], op)
-            for r in range(world):
-                assert out[r][i].dtype == want.dtype and out[r][i].shape == want.shape
-                assert out[r][i].tobytes() == want.tobytes()
 
 
 def test_mixed_dtypes_across_ranks_follow_result_type(algorithm: str) -> None:
@@ -195,36 +157,6 @@ def test_timeout_while_a_segment_is_pending() -> None:
     assert _segments() - before == set()
     for t in transports:
         t.close()
-
-
-def test_abort_while_segments_are_pending() -> None:
-    before = _segments()
-    transports = _group(3)
-    colls = [Collectives(t, lambda: 30.0) for t in transports]
-    errors: list[BaseException] = []
-
-    def wait(r: int) -> None:
-        try:
-            colls[r].all_reduce(7, 1, [np.ones(50_000)], ReduceOp.SUM, "all_reduce")
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    threads = [threading.Thread(target=wait, args=(r,)) for r in (0, 1)]
-    for t in threads:
-        t.start()
-    time.sleep(0.2)
-    t0 = time.monotonic()
-    transports[2].abort_peers(7, "replica 2 raised ValueError: boom")
-    for t in threads:
-        t.join(5)
-    assert time.monotonic() - t0 < 1.0
-    assert len(errors) == 2 and all(isinstance(e, CollectiveAbortedError) for e in errors)
-    # rank 2 never took its messages from ranks 0 and 1; closing drops them and frees the names
-    transports[2].mailbox.begin_step(8)
-    assert _segments() - before == set()
-    # the group stays usable after the aborted step
-    out = _run(transports, lambda r, c: c.all_reduce(8, 1, [np.ones(50_000) * r], ReduceOp.SUM, "t")[0])
-    assert all(np.all(o == 3.0) for o in out)
 
 
 def test_closing_the_sender_unlinks_what_nobody_mapped() -> None:
