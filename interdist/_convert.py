@@ -2,11 +2,14 @@
 
 TF's defaults differ from NumPy's: Python ints become int32 (int64 when they do
 not fit), Python floats float32. Values that already have a dtype keep it.
+
+``np.ndarray`` in the signatures here stands for CuPy arrays too (a GPU replica's values):
+CuPy mirrors NumPy's API, and the array-module helpers of ``_gpu`` return ``Any``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -40,7 +43,7 @@ def _leaves(x: Any) -> list[Any]:
 def as_array(x: Any, dtype: Any = None) -> np.ndarray:
     """``x`` as an ndarray with TF's default dtypes for Python numbers (CuPy arrays stay CuPy arrays)."""
     if is_cupy(x):  # a GPU replica's value: stays on its device
-        return x if dtype is None else x.astype(dtype, copy=False)  # type: ignore[no-any-return]
+        return cast("np.ndarray", x if dtype is None else x.astype(dtype, copy=False))
     if hasattr(x, "__array__") and not isinstance(x, np.ndarray):
         x = np.asarray(x)
     if isinstance(x, np.ndarray):
@@ -112,11 +115,11 @@ def apply_op(op: str, current: np.ndarray, value: np.ndarray) -> np.ndarray:
     if _gpu.is_cupy(current):
         value = _gpu.to_device(value)  # a GPU replica's copy stays on its device
     if op == "assign":
-        return _gpu.copy(value)
+        return cast("np.ndarray", _gpu.copy(value))
     if op == "assign_add":
-        return _gpu.asarray(current + value, dtype=current.dtype)
+        return cast("np.ndarray", _gpu.asarray(current + value, dtype=current.dtype))
     if op == "assign_sub":
-        return _gpu.asarray(current - value, dtype=current.dtype)
+        return cast("np.ndarray", _gpu.asarray(current - value, dtype=current.dtype))
     raise ValueError(f"unknown variable update {op!r}")
 
 

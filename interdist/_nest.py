@@ -72,7 +72,9 @@ def map_structure(fn: Callable[..., Any], *structures: Any) -> Any:
     for other in structures[1:]:
         assert_same_structure(first, other)
     flat = [flatten(s) for s in structures]
-    return pack_sequence_as(first, [fn(*leaves) for leaves in zip(*flat)])
+    # Not strict: assert_same_structure lets a dict stand for a sequence of as many elements (its
+    # values unchecked), so the leaf counts may differ; zip keeps its old behaviour there.
+    return pack_sequence_as(first, [fn(*leaves) for leaves in zip(*flat, strict=False)])
 
 
 def assert_same_structure(a: Any, b: Any) -> None:
@@ -87,5 +89,5 @@ def assert_same_structure(a: Any, b: Any) -> None:
     elif isinstance(a, (tuple, list)):
         if len(a) != len(b):
             raise ValueError(f"The two structures don't have the same number of elements: {len(a)} and {len(b)}")
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=True):
             assert_same_structure(x, y)

@@ -1,12 +1,13 @@
 """``Strategy.reduce`` arithmetic on components that are all at hand.
 
 Shared by the notebook (default strategy) and the replicas (inside ``merge_call``),
-so the rules are written once.
+so the rules are written once. ``np.ndarray`` here stands for CuPy arrays too (a GPU
+replica's values): ``xp`` is ``numpy`` or ``cupy``, so what it returns is typed ``Any``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -46,8 +47,8 @@ def combine(op: ReduceOp, parts: list[tuple[np.ndarray, int]], axis: int | None)
     denom = sum(p[1] for p in parts)
     xp = xp_of(numer)  # numpy, or cupy for a GPU replica's values
     if numer.dtype.kind == "f":
-        return xp.asarray(numer / xp.asarray(denom, dtype=numer.dtype), dtype=numer.dtype)
-    return xp.asarray(numer / denom, dtype=xp.float64)  # TF's truediv of integers
+        return cast("np.ndarray", xp.asarray(numer / xp.asarray(denom, dtype=numer.dtype), dtype=numer.dtype))
+    return cast("np.ndarray", xp.asarray(numer / denom, dtype=xp.float64))  # TF's truediv of integers
 
 
 def reduce_components(op: ReduceOp, components: list[Any], axis: int | None) -> np.ndarray:
@@ -90,7 +91,7 @@ def reduce_arrays(values: list[Any], op: ReduceOp) -> np.ndarray:
     total = xp.array(arrays[0], dtype=dtype, copy=True)
     for a in arrays[1:]:
         total = total + a
-    total = xp.asarray(total, dtype=dtype)
+    total = cast("np.ndarray", xp.asarray(total, dtype=dtype))
     if op == ReduceOp.MEAN:
         return mean_of_sum(total, len(arrays))
     return total
@@ -108,5 +109,5 @@ def mean_of_sum(total: np.ndarray, n: int) -> np.ndarray:
     """
     xp = xp_of(total)  # numpy, or cupy for a GPU replica's values
     if not np.issubdtype(total.dtype, np.inexact):
-        return xp.asarray(total / n, dtype=np.float64)
-    return xp.asarray(total / xp.asarray(n, dtype=total.dtype), dtype=total.dtype)
+        return cast("np.ndarray", xp.asarray(total / n, dtype=np.float64))
+    return cast("np.ndarray", xp.asarray(total / xp.asarray(n, dtype=total.dtype), dtype=total.dtype))

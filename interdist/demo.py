@@ -7,6 +7,8 @@ Dask dashboard address.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 import interdist as idist
@@ -28,7 +30,7 @@ def main(steps: int = 20, replicas: int = 4) -> list[float]:
         data = idist.data.Dataset.from_tensor_slices((x, y)).batch(global_batch)
         dist = strategy.experimental_distribute_dataset(data)
 
-        def step(batch):
+        def step(batch: tuple[Any, Any]) -> Any:
             xb, yb = batch
             err = np.asarray(w) * xb + np.asarray(b) - yb  # loss = sum(err**2) / (2 * global_batch)
             opt.apply_gradients([(np.sum(err * xb) / global_batch, w), (np.sum(err) / global_batch, b)])

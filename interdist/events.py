@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -177,6 +178,10 @@ def unpack_batch(logged: Any) -> list[dict[str, Any]]:
     return list(logged.get("batch", ()))  # a batch logged as plain structures
 
 
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
+def _compute_field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
+
+
+# Typed as a plain callable: the cache's own signature asks for ``Hashable`` arguments, which mypy
+# does not see a dataclass's class object as (its ``__hash__`` is the instances' one).
+_field_names: Callable[[type], tuple[str, ...]] = functools.cache(_compute_field_names)

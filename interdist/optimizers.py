@@ -65,7 +65,7 @@ class Optimizer:
 
     def _distributed_apply(self, strategy: Any, pairs: list[tuple[Any, Any]], from_notebook: bool = False) -> None:
         reduced = strategy.extended.batch_reduce_to(ReduceOp.SUM, [(g, v) for g, v in pairs])
-        for (_, var), grad in zip(pairs, reduced):
+        for (_, var), grad in zip(pairs, reduced, strict=True):  # one reduced value per pair
             strategy.extended.update(var, self._update_one, args=(grad, from_notebook), group=False)
         self.iterations.assign_add(np.int64(1))
 
@@ -74,7 +74,8 @@ class Optimizer:
         replica = getattr(strategy, "_replica", None)
         if replica is not None and not _context.is_default(strategy):
             store = replica.store.setdefault(f"optimizer:{self._id}", {})
-            return store.setdefault(var.var_id, {})  # type: ignore[no-any-return]
+            slots: dict[str, Any] = store.setdefault(var.var_id, {})
+            return slots
         return self._local_slots.setdefault(id(var), {})
 
     _has_slots = False  # optimizers with per-variable state (momentum, moments)

@@ -56,7 +56,7 @@ class MinSizePartitioner(Partitioner):
     def __call__(self, shape: Any, dtype: Any, axis: int = 0) -> list[int]:
         total = int(np.prod(shape)) * _bytes_per_element(dtype, self._bps)
         out = [1] * len(shape)
-        out[axis] = max(1, min(int(shape[axis]), self._max, int(math.ceil(total / self._min))))
+        out[axis] = max(1, min(int(shape[axis]), self._max, math.ceil(total / self._min)))
         return out
 
 
@@ -72,7 +72,7 @@ class MaxSizePartitioner(Partitioner):
         rows = int(shape[axis])
         per_row = int(np.prod(shape)) / max(rows, 1) * _bytes_per_element(dtype, self._bps)
         rows_per_shard = max(1, math.floor(self._max_bytes / per_row)) if per_row else rows
-        shards = int(math.ceil(rows / rows_per_shard)) if rows else 1
+        shards = math.ceil(rows / rows_per_shard) if rows else 1
         if self._max is not None:
             shards = min(self._max, shards)
         out = [1] * len(shape)

@@ -44,6 +44,10 @@ class GroupSpec(TypedDict, total=False):
     cross_device_ops: Any  # a CrossDeviceOps instance, or None
     timeout: float | None  # collective timeout in seconds (None: settings.collective_timeout)
     local_control: bool
+    # Collectives: the all_reduce algorithm {"algorithm", "root"} (collectives.cross_device_ops.all_reduce_choice)
+    # and the transport backend's name in collectives.registry (config.settings.collectives_backend).
+    all_reduce: dict[str, Any]
+    collectives_backend: str
 
 
 class VariableMeta(TypedDict, total=False):

@@ -88,7 +88,7 @@ def _start_local_cpu(n: int) -> Lease:
     register_pages()  # the scheduler reads its dashboard pages once, as it starts
     with _malloc_env():
         cluster = _local_cluster(n, LocalCluster)
-    client = Client(cluster, set_as_default=False)
+    client = Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]  # distributed is untyped
     lease = _lease_from(client, cluster, n, embedded=True, key=("CPU", n))
     _list_for_lab(lease, cluster, n)
     return lease
@@ -147,13 +147,13 @@ def _start_local_gpu(indices: list[int]) -> Lease:
         ) from e
     from distributed import Client
 
-    client = Client(cluster, set_as_default=False)
+    client = Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]  # distributed is untyped
     try:
         lease = _lease_from(client, cluster, n, embedded=True, key=("GPU", tuple(indices)))
         check_gpu_workers(client, lease.addresses)
     except BaseException:
         try:
-            client.close(timeout=5)
+            client.close(timeout=5)  # type: ignore[no-untyped-call]  # distributed is untyped
         finally:
             cluster.close(timeout=10)
         for stale in [x for x in _all_embedded if x.cluster is cluster]:
@@ -255,7 +255,7 @@ def local_gpu_cluster(gpus: list[int | str], scheduler_host: str = "127.0.0.1", 
         for i in range(len(ids))
     }
     scheduler = {"cls": Scheduler, "options": {"host": scheduler_host, "dashboard_address": f"{scheduler_host}:0"}}
-    return SpecCluster(
+    return SpecCluster(  # type: ignore[no-untyped-call]  # distributed is untyped
         workers=workers,
         scheduler=scheduler,
         asynchronous=asynchronous,
@@ -323,10 +323,10 @@ def acquire(devices: list[DeviceSpec], cluster: Any = None) -> Lease:
     if isinstance(cluster, Client):
         lease = _lease_from(cluster, None, n, embedded=False)
     elif isinstance(cluster, str):
-        client = Client(cluster, set_as_default=False, timeout="10s")
+        client = Client(cluster, set_as_default=False, timeout="10s")  # type: ignore[no-untyped-call]  # distributed is untyped
         lease = _lease_from(client, None, n, embedded=False, key=("own-client", n))
     elif hasattr(cluster, "scheduler_address"):
-        client = Client(cluster, set_as_default=False)
+        client = Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]  # distributed is untyped
         lease = _lease_from(client, None, n, embedded=False, key=("own-client", n))
     else:
         raise TypeError(
@@ -346,7 +346,7 @@ def _healthy(lease: Lease, n: int) -> bool:
     try:
         workers = lease.client.scheduler_info(n_workers=-1)["workers"]
         return all(a in workers for a in lease.addresses) and lease.client.status == "running"
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - any failure to ask means the pooled cluster is unusable
         return False
 
 
@@ -370,12 +370,12 @@ def _shutdown(lease: Lease) -> None:
         lease.registry_file = None
     try:
         lease.client.close(timeout=5)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001, S110 - shutting down must not fail because the client is already gone
         pass
     if lease.cluster is not None:
         try:
             lease.cluster.close(timeout=10)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001, S110 - shutting down must not fail because the cluster is already gone
             pass
     if lease in _all_embedded:
         _all_embedded.remove(lease)
@@ -431,5 +431,5 @@ def visible_gpus() -> int:
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
         return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - never raises (documented): no usable nvidia-smi means no GPU
         return 0

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from interdist import events
+from interdist.events import Event
 
 
 class EventLog:
@@ -20,13 +21,13 @@ class EventLog:
     """
 
     def __init__(self, maxlen: int = 100_000) -> None:
-        self._events: deque[events.Event] = deque(maxlen=maxlen)
+        self._events: deque[Event] = deque(maxlen=maxlen)
         self._raw: list[dict[str, Any]] = []  # wire messages not expanded yet, in arrival order
         self._cond = threading.Condition()
-        self.listeners: list[Callable[[events.Event], None]] = []
+        self.listeners: list[Callable[[Event], None]] = []
 
     @property
-    def events(self) -> deque[events.Event]:
+    def events(self) -> deque[Event]:
         """The last ``maxlen`` events, oldest first."""
         with self._cond:
             self._expand()
@@ -41,7 +42,7 @@ class EventLog:
         if not msgs:
             return
         listeners = list(self.listeners)
-        batch: list[events.Event] = []
+        batch: list[Event] = []
         with self._cond:
             if listeners:
                 self._expand()
@@ -54,14 +55,14 @@ class EventLog:
             self._cond.notify_all()  # one wake-up per reply, not per event
         _tell(listeners, batch)
 
-    def add(self, event: events.Event) -> None:
+    def add(self, event: Event) -> None:
         with self._cond:
             self._expand()
             self._events.append(event)
             self._cond.notify_all()
         _tell(list(self.listeners), [event])
 
-    def wait_for(self, predicate: Callable[[list[events.Event]], bool], timeout: float = 10.0) -> list[events.Event]:
+    def wait_for(self, predicate: Callable[[list[Event]], bool], timeout: float = 10.0) -> list[Event]:
         def ready() -> bool:
             self._expand()
             return predicate(list(self._events))
@@ -72,7 +73,7 @@ class EventLog:
             return list(self._events)
 
 
-def _tell(listeners: list[Callable[[events.Event], None]], batch: list[events.Event]) -> None:
+def _tell(listeners: list[Callable[[Event], None]], batch: list[Event]) -> None:
     for listener in listeners:
         for event in batch:
             try:

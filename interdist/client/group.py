@@ -11,8 +11,8 @@ import threading
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import cloudpickle
 
@@ -20,7 +20,8 @@ from interdist import control as local_control
 from interdist.client.fn_pickle import dumps_fn
 from interdist.config import settings
 from interdist.errors import ReplicaError, WorkerLostError
-from interdist.protocol import lost_reply, stuck_reply
+from interdist.protocol import GroupSpec, Reply, VariableMeta, lost_reply, stuck_reply
+from interdist.replica.replica import CreatedVariable, ProgramReply
 from interdist.worker.plugin import PLUGIN_NAME, ReplicaRuntime
 
 _registered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
@@ -46,11 +47,11 @@ def _dump_out_of_band(obj: Any) -> tuple[bytes, list[memoryview]]:
 class DaskGroup:
     """The replicas of one strategy, one per worker address."""
 
-    def __init__(self, client: Any, addresses: list[str], spec: dict[str, Any], names: list[Any]) -> None:
+    def __init__(self, client: Any, addresses: list[str], spec: GroupSpec, names: list[Any]) -> None:
         self.client = client
         self.addresses = list(addresses)
         self.names = list(names)  # Dask worker names, to find a restarted worker again
-        self.spec = dict(spec)
+        self.spec = spec.copy()
         self.world_size = len(addresses)
         self.group_id = uuid.uuid4().hex[:12]
         self.step = 0
@@ -61,7 +62,7 @@ class DaskGroup:
         self.busy: dict[int, tuple[int, Any]] = {}  # rank -> (step, its pending reply) of a stuck replica
         self.on_events: Callable[[Any], None] | None = None  # the strategy's event log
         # The strategy's handles for variables created inside a replica function (rank 0's list).
-        self.on_created: Callable[[list[dict[str, Any]]], None] | None = None
+        self.on_created: Callable[[list[CreatedVariable]], None] | None = None
         self.on_recover: Callable[[list[int]], None] | None = None  # restores state on replaced replicas
         # Same-host control sockets, one per rank (local_control.py); None: not set up (or not possible).
         self._control: list[local_control.ControlConnection] | None = None
@@ -100,7 +101,7 @@ class DaskGroup:
 
         try:
             self.client.sync(go)
-        except Exception:  # noqa: BLE001 - closing must not fail because a worker is gone
+        except Exception:  # noqa: BLE001, S110 - closing must not fail because a worker is gone
             pass
 
     def _recover(self, timeout: float = 30.0) -> None:
@@ -156,7 +157,7 @@ class DaskGroup:
         if self.on_recover is not None:
             self.on_recover(ranks)
 
-    def restore_variable(self, rank: int, var_id: int, meta: dict[str, Any], value: Any) -> None:
+    def restore_variable(self, rank: int, var_id: int, meta: VariableMeta, value: Any) -> None:
         self.client.sync(
             lambda: self.client.rpc(self.addresses[rank]).interdist_restore_var(
                 group=self.group_id, var_id=var_id, meta=cloudpickle.dumps(meta), value=cloudpickle.dumps(value)
@@ -197,7 +198,8 @@ class DaskGroup:
             first = per_rank_args[0]
             same = all(a is first for a in per_rank_args)
             shared = dump(first) if same else None
-            args_payload = [shared if same else dump(a) for a in per_rank_args]
+            # The pickles for the Dask path, (pickle, out-of-band buffers) pairs for the control sockets.
+            args_payload: list[Any] = [shared if same else dump(a) for a in per_rank_args]
             release = {r: self._release[r] for r in range(self.world_size)}
             self._release = {r: [] for r in range(self.world_size)}
             try:
@@ -211,11 +213,14 @@ class DaskGroup:
                 self._drop_control()
                 self._abort_all(step, "the notebook interrupted the step")
                 raise
+        # The replicas' replies also carry their events and created variables (ProgramReply); lost and
+        # stuck replies have neither, which a ProgramReply allows (every key is optional).
+        program_replies = cast("list[ProgramReply]", replies)
         if self.on_events is not None:
-            for r in replies:
-                self.on_events(r.get("events", ()))
-        if self.on_created is not None and replies[0].get("created"):
-            self.on_created(replies[0]["created"])  # before results (which may be those variables) decode
+            for pr in program_replies:
+                self.on_events(pr.get("events", ()))
+        if self.on_created is not None and program_replies[0].get("created"):
+            self.on_created(program_replies[0]["created"])  # before results (which may be those variables) decode
         self._raise_for(replies, step, what)
         for r in replies:
             for w in r.get("warnings", ()):
@@ -266,15 +271,15 @@ class DaskGroup:
         args: list[tuple[bytes, list[memoryview]]],
         system: bool,
         release: dict[int, list[str]],
-    ) -> list[dict[str, Any]]:
+    ) -> list[Reply]:
         """``_execute_async`` over the control sockets, on this thread (no event loop in the path)."""
         timeout = self.spec.get("timeout") or settings.collective_timeout
-        replies: dict[int, dict[str, Any]] = {}
+        replies: dict[int, Reply] = {}
         aborted = False
 
-        def on_reply(rank: int, rep: dict[str, Any]) -> None:
+        def on_reply(rank: int, rep: Mapping[str, Any]) -> None:
             nonlocal aborted
-            replies[rank] = rep
+            replies[rank] = cast(Reply, rep)  # a replica's ProgramReply, or a lost_reply for a closed connection
             if rep.get("lost") and not aborted:
                 aborted = True  # the lost replica cannot release its peers itself: do it for it
                 self._abort_others(step, rank, f"replica {rank} was lost with its worker {self.addresses[rank]}")
@@ -298,7 +303,7 @@ class DaskGroup:
                 c.send(data, step)
                 sent[r] = c
             except OSError as exc:
-                replies[r] = dict(lost_reply(exc))
+                replies[r] = lost_reply(exc)
         for r in list(replies):
             on_reply(r, replies[r])
 
@@ -308,7 +313,7 @@ class DaskGroup:
 
         for rank in local_control.wait_replies(sent, step, on_reply, grace):
             self.busy[rank] = (step, conns[rank])
-            replies[rank] = dict(stuck_reply(rank, step, settings.stuck_grace))
+            replies[rank] = stuck_reply(rank, step, settings.stuck_grace)
         if any(rep.get("lost") for rep in replies.values()):
             self._drop_control()  # the next program sets them up again, after recovery
         return [replies[r] for r in range(self.world_size)]
@@ -336,25 +341,24 @@ class DaskGroup:
 
     async def _execute_async(
         self, step: int, fn: bytes, args: list[bytes], system: bool, release: dict[int, list[str]]
-    ) -> list[dict[str, Any]]:
-        async def one(rank: int) -> dict[str, Any]:
+    ) -> list[Reply]:
+        async def one(rank: int) -> Reply:
             try:
-                return dict(
-                    await self.client.rpc(self.addresses[rank]).interdist_execute(
-                        group=self.group_id,
-                        step=step,
-                        fn=fn,
-                        args=args[rank],
-                        system=system,
-                        release=release[rank],
-                        timeout=self.spec.get("timeout") or settings.collective_timeout,
-                    )
+                reply: ProgramReply = await self.client.rpc(self.addresses[rank]).interdist_execute(
+                    group=self.group_id,
+                    step=step,
+                    fn=fn,
+                    args=args[rank],
+                    system=system,
+                    release=release[rank],
+                    timeout=self.spec.get("timeout") or settings.collective_timeout,
                 )
+                return reply
             except Exception as exc:  # noqa: BLE001 - the worker is gone or unreachable
-                return dict(lost_reply(exc))
+                return lost_reply(exc)
 
         tasks = {asyncio.ensure_future(one(r)): r for r in range(self.world_size)}
-        replies: dict[int, dict[str, Any]] = {}
+        replies: dict[int, Reply] = {}
         pending = set(tasks)
         aborted = False
         while pending:
@@ -368,7 +372,7 @@ class DaskGroup:
                 for t in pending:
                     rank = tasks[t]
                     self.busy[rank] = (step, t)
-                    replies[rank] = dict(stuck_reply(rank, step, settings.stuck_grace))
+                    replies[rank] = stuck_reply(rank, step, settings.stuck_grace)
                 break
             for t in done:
                 rank = tasks[t]
@@ -404,10 +408,10 @@ class DaskGroup:
 
         try:
             self.client.sync(go)
-        except Exception:  # noqa: BLE001 - best effort: the workers may be gone
+        except Exception:  # noqa: BLE001, S110 - best effort: the workers may be gone
             pass
 
-    def _raise_for(self, replies: list[dict[str, Any]], step: int, what: str) -> None:
+    def _raise_for(self, replies: list[Reply], step: int, what: str) -> None:
         failed = [(r, rep) for r, rep in enumerate(replies) if not rep["ok"]]
         if not failed:
             return
@@ -436,15 +440,15 @@ class DaskGroup:
         if rep.get("error") is not None:
             try:
                 exc = cloudpickle.loads(rep["error"])
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - an exception that does not unpickle here: a ReplicaError with its text
                 exc = None
         if exc is None:
             exc = ReplicaError(f"replica {rank} raised {rep['type']}: {rep['message']}", rank, step)
         try:
             exc.add_note(note)
-            exc.interdist_replica = rank  # type: ignore[attr-defined]
-            exc.interdist_step = step  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - exceptions with __slots__
+            exc.interdist_replica = rank  # type: ignore[attr-defined]  # tags for debugging, on any exception
+            exc.interdist_step = step  # type: ignore[attr-defined]  # tags for debugging, on any exception
+        except Exception:  # noqa: BLE001, S110 - exceptions with __slots__
             pass
         raise exc
 

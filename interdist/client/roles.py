@@ -76,13 +76,13 @@ def open_client(cluster: Any, resolver: Any, timeout: float) -> tuple[Any, bool]
                 "cluster must be None, a scheduler address, a distributed.Client or a Dask cluster "
                 f"object, but got {type(cluster).__name__}"
             )
-        return Client(cluster, set_as_default=False, timeout=f"{timeout}s"), True
+        return Client(cluster, set_as_default=False, timeout=f"{timeout}s"), True  # type: ignore[no-untyped-call]  # distributed is untyped
     if isinstance(cluster, str):
         address, task = cluster, "the Dask scheduler"
     else:
         address, task = scheduler_address(resolver)
     try:
-        return Client(address, set_as_default=False, timeout=f"{timeout}s"), True
+        return Client(address, set_as_default=False, timeout=f"{timeout}s"), True  # type: ignore[no-untyped-call]  # distributed is untyped
     except (OSError, TimeoutError) as e:
         raise TimeoutError(
             f"could not reach {task} (Dask scheduler at {address}) within {timeout:g} s: {type(e).__name__}: {e}"
@@ -109,12 +109,13 @@ def find_task_workers(client: Any, spec: Any, tasks: list[tuple[str, int]], time
         else:
             # By address only when names do not cover every task: a mix could pick one worker twice.
             found = [by_addr.get(_host_port(spec.task_address(j, i))) for j, i in tasks]
-        if all(found):
-            return [TaskWorker(j, i, a, names[a]) for (j, i), a in zip(tasks, found)]  # type: ignore[arg-type]
+        present = [a for a in found if a]
+        if len(present) == len(tasks):  # every task found
+            return [TaskWorker(j, i, a, names[a]) for (j, i), a in zip(tasks, present, strict=True)]
         if time.monotonic() >= deadline:
             missing = [
                 f"{j}:{i} ({spec.task_address(j, i)}, Dask worker name {worker_name(j, i)!r})"
-                for (j, i), a, n in zip(tasks, found, named)
+                for (j, i), a, n in zip(tasks, found, named, strict=True)
                 if a is None and n is None
             ]
             raise TimeoutError(

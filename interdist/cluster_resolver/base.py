@@ -49,16 +49,16 @@ def _count_with_pynvml() -> int | None:
     # Any failure -- no module, a broken install, no driver (NVMLError_*) --
     # means "cannot tell"; the probe must never raise, so catch broadly.
     try:
-        import pynvml  # type: ignore[import-not-found,unused-ignore]
-    except Exception:  # noqa: BLE001
+        import pynvml  # type: ignore[import-not-found,unused-ignore]  # optional, untyped; maybe not installed
+    except Exception:  # noqa: BLE001 - a broken install: cannot tell
         return None
     try:
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no driver (NVMLError_*): cannot tell
         return None
     try:
         return int(pynvml.nvmlDeviceGetCount())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - any NVML failure: cannot tell
         return None
     finally:
         with contextlib.suppress(Exception):

@@ -44,7 +44,7 @@ def _as_index(key: object, job_name: str) -> int:
     # are always strings) and fails with ValueError/TypeError otherwise.  We
     # keep those exception types but say which job and key are at fault.
     try:
-        return int(key)  # type: ignore[call-overload,no-any-return]
+        return int(key)  # type: ignore[call-overload,no-any-return]  # any key: int() raises, caught below
     except ValueError:
         raise ValueError(f"Task index {key!r} of job {job_name!r} is not an integer") from None
     except TypeError:

@@ -51,8 +51,8 @@ def _query_identity(address: str, timeout: float) -> dict[str, Any]:
 
     async def query() -> dict[str, Any]:
         # Security() reads the dask config, so tls:// schedulers work as for a Client.
-        connection_args = Security().get_connection_args("client")  # type: ignore[no-untyped-call]
-        async with rpc(  # type: ignore[no-untyped-call]
+        connection_args = Security().get_connection_args("client")  # type: ignore[no-untyped-call]  # unannotated
+        async with rpc(  # type: ignore[no-untyped-call]  # distributed is unannotated
             address, timeout=timeout, connection_args=connection_args
         ) as scheduler:
             identity: dict[str, Any] = await scheduler.identity(n_workers=-1)

@@ -14,10 +14,10 @@ import logging
 import threading
 import weakref
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 from interdist import events
-from interdist.dashboard.components import VIEWS, View
+from interdist.dashboard.components import VIEWS, View, Watchdog
 from interdist.dashboard.model import DashboardModel
 
 logger = logging.getLogger("interdist")
@@ -39,7 +39,7 @@ class InlineDashboard:
         for r, address in enumerate(strategy._lease.addresses):
             self.model.note_worker(r, address, devices[r] if r < len(devices) else None)
         self.views: dict[str, View] = {name: cls() for name, cls in VIEWS.items()}
-        self.views["watchdog"].threshold_s = threshold_s  # type: ignore[attr-defined]
+        cast(Watchdog, self.views["watchdog"]).threshold_s = threshold_s  # VIEWS["watchdog"] is Watchdog
         log = strategy.events
         self._listener = self._pending.append
         # Snapshot and subscribe under the log's lock so no event is missed; an event
@@ -123,10 +123,10 @@ class InlineDashboard:
         return box
 
     def _sync_selectors(self) -> None:
-        replicas = [("all", -1)] + [(f"replica {r}", r) for r in self.model.replicas]
+        replicas = [("all", -1), *[(f"replica {r}", r) for r in self.model.replicas]]
         if list(self._replica.options) != replicas:
             self._replica.options = replicas
-        names = ["all"] + sorted({v.name for v in self.model.variables.values()})
+        names = ["all", *sorted({v.name for v in self.model.variables.values()})]
         if list(self._variable.options) != names:
             self._variable.options = names
 
@@ -157,7 +157,7 @@ def _box_class() -> Any:
     return _DashboardBox
 
 
-def DashboardBox(children: list[Any]) -> Any:
+def DashboardBox(children: list[Any]) -> Any:  # noqa: N802 - named as the widget class it makes
     return _box_class()(children)
 
 

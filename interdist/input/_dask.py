@@ -79,7 +79,8 @@ def _as_row_arrays(structure: Any) -> Any:
         if arr.ndim == 0:
             raise ValueError("Unbatching a tensor is only supported for rank >= 1")
         if any(np.isnan(c) for c in arr.chunks[0]):
-            arr = arr.compute_chunk_sizes()  # e.g. from a boolean mask: the lengths are needed to find rows
+            # E.g. from a boolean mask: the lengths are needed to find rows.
+            arr = arr.compute_chunk_sizes()  # type: ignore[no-untyped-call]  # dask.array is unannotated
         return arr
     columns = getattr(structure, "columns", None)
     if columns is not None:  # a DataFrame: one component per column, as from_tensor_slices(dict(df))
@@ -95,7 +96,7 @@ def _leaf_spec(arr: Any, batched: bool) -> TensorSpec:
     if dtype.kind in "OUS":
         dtype = np.dtype(np.str_)
     shape = tuple(int(d) for d in arr.shape[1:])
-    return TensorSpec(((None,) + shape) if batched else shape, dtype)
+    return TensorSpec((None, *shape) if batched else shape, dtype)
 
 
 # -- which client reads ---------------------------------------------------------------------------
@@ -109,7 +110,7 @@ def bind_worker(worker: Any) -> None:
     _worker = worker
 
 
-class using_client:
+class using_client:  # noqa: N801 - a context manager named like a function; benchmarks/bench_input.py uses it
     """Reads on this thread go through ``client`` (the notebook side of a strategy)."""
 
     def __init__(self, client: Any) -> None:
@@ -131,12 +132,12 @@ def current_client() -> Any:
     try:
         from distributed import default_client
 
-        return default_client()
+        return default_client()  # type: ignore[no-untyped-call]  # distributed is unannotated
     except (ImportError, ValueError):
         return None
 
 
-class reading_client:
+class ReadingClient:
     """The client one read loop uses: on a worker, a client of its own, closed when the loop ends.
 
     Persisted collections carry futures; a worker's shared client keeps the state of futures
@@ -154,7 +155,7 @@ class reading_client:
             return bound if bound is not None else current_client()
         from distributed import Client
 
-        self.own = Client(
+        self.own = Client(  # type: ignore[no-untyped-call]  # distributed is unannotated
             _worker.scheduler.address,
             security=_worker.security,
             set_as_default=False,
@@ -172,9 +173,10 @@ def compute(arrays: list[Any], client: Any = None) -> list[np.ndarray]:
     """Compute Dask arrays to NumPy arrays, with ``client`` or the current one."""
     client = client if client is not None else current_client()
     if client is None:
-        import dask
+        from dask.base import compute as dask_compute  # what ``dask.compute`` is
 
-        return [np.asarray(a) for a in dask.compute(*arrays, scheduler="threads")]
+        computed = dask_compute(*arrays, scheduler="threads")  # type: ignore[no-untyped-call]  # dask is unannotated
+        return [np.asarray(a) for a in computed]
     attempts = 6
     for attempt in builtins.range(attempts):
         try:
@@ -248,7 +250,7 @@ class DaskSliceDataset(Dataset):
     def _iterate(self) -> Iterator[Any]:
         leaves = _nest.flatten(self._value)
         step = max(1, WINDOW_ROWS)
-        with reading_client() as client:
+        with ReadingClient() as client:
             for lo in builtins.range(0, self._length, step):
                 hi = min(lo + step, self._length)
                 window = compute([leaf[lo:hi] for leaf in leaves], client)
@@ -281,8 +283,8 @@ class DaskChunksDataset(Dataset):
 
     def _iterate(self) -> Iterator[Any]:
         leaves = _nest.flatten(self._value)
-        starts = np.cumsum((0,) + self._chunks)
-        with reading_client() as client:
+        starts = np.cumsum((0, *self._chunks))
+        with ReadingClient() as client:
             for j, size in enumerate(self._chunks):
                 lo = int(starts[j])
                 parts = compute([leaf[lo : lo + size] for leaf in leaves], client)

@@ -16,7 +16,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from dask.core import flatten
@@ -33,11 +33,13 @@ SLOW_READ_S = 5.0  # a direct read slower than this is logged with where its tim
 
 
 def _conn(worker: Any, addr: str) -> local_control.ControlConnection | None:
-    conns: dict[str, Any] = getattr(_local, "conns", None) or {}
+    conns: dict[str, local_control.ControlConnection | None] = getattr(_local, "conns", None) or {}
     _local.conns = conns
-    conn = conns.get(addr, False)
-    if conn is False or (conn is not None and conn.broken):
-        conn = conns[addr] = local_control.connect_from_worker(worker, addr)
+    if addr in conns:  # ``None``: this holder cannot be reached directly; do not try again
+        conn = conns[addr]
+        if conn is None or not conn.broken:
+            return conn
+    conn = conns[addr] = local_control.connect_from_worker(worker, addr)
     return conn
 
 
@@ -72,13 +74,14 @@ def read_rows(worker: Any, leaves: list[Any], rows: np.ndarray, client: Any) -> 
         return None
     stats["rows"] += len(rows)
     stats["windows"] += 1
-    return out  # type: ignore[return-value]
+    return cast("list[np.ndarray]", out)  # no ``None`` among them: checked above
 
 
 def _read_leaf(worker: Any, leaf: Any, rows: np.ndarray, client: Any) -> np.ndarray | None:
     if any(len(c) != 1 for c in leaf.chunks[1:]) or np.dtype(leaf.dtype).hasobject:
         return None
-    keys = list(flatten(leaf.__dask_keys__()))  # one per row chunk (checked: one column chunk)
+    # One key per row chunk (checked: one column chunk).
+    keys = list(flatten(leaf.__dask_keys__()))  # type: ignore[no-untyped-call]  # dask.core is unannotated
     starts = np.concatenate([[0], np.cumsum(leaf.chunks[0])]).astype(np.int64)
     bounds = np.searchsorted(rows, starts)  # rows[bounds[j]:bounds[j+1]] fall in chunk j
     wanted = [j for j in range(len(keys)) if bounds[j + 1] > bounds[j]]
@@ -144,7 +147,7 @@ def serve_rows(worker: Any, msg: dict[str, Any]) -> dict[str, Any]:
             part = np.take(value, np.frombuffer(msg["index"], np.int64), axis=0)
         if part.dtype.hasobject:
             raise TypeError("object arrays are read through Dask")
-        data = memoryview(part).cast("B") if part.size else b""
+        data = part.data.cast("B") if part.size else b""  # ``part.data``: a memoryview of the array
         return {"rid": msg["rid"], "ok": True, "dtype": part.dtype.str, "shape": list(part.shape), "data": data}
     except Exception as exc:  # noqa: BLE001 - the reader falls back to Dask
         return {"rid": msg["rid"], "ok": False, "message": repr(exc)}

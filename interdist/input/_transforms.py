@@ -151,7 +151,7 @@ class MapDataset(_Unary):
         has_unknown = any(None in s.shape for s in _nest.flatten(in_spec))
         try:
             spec1 = spec_of(self._apply(_values.probe_from_spec(in_spec, 1)))
-        except Exception:
+        except Exception:  # noqa: BLE001 - the user's function may raise anything on zero probes
             # Zeros are not valid input for every function; fall back to the
             # first real element (its dimensions are all concrete).
             first = next(iter(self), None)
@@ -166,7 +166,7 @@ class MapDataset(_Unary):
         try:
             spec2 = spec_of(self._apply(_values.probe_from_spec(in_spec, 2)))
             return relax_structure(spec1, spec2)
-        except Exception:
+        except Exception:  # noqa: BLE001 - any failure on size-2 probes (the user's function): keep spec1
             return spec1
 
 
@@ -303,6 +303,7 @@ class ShuffleDataset(_Unary):
         self.reshuffle = True if reshuffle_each_iteration is None else bool(reshuffle_each_iteration)
         # Without a seed and without reshuffling, every epoch repeats one
         # random order: draw its seed once, here.
+        # ``entropy`` is typed ``int | Sequence[int] | None``; drawn by SeedSequence itself, it is an int.
         self._auto_seed = int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
         # Counts iterators made from this node, so that a seeded shuffle gives
         # a new but reproducible order per epoch. A plain int keeps it picklable.

@@ -38,11 +38,11 @@ AUTOTUNE = -1
 # The node classes (``_sources``, ``_transforms``, ``_dask``) subclass Dataset and register themselves
 # here; Dataset's methods build them by name, so this module never imports its subclasses.
 # ``input/__init__.py`` imports every node module (distributed's ``_register_transports`` pattern).
-_NODES: dict[str, Any] = {}
+_NODES: dict[str, type[Dataset]] = {}
 # Reads a pipeline by its row plan when it has one (``plan.py``), else None: set by that module.
 _plan_reader: Callable[[Dataset], Iterator[Any] | None] | None = None
 
-_D = TypeVar("_D", bound=type)
+_D = TypeVar("_D", bound="type[Dataset]")
 
 
 def register_node(cls: _D) -> _D:
@@ -56,7 +56,7 @@ def set_plan_reader(reader: Callable[[Dataset], Iterator[Any] | None]) -> None:
     _plan_reader = reader
 
 
-def _node(name: str) -> Any:
+def _node(name: str) -> Callable[..., Dataset]:
     return _NODES[name]
 
 

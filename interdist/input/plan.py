@@ -12,7 +12,7 @@ import builtins
 import itertools
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,14 +27,17 @@ from interdist.input._dask import (
     WINDOW_ROWS,
     DaskChunksDataset,
     DaskSliceDataset,
+    ReadingClient,
     _read_rows,
-    reading_client,
 )
 from interdist.input.dataset import Dataset, set_plan_reader
 from interdist.input.rebatch import batch_sizes_for_replicas
 
-
 # -- row plans ------------------------------------------------------------------------------------
+_BatchIds = Callable[[], Iterator[int]]
+"""Starts an iteration over base batch ids (each call from the beginning)."""
+
+
 @dataclass
 class Plan:
     """Which source rows make each global batch of a pipeline over a Dask source."""
@@ -66,13 +69,13 @@ class Plan:
 
     def batch_ids(self) -> Iterator[int]:
         """The base batch of every element of the pipeline, in order (a finite or endless iterator)."""
-        ids: Any = lambda: iter(builtins.range(self.num_base_batches()))
+        ids: _BatchIds = lambda: iter(builtins.range(self.num_base_batches()))
         for op, arg in self.post:
             ids = _post(ids, op, arg)
         return ids()
 
 
-def _post(inner: Any, op: str, arg: Any) -> Any:
+def _post(inner: _BatchIds, op: str, arg: Any) -> _BatchIds:
     if op == "repeat":
 
         def repeat() -> Iterator[int]:
@@ -184,7 +187,7 @@ def iterate_plan(
     ``stats``, if given, counts the ``rows`` read and the ``reads`` (one per window).
     """
     if client is _OPEN:
-        with reading_client() as own:
+        with ReadingClient() as own:
             yield from iterate_plan(plan, rank, num_replicas, own, window_rows, stats)
         return
     leaves = _nest.flatten(plan.structure)
@@ -256,7 +259,7 @@ class PrefetchingReader:
         self.stats: dict[str, int] = {}  # rows and reads so far (for tests and the curious)
         self.rank = rank
         # The reading client connects now, while the iterator is made (as TF's iterator creation).
-        self._reading = reading_client()
+        self._reading = ReadingClient()
         client = self._reading.__enter__()
         self._thread = threading.Thread(
             target=self._fill,

@@ -80,7 +80,7 @@ def unregister(path: Path | None) -> None:
         return
     try:
         path.unlink(missing_ok=True)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - removing a listing must not fail: it is only logged
         logger.debug("interdist: could not remove %s: %s", path, e)
 
 

@@ -20,6 +20,7 @@ from interdist._reduction import reduce_arrays
 from interdist.collectives.base import Timing, pack, unpack
 from interdist.collectives.shared_memory import SharedMemoryTransport
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
+from interdist.protocol import VariableMeta
 from interdist.reduce_op import ReduceOp
 from interdist.replica.variable import ReplicaVariable
 from interdist.values.distributed import DistributedValues
@@ -39,7 +40,7 @@ def central_state(replica: Replica) -> CentralState:
     state: CentralState | None = getattr(replica, "central_state", None)
     if state is None:
         state = CentralState(replica)
-        replica.central_state = state  # type: ignore[attr-defined]
+        replica.central_state = state
     return state
 
 
@@ -266,7 +267,7 @@ def close_central(replica: Replica) -> None:
 class CentralReplicaVariable(ReplicaVariable):
     """A central variable as one replica sees it: the value on the holder, a name elsewhere."""
 
-    def __init__(self, replica: Replica, var_id: int, meta: dict[str, Any], value: np.ndarray | None) -> None:
+    def __init__(self, replica: Replica, var_id: int, meta: VariableMeta, value: np.ndarray | None) -> None:
         self._replica = replica
         self.var_id = var_id
         self.meta = meta  # also shape, dtype and device (the parameter device)
@@ -284,7 +285,7 @@ class CentralReplicaVariable(ReplicaVariable):
         self._state.variables[var_id] = self
 
     @property
-    def raw(self) -> np.ndarray:  # type: ignore[override]
+    def raw(self) -> np.ndarray:  # type: ignore[override]  # read-only here: the value lives on the holder only
         if self._value is None:
             raise RuntimeError(
                 f"replica {self._replica.rank} holds no copy of central variable "
@@ -432,7 +433,7 @@ def reduce_to_holder(replica: Replica, arrays: list[np.ndarray], agg: str) -> li
     srcs = [0] if agg == "ONLY_FIRST_REPLICA" else list(range(n))
     nbytes = sum(a.nbytes for a in arrays)
 
-    def call(step: int, seq: int, what: str) -> Any:
+    def call(step: int, seq: int, what: str) -> list[np.ndarray] | list[None]:
         coll = replica.collectives
         transport = coll.transport
         t0 = time.perf_counter()
@@ -474,17 +475,17 @@ def reduce_to_holder(replica: Replica, arrays: list[np.ndarray], agg: str) -> li
 
     if n == 1:
         return [reduce_arrays([a], ReduceOp(agg)) if agg != "ONLY_FIRST_REPLICA" else a for a in arrays]
-    return replica.collective("reduce_to_holder", nbytes, call)  # type: ignore[no-any-return]
+    return replica.collective("reduce_to_holder", nbytes, call)
 
 
-def make_replica_variable(replica: Replica, var_id: int, meta: dict[str, Any], value: Any) -> ReplicaVariable:
+def make_replica_variable(replica: Replica, var_id: int, meta: VariableMeta, value: Any) -> ReplicaVariable:
     """A replica's variable object for ``meta`` (central variables have their own kind)."""
     if meta.get("kind") == "central":
         return CentralReplicaVariable(replica, var_id, meta, value)
     return ReplicaVariable(replica, var_id, meta, value)
 
 
-def create_central_variable(replica: Replica, var_id: int, meta: dict[str, Any], value: Any) -> None:
+def create_central_variable(replica: Replica, var_id: int, meta: VariableMeta, value: Any) -> None:
     var = CentralReplicaVariable(replica, var_id, meta, value)
     replica.variables[var_id] = var
     if var._state.is_holder:

@@ -13,6 +13,7 @@ import numpy as np
 
 from interdist import _context, _gpu, _reduction, events
 from interdist._convert import as_array, is_array_like, summarize
+from interdist.protocol import VariableMeta
 from interdist.reduce_op import ReduceOp
 from interdist.replica.variable import ReplicaVariable
 
@@ -44,7 +45,7 @@ def convert_value(value: Any) -> Any:
     return as_array(value) if isinstance(value, (int, float, bool, list)) else value
 
 
-def create_variable(replica: Replica, var_id: int, meta: dict[str, Any], value: np.ndarray) -> None:
+def create_variable(replica: Replica, var_id: int, meta: VariableMeta, value: np.ndarray) -> None:
     var = ReplicaVariable(replica, var_id, meta, _gpu.place(value, replica.device))
     replica.variables[var_id] = var
     norm, checksum = summarize(var.raw)
@@ -72,7 +73,7 @@ def delete_variables(replica: Replica, var_ids: list[int]) -> None:
         replica.variables.pop(var_id, None)
 
 
-def assign_variable(replica: Replica, var_id: int, op: str, value: Any) -> None:
+def assign_variable(replica: Replica, var_id: int, op: str, value: Any) -> Any:
     """A cross-replica write from the notebook (the value was checked there)."""
     with _context.enter(replica.view, None):
         var = replica.variables[var_id]._update(op, value)

@@ -51,8 +51,12 @@ _NO_SPEC = (
 )
 
 
-class _SpecOnceBuilt:
-    """No ``element_spec`` before ``create_per_worker_dataset`` (an ``AttributeError``, as in TF)."""
+class _SpecOnceBuilt(_dd._NoTransformations):
+    """No ``element_spec`` before ``create_per_worker_dataset`` (an ``AttributeError``, as in TF).
+
+    Based on ``_NoTransformations`` (whose ``__getattr__`` answers the other names), as both
+    classes that mix it in are: their method resolution order is the same either way.
+    """
 
     @property
     def element_spec(self) -> Any:
@@ -248,7 +252,7 @@ def sync_resources(
                     try:
                         err: bytes | None = cloudpickle.dumps(exc)
                         cloudpickle.loads(err)
-                    except Exception:  # noqa: BLE001
+                    except Exception:  # noqa: BLE001 - an exception that does not pickle back: the coordinator gets its text
                         err = None
                     return {
                         "ok": False,
@@ -273,7 +277,8 @@ def _lookup(store: str, key: str, what: str) -> Any:
 
 def worker_iterator(store: str, key: str) -> WorkerIterator:
     """Unpickling a ``PerWorkerIterator`` in a step: this worker's iterator."""
-    return _lookup(store, key, "iterator")  # type: ignore[no-any-return]
+    it: WorkerIterator = _lookup(store, key, "iterator")
+    return it
 
 
 def worker_dataset(store: str, key: str) -> Any:

@@ -61,10 +61,10 @@ def read_shards(conn: Connection, store: str, variables: list[Any]) -> tuple[dic
     replies = conn.call_many([(a, "interdist_ps_read", {"store": store, "shard_ids": wanted[a]}) for a in addrs])
     parts: dict[int, np.ndarray] = {}
     counts: dict[str, int] = {}
-    for a, raw in zip(addrs, replies):
+    for a, raw in zip(addrs, replies, strict=True):
         values, count = cloudpickle.loads(raw)
         counts[a] = count
-        parts.update(zip(wanted[a], values))
+        parts.update(zip(wanted[a], values, strict=True))
     out = {}
     for v in variables:
         pieces = [parts[s.shard_id] for s in v._shards]

@@ -18,6 +18,7 @@ import numpy as np
 
 from interdist import _context, _reduction
 from interdist.collectives.local import local_group
+from interdist.protocol import GroupSpec
 from interdist.reduce_op import resolve
 from interdist.replica.ps_input import DistributedDataset, DistributedDatasetsFromFunction
 from interdist.replica.ps_step import VARIABLE_IN_STEP, Connection, StepContext, materialize
@@ -44,7 +45,7 @@ def run_step(
         try:
             err: bytes | None = cloudpickle.dumps(exc)
             cloudpickle.loads(err)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - an exception that does not pickle back: the coordinator gets its text
             err = None
         return {
             "ok": False,
@@ -67,9 +68,9 @@ class PSWorkerView:
     def __init__(self, store: str, device: str) -> None:
 
         self._store = store
-        spec = {"world_size": 1, "devices": [device], "kind": "parameter_server"}
+        spec: GroupSpec = {"world_size": 1, "devices": [device], "kind": "parameter_server"}
         self._replica = Replica(f"ps-{store}", 0, spec, local_group(1)[0], lambda e: None, lambda s, r: None)
-        self._replica.view = self  # type: ignore[assignment]
+        self._replica.view = self  # type: ignore[assignment]  # this view stands in for ReplicaStrategyView
         self._replica_context = ReplicaContext(self._replica)
         self.extended = self  # the few StrategyExtended members a step needs live here
         self.worker_devices = (device,)

@@ -13,32 +13,66 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import cloudpickle
 import numpy as np
 
 from interdist import _context, _gpu, _nest, events
 from interdist._convert import summarize
-from interdist.collectives.algorithms import Collectives
+from interdist.collectives.algorithms import AUTO, Collectives
 from interdist.collectives.base import Transport
 from interdist.config import settings
 from interdist.errors import CollectiveAbortedError
-from interdist.protocol import VARIABLE_KEY, ArgRef, StoreRef, ValueMeta, VarRef, resolving
+from interdist.protocol import (
+    VARIABLE_KEY,
+    ArgRef,
+    GroupSpec,
+    Reply,
+    StoreRef,
+    ValueMeta,
+    VariableMeta,
+    VarRef,
+    resolving,
+)
 from interdist.replica.variable import ReplicaVariable
 from interdist.replica.view import ReplicaContext, ReplicaStrategyView
+
+if TYPE_CHECKING:
+    from interdist.replica.central import CentralState
+
+_T = TypeVar("_T")
+
+
+class CreatedVariable(TypedDict):
+    """A variable a replica function created in a step (``ReplicaStrategyView``), as the notebook adopts it."""
+
+    var_id: int
+    meta: VariableMeta
+    shape: tuple[int, ...]
+    dtype: str  # numpy's dtype.str
+
+
+class ProgramReply(Reply, total=False):
+    """A ``Reply`` as ``Replica.execute`` gives it: with the program's events and the variables it created."""
+
+    events: list[dict[str, Any]]  # the events of the step, in their wire form (``Event.to_msg()``)
+    created: list[CreatedVariable]
 
 
 class Replica:
     """State and execution of one replica of one group."""
 
+    worker: Any  # the Dask worker, set by the worker plugin (replica programs that read Dask collections)
+    central_state: CentralState  # central storage's bookkeeping, made on first use (replica/central.py)
+
     def __init__(
         self,
         group_id: str,
         rank: int,
-        spec: dict[str, Any],
+        spec: GroupSpec,
         transport: Transport,
-        emit: Callable[[events.Event], None],
+        emit: Callable[[dict[str, Any]], None],
         abort_peers: Callable[[int, str], None],
     ) -> None:
         self.group_id = group_id
@@ -51,7 +85,13 @@ class Replica:
         self.on_gpu = _gpu.is_gpu_device(self.device)
         if self.on_gpu:
             _gpu.require_gpu(f"the worker of replica {rank} ({self.device})")
-        self.collectives = Collectives(transport, lambda: float(spec.get("timeout") or settings.collective_timeout))
+        choice = spec.get("all_reduce") or {}  # from the strategy's cross_device_ops
+        self.collectives = Collectives(
+            transport,
+            lambda: float(spec.get("timeout") or settings.collective_timeout),
+            choice.get("algorithm", AUTO),
+            choice.get("root", 0),
+        )
         self.transport = transport
         self._sink = emit
         self.step_events: list[dict[str, Any]] = []
@@ -91,7 +131,7 @@ class Replica:
         self.seq += 1
         return self.seq
 
-    def collective(self, op: str, nbytes: int, call: Callable[[int, int, str], Any]) -> Any:
+    def collective(self, op: str, nbytes: int, call: Callable[[int, int, str], _T]) -> _T:
         """Run one collective with its events; ``call(step, seq, what)`` does the work."""
         seq = self.next_seq()
         what = f"{op} #{seq} of step {self.step} on replica {self.rank}"
@@ -123,7 +163,7 @@ class Replica:
     # -- execution -----------------------------------------------------------
     def execute(
         self, step: int, fn_bytes: bytes, args_bytes: bytes, system: bool, buffers: list[Any] | None = None
-    ) -> dict[str, Any]:
+    ) -> ProgramReply:
         """Run one program for ``step``; never raises: failures become the reply.
 
         ``buffers``: the out-of-band buffers of ``args_bytes`` (pickle protocol 5), if any.
@@ -134,7 +174,7 @@ class Replica:
             self.touched = set()
             self.warnings = []
             self.shared_results = {}
-            self.created: list[dict[str, Any]] = []  # variables this step's program created (replica_view.py)
+            self.created: list[CreatedVariable] = []  # variables this step's program created (replica_view.py)
             self.transport.mailbox.begin_step(step)
             for hook in self.program_hooks:
                 hook(True)
@@ -158,7 +198,7 @@ class Replica:
                     arg_ids = {id(x): i for i, x in enumerate(_nest.flatten((args, kwargs))) if x is not None}
                     with _context.enter(self.view, self.context):
                         result = fn(*args, **kwargs)
-                reply = {"ok": True, "result": dump_result(self.encode(result, step, arg_ids))}
+                reply: ProgramReply = {"ok": True, "result": dump_result(self.encode(result, step, arg_ids))}
             except BaseException as exc:  # noqa: BLE001 - every failure must reach the notebook
                 secondary = isinstance(exc, CollectiveAbortedError)
                 tb = traceback.format_exc()
@@ -269,12 +309,13 @@ def dump_result(encoded: Any) -> bytes:
     try:
         return pickle.dumps(encoded, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - PicklingError, AttributeError, TypeError for local objects
-        return cloudpickle.dumps(encoded)
+        data: bytes = cloudpickle.dumps(encoded)
+        return data
 
 
 def _dump_exception(exc: BaseException) -> bytes | None:
     try:
-        data = cloudpickle.dumps(exc)
+        data: bytes = cloudpickle.dumps(exc)
         cloudpickle.loads(data)  # some exceptions pickle but cannot be rebuilt
         return data
     except Exception:  # noqa: BLE001 - then the notebook gets a ReplicaError with the text

@@ -10,7 +10,7 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 from interdist import _context, _gpu
 from interdist._convert import apply_op, as_array, convert_for_variable
 from interdist._reduction import reduce_arrays
-from interdist.protocol import resolve_variable
+from interdist.protocol import VariableMeta, resolve_variable
 from interdist.reduce_op import ReduceOp
 from interdist.values.distributed import DistributedValues
 from interdist.values.variables import VariableAggregation, VariableSynchronization, _maybe
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 class ReplicaVariable(NDArrayOperatorsMixin):
     """One replica's copy of a distributed variable (what a replica function sees)."""
 
-    def __init__(self, replica: Replica, var_id: int, meta: dict[str, Any], value: np.ndarray) -> None:
+    def __init__(self, replica: Replica, var_id: int, meta: VariableMeta, value: np.ndarray) -> None:
         self._replica = replica
         self.var_id = var_id
         self.meta = meta  # name, trainable, synchronization, aggregation, kind
@@ -81,7 +81,8 @@ class ReplicaVariable(NDArrayOperatorsMixin):
                 )
             if agg in ("SUM", "MEAN"):
                 return reduce_arrays(list(self._all_copies()), ReduceOp(agg))
-        return _gpu.copy(self.raw)
+        copy: np.ndarray = _gpu.copy(self.raw)  # a CuPy array on a GPU replica
+        return copy
 
     def value(self) -> np.ndarray:
         return self.read_value()
@@ -90,7 +91,7 @@ class ReplicaVariable(NDArrayOperatorsMixin):
         return self.read_value()
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        a = _gpu.to_host(self.read_value())
+        a: np.ndarray = _gpu.to_host(self.read_value())
         return a.astype(dtype) if dtype is not None else a
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:

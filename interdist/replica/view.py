@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from interdist import _context, _nest, _reduction
 from interdist._convert import as_array, same_object_across
 from interdist._gpu import to_host
 from interdist.input.distributed_dataset import DistributedDataset
-from interdist.protocol import resolve_strategy
+from interdist.protocol import VariableMeta, resolve_strategy
 from interdist.reduce_op import ReduceOp, resolve
 from interdist.replica import programs
 from interdist.replica.central import CentralReplicaVariable, central_sync, reduce_to_holder
@@ -281,7 +281,7 @@ class ReplicaStrategyView:
         kind = variable_kind(a["synchronization"])
         # Ids the notebook never hands out (its own count from 1): step and order within the step.
         var_id = (1 << 40) + replica.step * (1 << 16) + len(replica.created)
-        meta = variable_meta(a, kind, kind_of_strategy)
+        meta = cast(VariableMeta, variable_meta(a, kind, kind_of_strategy))  # variable_meta is typed dict[str, Any]
         value = a["value"]
         if replica.world_size > 1:
             value = replica.collective(
@@ -451,7 +451,7 @@ class ReplicaExtendedView:
         state = variables[0]._state
         rank = self._replica.rank
         with _context.enter(self._strategy, None):
-            for var, grad in zip(variables, summed):
+            for var, grad in zip(variables, summed, strict=True):
                 with state.op(update=True), _context.enter(self._strategy, None, update_replica_id=rank):
                     if state.is_holder:
                         optimizer._update_one(var, grad)

@@ -10,7 +10,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from interdist.client import cluster as cluster_lib
 from interdist.client.event_log import EventLog
 from interdist.client.fn_pickle import cached_dumps
 from interdist.client.group import DaskGroup
+from interdist.collectives.registry import get_backend
 from interdist.config import settings
 from interdist.errors import WorkerLostError
 from interdist.input.dataset import Dataset
@@ -29,8 +30,10 @@ from interdist.input.distributed_dataset import DistributedDataset, DistributedD
 from interdist.protocol import (
     VARIABLE_KEY,
     ArgRef,
+    GroupSpec,
     StoreRef,
     ValueMeta,
+    VariableMeta,
     VarRef,
     _client_variables,
     register_strategy,
@@ -39,6 +42,7 @@ from interdist.protocol import (
 from interdist.reduce_op import ReduceOp, resolve
 from interdist.replica import programs
 from interdist.replica.fused import PickledFunction, fused_steps
+from interdist.replica.replica import CreatedVariable
 from interdist.strategy.extended import StrategyExtended
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
 from interdist.values.distributed_variable import (
@@ -83,19 +87,22 @@ class Strategy:
     _variable_class: type[DistributedVariable] = MirroredVariable
     _kind = "mirrored"
 
-    def __init__(self, devices: list[str], cluster: Any = None, spec: dict[str, Any] | None = None) -> None:
+    def __init__(self, devices: list[str], cluster: Any = None, spec: GroupSpec | None = None) -> None:
         self._devices = devices
         self._closed = False
         self._colocate_with: Any = None
         self._var_ids = iter(range(1, 1 << 62))
-        self._var_metas: dict[int, dict[str, Any]] = {}
+        self._var_metas: dict[int, VariableMeta] = {}
         self.extended = self._extended_class(self)
         specs = [device_lib.parse(d) for d in devices]
+        backend = (spec or {}).get("collectives_backend") or settings.collectives_backend
+        get_backend(backend)  # an unknown or unavailable backend fails here, before any worker is taken
         self._lease = self._acquire(specs, cluster)
-        spec = dict(spec or {})
-        spec.update(world_size=len(devices), devices=devices, kind=self._kind)
+        spec = GroupSpec(**(spec or {}))
+        spec.update({"world_size": len(devices), "devices": devices, "kind": self._kind})
         # Collective messages between replicas on one host go over Unix sockets (control.py).
         spec.setdefault("local_control", settings.local_control)
+        spec.setdefault("collectives_backend", backend)  # the replicas' transport (collectives/registry.py)
         self._group = DaskGroup(self._lease.client, self._lease.addresses, spec, self._lease.names)
         self._group_id = self._group.group_id
         register_strategy(self._group_id, self)
@@ -104,7 +111,8 @@ class Strategy:
         self._group.on_created = self._adopt_run_variables
         self._run_variables: list[Any] = []  # handles of variables made inside the current run, until it returns
         self._group.on_recover = self._restore_replicas
-        self._finalizer = weakref.finalize(self, _close_group, self._group, self._lease)
+        # ``weakref.finalize[..., Any]``: subclasses finalize with functions of their own (parameter_server.py).
+        self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, _close_group, self._group, self._lease)
 
     def _acquire(self, specs: list[Any], cluster: Any) -> cluster_lib.Lease:
         # A hook: multi-worker strategies pick their workers by TF task name (strategy/multi_worker.py).
@@ -238,7 +246,9 @@ class Strategy:
         remote_key = getattr(iterator, "_key", None)
         if remote_key is not None and getattr(iterator, "_strategy", None) is self:
             # One argument object for every rank: the group pickles it (and ``fn``) once, not per rank.
-            per_rank = [((fn_arg, ("remote", remote_key), steps), {})] * self.num_replicas_in_sync
+            per_rank: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+                ((fn_arg, ("remote", remote_key), steps), {})
+            ] * self.num_replicas_in_sync
         else:
             batches = []
             for _ in range(steps):
@@ -268,7 +278,7 @@ class Strategy:
     def _system(self, program: Callable[..., Any], *args: Any, per_rank: list[Any] | None = None) -> list[Any]:
         self._check_usable()
         if per_rank is None:
-            same = (args, {})
+            same: tuple[tuple[Any, ...], dict[str, Any]] = (args, {})
             rank_args = [same] * self.num_replicas_in_sync
         else:
             rank_args = [(tuple(a), {}) for a in per_rank]
@@ -391,7 +401,7 @@ class Strategy:
         return Tensor(_meta_value(results[0], self, 0), host)
 
     def _select_all(self, value: DistributedValues) -> list[Any]:
-        out = []
+        out: list[Any] = []
         for r, c in enumerate(self._select_values(value)):
             if isinstance(c, RemoteValue) and c._owner is self._group and c._rank == r and not c.is_fetched:
                 out.append(StoreRef(c._key))
@@ -484,7 +494,7 @@ class Strategy:
         check_mean_dtype(a)
         var_id = next(self._var_ids)
         kind = self._variable_kind(a)
-        meta = variable_meta(a, kind, self._kind)
+        meta = cast(VariableMeta, variable_meta(a, kind, self._kind))  # variable_meta is typed dict[str, Any]
         self._create_on_replicas(var_id, meta, a["value"])
         self._var_metas[var_id] = meta
         cls: Any = {"mirrored": self._variable_class, "sync_on_read": SyncOnReadVariable, "central": CentralVariable}[
@@ -502,20 +512,20 @@ class Strategy:
         for rank in range(self.num_replicas_in_sync):
             group.queue_release(rank, f"{VARIABLE_KEY}{var_id}")
 
-    def _adopt_run_variables(self, created: list[dict[str, Any]]) -> None:
+    def _adopt_run_variables(self, created: list[CreatedVariable]) -> None:
         """Handles for the variables a replica function created (one per variable, as TF's eager run)."""
         for c in created:
             if self._variable_by_id(c["var_id"]) is not None:
                 continue
             meta = c["meta"]
-            a = args_from_meta(meta, c["shape"], c["dtype"])
+            a = args_from_meta(cast("dict[str, Any]", meta), c["shape"], c["dtype"])  # typed dict[str, Any]
             self._var_metas[c["var_id"]] = meta
             cls: Any = {"mirrored": self._variable_class, "sync_on_read": SyncOnReadVariable}[meta["kind"]]
             # Kept until the step's results are decoded (they may be this variable); after that it
             # lives as long as the notebook holds it, as TF's variable lives with its object.
             self._run_variables.append(cls(self, c["var_id"], a, self._variable_devices(meta["kind"])))
 
-    def _create_on_replicas(self, var_id: int, meta: dict[str, Any], value: np.ndarray) -> None:
+    def _create_on_replicas(self, var_id: int, meta: VariableMeta, value: np.ndarray) -> None:
         """Make the replicas' copies (a hook: central storage keeps one, strategy/central_storage.py)."""
         self._system(programs.create_variable, var_id, meta, value)
 

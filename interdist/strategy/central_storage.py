@@ -46,8 +46,9 @@ import numpy as np
 
 from interdist import _context, _nest
 from interdist import device as device_lib
+from interdist._convert import convert_for_variable
 from interdist.errors import WorkerLostError
-from interdist.protocol import VarRef
+from interdist.protocol import VariableMeta, VarRef
 from interdist.replica import central as rv
 from interdist.strategy.base import Strategy
 from interdist.strategy.extended import StrategyExtended
@@ -105,8 +106,8 @@ class CentralStorageStrategy(Strategy):
         return [self._parameter_device]
 
     # -- one copy, on the holder ------------------------------------------------------
-    def _create_on_replicas(self, var_id: int, meta: dict[str, Any], value: np.ndarray) -> None:
-        meta.update(shape=tuple(value.shape), dtype=value.dtype.str, device=self._parameter_device)
+    def _create_on_replicas(self, var_id: int, meta: VariableMeta, value: np.ndarray) -> None:
+        meta.update({"shape": list(value.shape), "dtype": value.dtype.str, "device": self._parameter_device})
         h = self._holder
         # The value travels to the holder only; the others learn the name, shape and dtype.
         self._system(
@@ -127,7 +128,7 @@ class CentralStorageStrategy(Strategy):
                 value = value.values[0]
             parts = [np.asarray(value) if isinstance(value, (Variable, ArrayValue)) else value]
         # Every component is checked (the errors TF gives); the one variable takes the first.
-        checked = [rv.convert_for_variable(p, var.dtype, var.shape, var._name) for p in parts]
+        checked = [convert_for_variable(p, var.dtype, var.shape, var._name) for p in parts]
         h = self._holder
         self._system(
             rv.assign_central_variable,

@@ -17,6 +17,7 @@ from interdist import _context, _reduction
 from interdist import device as device_lib
 from interdist.collectives.local import local_group
 from interdist.input.input_context import InputContext
+from interdist.protocol import GroupSpec
 from interdist.reduce_op import resolve
 from interdist.replica.programs import ValueContext
 from interdist.replica.replica import Replica
@@ -84,9 +85,9 @@ class _DefaultStrategy:
 
     def __init__(self) -> None:
         transport = local_group(1)[0]
-        spec = {"world_size": 1, "devices": [device_lib.host_device()], "kind": "default"}
+        spec: GroupSpec = {"world_size": 1, "devices": [device_lib.host_device()], "kind": "default"}
         self._replica = Replica("default", 0, spec, transport, lambda e: None, lambda s, r: None)
-        self._replica.view = self  # type: ignore[assignment]
+        self._replica.view = self  # type: ignore[assignment]  # the default strategy is its replica's view
         self._replica_context = _DefaultReplicaContext(self._replica)
         self._replica.context = self._replica_context
         self.extended = _DefaultExtended(self)

@@ -19,6 +19,7 @@ from typing import Any
 from interdist.client import cluster as cluster_lib
 from interdist.client import roles
 from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
+from interdist.protocol import GroupSpec
 from interdist.strategy.base import Strategy
 from interdist.strategy.extended import StrategyExtended
 from interdist.strategy.mirrored import resolve_devices
@@ -121,7 +122,7 @@ class MultiWorkerMirroredStrategy(Strategy):
         if resolver is None:
             tf_config = TFConfigClusterResolver()
             resolver = tf_config if tf_config.cluster_spec().jobs or cluster is None else None
-        spec_extra = {"timeout": options.timeout_seconds} if options.timeout_seconds else {}
+        spec_extra: GroupSpec = {"timeout": options.timeout_seconds} if options.timeout_seconds else {}
         if resolver is not None and not resolver.cluster_spec().jobs and cluster is None:
             # TF without a cluster: one worker, this machine's devices (one replica each).
             self._cluster_resolver = resolver

@@ -16,7 +16,7 @@ class OneDeviceStrategy(Strategy):
     variables placed on the device.
     """
 
-    _variable_class = OneDeviceVariable  # type: ignore[assignment]
+    _variable_class = OneDeviceVariable  # type: ignore[assignment]  # a regular variable, not a DistributedVariable
     _kind = "one_device"
 
     def __init__(self, device: str, cluster: Any = None) -> None:

@@ -145,7 +145,7 @@ class ParameterServerStrategy(Strategy):
             _close,
             self._lease,
             addrs,
-            self._worker_addresses,  # type: ignore[call-arg,arg-type]
+            self._worker_addresses,
             self._store,
         )
 

@@ -17,7 +17,7 @@ from interdist.values.variables import Variable, VariableAggregation, VariableSy
 class VariableComponent(ArrayValue):
     """One replica's copy of a distributed variable, read from its worker on demand."""
 
-    def __init__(self, variable: DistributedVariable, rank: int, device: str) -> None:
+    def __init__(self, variable: _Handle, rank: int, device: str) -> None:
         self._variable = variable
         self._rank = rank
         self._device = device
@@ -44,17 +44,17 @@ class _Handle:
     """What every notebook-side handle to a worker-held variable does (mixed in first)."""
 
     _strategy: Any
-    _values: tuple[Any, ...]
+    _values: tuple[VariableComponent, ...]
 
     def __init__(self, strategy: Any, var_id: int, args: dict[str, Any], devices: list[str]) -> None:
         self._strategy = strategy
         self._var_id = var_id
-        self._name = args["name"]
-        self._trainable = args["trainable"]
-        self._synchronization = args["synchronization"]
-        self._aggregation = args["aggregation"]
+        self._name: str = args["name"]
+        self._trainable: bool = args["trainable"]
+        self._synchronization: VariableSynchronization = args["synchronization"]
+        self._aggregation: VariableAggregation = args["aggregation"]
         self._shape = tuple(args["value"].shape)
-        self._dtype = args["value"].dtype
+        self._dtype: np.dtype[Any] = args["value"].dtype
         self._values = tuple(VariableComponent(self, r, d) for r, d in enumerate(devices))
         self._id = var_id
         register_variable(strategy._group_id, var_id, self)
@@ -103,7 +103,7 @@ class _Handle:
         return f"{type(self).__name__}:{{\n{body}\n}}"
 
 
-class DistributedVariable(_Handle, DistributedValues, Variable):  # type: ignore[misc]
+class DistributedVariable(_Handle, DistributedValues, Variable):
     """A variable with a copy on each replica (or one, for central storage)."""
 
     kind = "mirrored"
@@ -118,7 +118,7 @@ class DistributedVariable(_Handle, DistributedValues, Variable):  # type: ignore
         )
 
 
-class OneDeviceVariable(_Handle, Variable):  # type: ignore[misc]
+class OneDeviceVariable(_Handle, Variable):
     """A regular (not distributed) variable of ``OneDeviceStrategy``, held by its one worker."""
 
     kind = "mirrored"
@@ -127,7 +127,8 @@ class OneDeviceVariable(_Handle, Variable):  # type: ignore[misc]
         return repr(self._values[0])
 
 
-class MirroredVariable(DistributedVariable, Mirrored):
+# Mirrored's NDArrayOperatorsMixin is an ABC in numpy's stub only (see Variable).
+class MirroredVariable(DistributedVariable, Mirrored):  # type: ignore[metaclass]
     """Copies kept equal by applying the same (aggregated) update to each."""
 
     kind = "mirrored"

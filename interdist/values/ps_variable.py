@@ -9,7 +9,7 @@ to a worker: there it reads and writes through the worker's current step
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -76,7 +76,7 @@ class PSVariable(Variable):
         self._var_id: int = desc["var_id"]
         self._name: str = desc["name"]
         self._shape: tuple[int, ...] = tuple(desc["shape"])
-        self._dtype = np.dtype(desc["dtype"])
+        self._dtype: np.dtype[Any] = np.dtype(desc["dtype"])
         self._trainable: bool = desc["trainable"]
         self._synchronization = VariableSynchronization[desc["synchronization"]]
         self._aggregation = VariableAggregation[desc["aggregation"]]
@@ -117,7 +117,7 @@ class PSVariable(Variable):
             raise RuntimeError(
                 f"variable {self._name!r} of a ParameterServerStrategy was read on a worker outside a scheduled step"
             )
-        return self._strategy._read_ps_variable(self)
+        return cast("np.ndarray", self._strategy._read_ps_variable(self))
 
     def _apply(self, op: str, value: Any) -> Any:
         v = self._check(value)

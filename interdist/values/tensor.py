@@ -7,7 +7,7 @@ operators and ufuncs give NumPy results) and carry the TF ``device`` string.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
@@ -147,7 +147,7 @@ class RemoteValue(ArrayValue):
         self._meta = meta
         self._fetch = fetch
         self._owner = owner  # the replica group that holds the value
-        self._cached: Any = meta["value"] if "value" in meta else _MISSING
+        self._cached: Any = meta.get("value", _MISSING)
 
     def _get(self) -> Any:
         if self._cached is _MISSING:
@@ -167,7 +167,7 @@ class RemoteValue(ArrayValue):
     @property
     def dtype(self) -> np.dtype[Any]:
         if "dtype" in self._meta:
-            return np.dtype(self._meta["dtype"])
+            return cast("np.dtype[Any]", np.dtype(self._meta["dtype"]))  # np.dtype(Any) is typed Any
         return super().dtype
 
     @property

@@ -123,7 +123,8 @@ def args_from_meta(meta: dict[str, Any], shape: tuple[int, ...], dtype: Any) -> 
     }
 
 
-class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
+# numpy's stub declares NDArrayOperatorsMixin an ABC; at runtime its metaclass is ``type``, _VariableMeta's base.
+class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):  # type: ignore[metaclass]
     """A variable (``tf.Variable``); distributed when created in a strategy's scope.
 
     >>> v = Variable(1.0)
@@ -143,11 +144,11 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):
         shape: Any = None,
     ) -> None:
         a = normalize_args(initial_value, name, trainable, dtype, synchronization, aggregation)
-        self._value = a["value"]
-        self._name = a["name"]
-        self._trainable = a["trainable"]
-        self._synchronization = a["synchronization"]
-        self._aggregation = a["aggregation"]
+        self._value: np.ndarray = a["value"]
+        self._name: str = a["name"]
+        self._trainable: bool = a["trainable"]
+        self._synchronization: VariableSynchronization = a["synchronization"]
+        self._aggregation: VariableAggregation = a["aggregation"]
         self._id = next(_ids)
 
     # attributes

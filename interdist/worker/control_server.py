@@ -12,7 +12,7 @@ import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from interdist.control import TOKEN_BYTES, host_id, pack, read_message, send_parts
@@ -51,7 +51,7 @@ class ControlServer:
     arrange for ``reply(dict)`` to be called once (from any thread).
     """
 
-    def __init__(self, handle: Callable[[dict[str, Any], Callable[[dict[str, Any]], None]], None]) -> None:
+    def __init__(self, handle: Callable[[dict[str, Any], Callable[[Mapping[str, Any]], None]], None]) -> None:
         self._handle = handle
         self.token = secrets.token_bytes(TOKEN_BYTES)
         _remove_stale_dirs()
@@ -86,7 +86,7 @@ class ControlServer:
     def _serve(self, conn: socket.socket) -> None:
         write_lock = threading.Lock()
 
-        def reply(msg: dict[str, Any]) -> None:
+        def reply(msg: Mapping[str, Any]) -> None:
             parts = pack(msg)
             with write_lock:
                 try:
@@ -114,7 +114,7 @@ class ControlServer:
                 try:
                     self._handle(msg, reply)
                 except Exception as exc:  # noqa: BLE001 - reported as this step's reply
-                    reply(dict(lost_reply(exc, step=msg.get("step"))))
+                    reply(lost_reply(exc, step=msg.get("step")))
         except OSError:
             return
         finally:

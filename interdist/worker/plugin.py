@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cloudpickle
@@ -17,12 +17,13 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from interdist import _gpu, events
 from interdist import control as local_control
-from interdist.collectives.dask_comms import answer_probe, make_transport, packet_from_payload
+from interdist.collectives.dask_comms import answer_probe, packet_from_payload
 from interdist.collectives.mailbox import Mailbox
+from interdist.collectives.registry import worker_transport
 from interdist.input import _direct
-from interdist.protocol import lost_reply
+from interdist.protocol import GroupSpec, Reply, lost_reply
 from interdist.replica.central import close_central, make_replica_variable, serve_central_read
-from interdist.replica.replica import Replica
+from interdist.replica.replica import ProgramReply, Replica
 from interdist.worker.control_server import ControlServer
 from interdist.worker.thread import ReplicaThread
 
@@ -60,7 +61,7 @@ class ReplicaRuntime(WorkerPlugin):
                 "interdist_control_endpoint": self.control_endpoint,
             }
         )
-        self._control: Any = None  # the same-host control socket (local_control.py), made on first ask
+        self._control: ControlServer | None = None  # the same-host control socket (local_control.py), made on first ask
         worker.interdist_runtime = self  # for debugging and tests
         self._outbox: list[dict[str, Any]] = []
         from tornado.ioloop import PeriodicCallback
@@ -102,15 +103,23 @@ class ReplicaRuntime(WorkerPlugin):
 
     # -- handlers --------------------------------------------------------------
     async def ping(self) -> str:
-        return self.worker.address
+        address: str = self.worker.address
+        return address
 
     async def join(self, group: str, rank: int, spec: bytes, peers: list[str]) -> str:
-        spec_d: dict[str, Any] = cloudpickle.loads(spec)
+        spec_d: GroupSpec = cloudpickle.loads(spec)
         old = self.replicas.get(group)
         if old is not None:
             _close_transport(old)
-        transport = make_transport(
-            self.worker, group, rank, list(peers), self._mailbox(group), sockets=bool(spec_d.get("local_control", True))
+        # The backend the notebook chose (config.settings.collectives_backend), through the registry.
+        transport = worker_transport(
+            spec_d.get("collectives_backend"),
+            self.worker,
+            group,
+            rank,
+            list(peers),
+            self._mailbox(group),
+            sockets=bool(spec_d.get("local_control", True)),
         )
         self.replicas[group] = Replica(group, rank, spec_d, transport, self._emit, transport.abort_peers)
         inner = getattr(transport, "inner", transport)
@@ -151,7 +160,7 @@ class ReplicaRuntime(WorkerPlugin):
             self._control = ControlServer(self._handle_control)
         return self._control.endpoint()
 
-    def _handle_control(self, msg: dict[str, Any], reply: Callable[[dict[str, Any]], None]) -> None:
+    def _handle_control(self, msg: dict[str, Any], reply: Callable[[Mapping[str, Any]], None]) -> None:
         """A program that came over the control socket: as ``execute``, replying from the replica thread;
         a peer's collective packet: as ``coll``; or a reader's request for rows of a chunk held here."""
         if msg.get("op") == "coll":
@@ -170,10 +179,9 @@ class ReplicaRuntime(WorkerPlugin):
             replica.release(list(msg["release"]))
 
         def done(result: Any, error: BaseException | None) -> None:
-            if error is not None:
-                result = dict(lost_reply(error))
-            result["step"] = step
-            reply(result)
+            out: Reply = lost_reply(error) if error is not None else result  # else replica.execute's reply
+            out["step"] = step
+            reply(out)
 
         # Out-of-band buffers: arrays unpickled over them must be writable, as any argument is.
         buffers = [b if isinstance(b, bytearray) else bytearray(b) for b in msg.get("bufs") or ()]
@@ -188,7 +196,7 @@ class ReplicaRuntime(WorkerPlugin):
         system: bool,
         release: list[str] | None = None,
         timeout: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> ProgramReply:
         replica = self._replica(group)
         if timeout is not None:
             # The notebook's interdist.config.set_collective_timeout travels with each program.
@@ -199,12 +207,14 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def fetch(self, group: str, keys: list[str]) -> bytes:
         replica = self._replica(group)
-        return cloudpickle.dumps([_gpu.to_host(replica.store[k]) for k in keys])
+        data: bytes = cloudpickle.dumps([_gpu.to_host(replica.store[k]) for k in keys])
+        return data
 
     async def read_var(self, group: str, var_id: int) -> bytes:
         # Variables are replaced, never changed in place, so reading the reference is safe
         # while the replica thread runs.
-        return cloudpickle.dumps(_gpu.to_host(self._replica(group).variables[var_id].raw))
+        data: bytes = cloudpickle.dumps(_gpu.to_host(self._replica(group).variables[var_id].raw))
+        return data
 
     async def set_peers(self, group: str, peers: list[str]) -> str:
         """A peer's worker was replaced (restarted by its nanny): talk to the new address."""

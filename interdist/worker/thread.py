@@ -7,9 +7,11 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class ReplicaThread:
@@ -24,9 +26,9 @@ class ReplicaThread:
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    def submit(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[_T] = loop.create_future()
         self._queue.put((loop, future, fn, args))
         return future
 
