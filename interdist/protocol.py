@@ -64,8 +64,21 @@ class VariableMeta(TypedDict, total=False):
     device: str
 
 
+class CreatedVariable(TypedDict):
+    """A variable a replica function created in a step (``ReplicaStrategyView``), as the notebook adopts it."""
+
+    var_id: int
+    meta: VariableMeta
+    shape: tuple[int, ...]
+    dtype: str  # numpy's dtype.str
+
+
 class Reply(TypedDict, total=False):
-    """A replica's answer for one program (``ok`` and then either ``result`` or the failure fields)."""
+    """A replica's answer for one program (``ok`` and then either ``result`` or the failure fields).
+
+    A reply from a replica also carries the step's ``events`` and the variables it ``created``;
+    the failure replies the notebook's side writes (``lost_reply``, ``stuck_reply``) have neither.
+    """
 
     ok: bool
     step: int | None
@@ -78,6 +91,8 @@ class Reply(TypedDict, total=False):
     lost: bool  # the replica's worker is gone or unreachable
     stuck: bool  # the replica did not answer within the grace period after a peer failed
     warnings: list[str]
+    events: list[dict[str, Any]]  # the events of the step, in their wire form (``Event.to_msg()``)
+    created: list[CreatedVariable]
 
 
 def lost_reply(
@@ -210,6 +225,11 @@ def register_strategy(group_id: str, strategy: Any) -> None:
 
 def register_variable(group_id: str, var_id: int, variable: Any) -> None:
     _client_variables[(group_id, var_id)] = variable
+
+
+def registered_variable(group_id: str, var_id: int) -> Any:
+    """The notebook's handle of variable ``var_id`` of group ``group_id``, or None once it was collected."""
+    return _client_variables.get((group_id, var_id))
 
 
 def resolve_strategy(group_id: str) -> Any:

@@ -17,14 +17,14 @@ from interdist.worker import control_server
 
 
 def _endpoint(s: idist.MirroredStrategy, rank: int) -> dict[str, object]:
-    group = s._group  # type: ignore[attr-defined]
+    group = s._group
     return dict(group.client.sync(lambda: group.client.rpc(group.addresses[rank]).interdist_control_endpoint()))
 
 
 def test_programs_go_over_the_control_sockets(mirrored2: idist.MirroredStrategy) -> None:
     out = mirrored2.run(lambda: idist.get_replica_context().all_reduce("sum", np.float32(1.5)))
     assert [float(v) for v in mirrored2.experimental_local_results(out)] == [3.0, 3.0]
-    conns = mirrored2._group._control  # type: ignore[attr-defined]
+    conns = mirrored2._group._control
     assert conns is not None and len(conns) == 2 and not any(c.broken for c in conns)
 
 
@@ -98,7 +98,7 @@ def test_interrupted_step_then_the_next_one_works(mirrored2: idist.MirroredStrat
 
 def test_workers_on_another_host_use_dask_comms(mirrored2: idist.MirroredStrategy,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    group = mirrored2._group  # type: ignore[attr-defined]
+    group = mirrored2._group
     group._drop_control()
     monkeypatch.setattr(local_control, "host_id", lambda: "some-other-host/boot")
     try:
@@ -125,10 +125,12 @@ def test_collective_packets_between_workers_use_sockets_unless_switched_off(on: 
             assert [float(v) for v in s.experimental_local_results(small)] == [3.0, 3.0]
             for v in s.experimental_local_results(big):
                 np.testing.assert_array_equal(np.asarray(v), np.full(10000, 3.0))
-            group = s._group  # type: ignore[attr-defined]
+            group = s._group
 
             def peer_sockets(dask_worker: object, gid: str = group.group_id) -> list[str]:
-                t = dask_worker.interdist_runtime.replicas[gid].transport.inner  # type: ignore[attr-defined]
+                from interdist.worker.plugin import get_runtime
+
+                t = get_runtime(dask_worker).replicas[gid].transport.inner
                 return sorted(a for a, c in t._socks.items() if c is not None)
 
             socks = s.client.run(peer_sockets, workers=group.addresses)
@@ -142,7 +144,7 @@ def test_out_of_band_buffers_over_the_peer_socket(mirrored2: idist.MirroredStrat
     """A packet with raw buffers (arrays above the in-band size) that does not go through shared memory."""
     def fn() -> object:
         ctx = idist.get_replica_context()
-        transport = ctx._replica.transport  # type: ignore[attr-defined]
+        transport = ctx._replica.transport
         saved, transport.threshold = transport.threshold, -1  # shared memory off for this collective
         try:
             r = int(ctx.replica_id_in_sync_group)

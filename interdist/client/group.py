@@ -20,8 +20,7 @@ from interdist import control as local_control
 from interdist.client.fn_pickle import dumps_fn
 from interdist.config import settings
 from interdist.errors import ReplicaError, WorkerLostError
-from interdist.protocol import GroupSpec, Reply, VariableMeta, lost_reply, stuck_reply
-from interdist.replica.replica import CreatedVariable, ProgramReply
+from interdist.protocol import CreatedVariable, GroupSpec, Reply, VariableMeta, lost_reply, stuck_reply
 from interdist.worker.plugin import PLUGIN_NAME, ReplicaRuntime
 
 _registered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
@@ -213,14 +212,12 @@ class DaskGroup:
                 self._drop_control()
                 self._abort_all(step, "the notebook interrupted the step")
                 raise
-        # The replicas' replies also carry their events and created variables (ProgramReply); lost and
-        # stuck replies have neither, which a ProgramReply allows (every key is optional).
-        program_replies = cast("list[ProgramReply]", replies)
+        # The replicas' replies also carry their events and created variables; lost and stuck replies have neither.
         if self.on_events is not None:
-            for pr in program_replies:
-                self.on_events(pr.get("events", ()))
-        if self.on_created is not None and program_replies[0].get("created"):
-            self.on_created(program_replies[0]["created"])  # before results (which may be those variables) decode
+            for reply in replies:
+                self.on_events(reply.get("events", ()))
+        if self.on_created is not None and replies[0].get("created"):
+            self.on_created(replies[0]["created"])  # before results (which may be those variables) decode
         self._raise_for(replies, step, what)
         for r in replies:
             for w in r.get("warnings", ()):
@@ -279,7 +276,7 @@ class DaskGroup:
 
         def on_reply(rank: int, rep: Mapping[str, Any]) -> None:
             nonlocal aborted
-            replies[rank] = cast(Reply, rep)  # a replica's ProgramReply, or a lost_reply for a closed connection
+            replies[rank] = cast(Reply, rep)  # a replica's Reply, or a lost_reply for a closed connection
             if rep.get("lost") and not aborted:
                 aborted = True  # the lost replica cannot release its peers itself: do it for it
                 self._abort_others(step, rank, f"replica {rank} was lost with its worker {self.addresses[rank]}")
@@ -344,7 +341,7 @@ class DaskGroup:
     ) -> list[Reply]:
         async def one(rank: int) -> Reply:
             try:
-                reply: ProgramReply = await self.client.rpc(self.addresses[rank]).interdist_execute(
+                reply: Reply = await self.client.rpc(self.addresses[rank]).interdist_execute(
                     group=self.group_id,
                     step=step,
                     fn=fn,

@@ -38,6 +38,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -101,7 +102,10 @@ def _leaf_spec(arr: Any, batched: bool) -> TensorSpec:
 
 # -- which client reads ---------------------------------------------------------------------------
 _bound = threading.local()
+# The Dask worker this process is, once replica programs run here (bind_worker); None in the notebook.
 _worker: Any = None
+# The reading clients made on this worker (ReadingClient): their reads run here (_compute_here).
+_readers: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def bind_worker(worker: Any) -> None:
@@ -161,7 +165,7 @@ class ReadingClient:
             set_as_default=False,
             name=f"interdist-reader-{_worker.name}",
         )
-        self.own._interdist_reader = True  # reads run on this worker (_compute_here)
+        _readers.add(self.own)
         return self.own
 
     def __exit__(self, *exc: object) -> None:
@@ -180,7 +184,7 @@ def compute(arrays: list[Any], client: Any = None) -> list[np.ndarray]:
     attempts = 6
     for attempt in builtins.range(attempts):
         try:
-            if _worker is not None and getattr(client, "_interdist_reader", False):
+            if _worker is not None and client in _readers:
                 return _compute_here(arrays, client)
             return [np.asarray(a) for a in client.compute(list(arrays), sync=True)]
         except Exception as e:
@@ -220,7 +224,7 @@ def _read_rows(leaves: list[Any], rows: np.ndarray, client: Any) -> list[np.ndar
     """The given rows (sorted) of every leaf; a contiguous run is read as a slice."""
     if len(rows) == 0:
         return [np.empty((0, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]
-    if _worker is not None and getattr(client, "_interdist_reader", False) and _direct_reads:
+    if _worker is not None and client in _readers and _direct_reads:
         direct = _direct.read_rows(_worker, leaves, rows, client)
         if direct is not None:
             return direct

@@ -13,7 +13,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import cloudpickle
 import numpy as np
@@ -27,11 +27,11 @@ from interdist.errors import CollectiveAbortedError
 from interdist.protocol import (
     VARIABLE_KEY,
     ArgRef,
+    CreatedVariable,
     GroupSpec,
     Reply,
     StoreRef,
     ValueMeta,
-    VariableMeta,
     VarRef,
     resolving,
 )
@@ -42,22 +42,6 @@ if TYPE_CHECKING:
     from interdist.replica.central import CentralState
 
 _T = TypeVar("_T")
-
-
-class CreatedVariable(TypedDict):
-    """A variable a replica function created in a step (``ReplicaStrategyView``), as the notebook adopts it."""
-
-    var_id: int
-    meta: VariableMeta
-    shape: tuple[int, ...]
-    dtype: str  # numpy's dtype.str
-
-
-class ProgramReply(Reply, total=False):
-    """A ``Reply`` as ``Replica.execute`` gives it: with the program's events and the variables it created."""
-
-    events: list[dict[str, Any]]  # the events of the step, in their wire form (``Event.to_msg()``)
-    created: list[CreatedVariable]
 
 
 class Replica:
@@ -163,7 +147,7 @@ class Replica:
     # -- execution -----------------------------------------------------------
     def execute(
         self, step: int, fn_bytes: bytes, args_bytes: bytes, system: bool, buffers: list[Any] | None = None
-    ) -> ProgramReply:
+    ) -> Reply:
         """Run one program for ``step``; never raises: failures become the reply.
 
         ``buffers``: the out-of-band buffers of ``args_bytes`` (pickle protocol 5), if any.
@@ -198,7 +182,7 @@ class Replica:
                     arg_ids = {id(x): i for i, x in enumerate(_nest.flatten((args, kwargs))) if x is not None}
                     with _context.enter(self.view, self.context):
                         result = fn(*args, **kwargs)
-                reply: ProgramReply = {"ok": True, "result": dump_result(self.encode(result, step, arg_ids))}
+                reply: Reply = {"ok": True, "result": dump_result(self.encode(result, step, arg_ids))}
             except BaseException as exc:  # noqa: BLE001 - every failure must reach the notebook
                 secondary = isinstance(exc, CollectiveAbortedError)
                 tb = traceback.format_exc()

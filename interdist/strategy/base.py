@@ -30,19 +30,19 @@ from interdist.input.distributed_dataset import DistributedDataset, DistributedD
 from interdist.protocol import (
     VARIABLE_KEY,
     ArgRef,
+    CreatedVariable,
     GroupSpec,
     StoreRef,
     ValueMeta,
     VariableMeta,
     VarRef,
-    _client_variables,
     register_strategy,
+    registered_variable,
     resolve_strategy,
 )
 from interdist.reduce_op import ReduceOp, resolve
 from interdist.replica import programs
 from interdist.replica.fused import PickledFunction, fused_steps
-from interdist.replica.replica import CreatedVariable
 from interdist.strategy.extended import StrategyExtended
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
 from interdist.values.distributed_variable import (
@@ -565,7 +565,7 @@ class Strategy:
 
     def _variable_by_id(self, var_id: int) -> Any:
 
-        return _client_variables.get((self._group_id, var_id))
+        return registered_variable(self._group_id, var_id)
 
     def _read_copy(self, var: Any, rank: int) -> Any:
         return self._group.read_variable(rank, var._var_id)

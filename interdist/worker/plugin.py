@@ -23,13 +23,22 @@ from interdist.collectives.registry import worker_transport
 from interdist.input import _direct
 from interdist.protocol import GroupSpec, Reply, lost_reply
 from interdist.replica.central import close_central, make_replica_variable, serve_central_read
-from interdist.replica.replica import ProgramReply, Replica
+from interdist.replica.replica import Replica
 from interdist.worker.control_server import ControlServer
 from interdist.worker.thread import ReplicaThread
 
 logger = logging.getLogger("interdist")
 
 PLUGIN_NAME = "interdist-runtime"
+
+
+def get_runtime(worker: Any) -> ReplicaRuntime:
+    """The worker's ``ReplicaRuntime`` (all its interdist state), as distributed finds its shuffle plugin."""
+    try:
+        runtime: ReplicaRuntime = worker.plugins[PLUGIN_NAME]
+    except KeyError:
+        raise RuntimeError(f"the worker {worker.address} has no interdist replica runtime plugin") from None
+    return runtime
 
 
 class ReplicaRuntime(WorkerPlugin):
@@ -62,7 +71,6 @@ class ReplicaRuntime(WorkerPlugin):
             }
         )
         self._control: ControlServer | None = None  # the same-host control socket (local_control.py), made on first ask
-        worker.interdist_runtime = self  # for debugging and tests
         self._outbox: list[dict[str, Any]] = []
         from tornado.ioloop import PeriodicCallback
 
@@ -196,7 +204,7 @@ class ReplicaRuntime(WorkerPlugin):
         system: bool,
         release: list[str] | None = None,
         timeout: float | None = None,
-    ) -> ProgramReply:
+    ) -> Reply:
         replica = self._replica(group)
         if timeout is not None:
             # The notebook's interdist.config.set_collective_timeout travels with each program.

@@ -48,8 +48,9 @@ def worker_state(s: Any) -> dict[int, dict[str, Any]]:
 
     def look(dask_worker: Any) -> dict[str, Any]:
         from interdist.replica.central import CentralReplicaVariable
+        from interdist.worker.plugin import get_runtime
 
-        rep = dask_worker.interdist_runtime.replicas[gid]
+        rep = get_runtime(dask_worker).replicas[gid]
         state = getattr(rep, "central_state", None)
         return {
             "rank": rep.rank,
