@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import interdist as idist
-from interdist.client.cluster import local_gpu_cluster
+from interdist.client.gpus import local_gpu_cluster
 
 
 def no_gpu_reason() -> str | None:

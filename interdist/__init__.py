@@ -47,8 +47,8 @@ from .errors import (
 )
 from .input.input_context import InputContext, InputOptions, InputReplicationMode
 from .reduce_op import ReduceOp
+from .replica.context import ReplicaContext
 from .replica.programs import ValueContext
-from .replica.view import ReplicaContext
 from .server import Server
 from .strategy.base import RunOptions, Strategy
 from .strategy.extended import StrategyExtended

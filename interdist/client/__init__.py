@@ -1,7 +1,9 @@
 """The notebook's side: clusters, replica groups, the control path and the event log.
 
-``cluster.py`` starts (or adopts) the Dask cluster and pools embedded ones; ``group.py`` sends
-programs to a group's replicas and gathers their replies (``protocol.Reply``); ``fn_pickle.py``
-pickles replica functions once while their captures are unchanged; ``event_log.py`` keeps the
-events that come back; ``roles.py`` maps TF tasks onto Dask workers.
+``cluster.py`` starts (or adopts) the Dask cluster and pools embedded ones; ``gpus.py`` finds the
+machine's GPUs and starts and checks a worker per GPU; ``group.py`` sends programs to a group's
+replicas and gathers their replies (``protocol.Reply``); ``replies.py`` turns a step's replies into
+one result or one exception; ``fn_pickle.py`` pickles replica functions once while their captures
+are unchanged; ``event_log.py`` keeps the events that come back; ``roles.py`` maps TF tasks onto
+Dask workers.
 """

@@ -1,4 +1,8 @@
-"""TODO docstring"""
+"""The notebook's log of interdist events (``strategy.events``).
+
+Events come back with each step's reply in their wire form and are expanded into ``interdist.events``
+dataclasses only when read, unless a listener (the inline dashboard) wants them at once.
+"""
 
 from __future__ import annotations
 

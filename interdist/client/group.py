@@ -11,16 +11,17 @@ import threading
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Mapping
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 import cloudpickle
 
 from interdist import control as local_control
 from interdist.client.fn_pickle import dumps_fn
+from interdist.client.replies import StepReplies, raise_for
 from interdist.config import settings
-from interdist.errors import ReplicaError, WorkerLostError
-from interdist.protocol import CreatedVariable, GroupSpec, Reply, VariableMeta, lost_reply, stuck_reply
+from interdist.errors import WorkerLostError
+from interdist.protocol import CreatedVariable, GroupSpec, Reply, VariableMeta, lost_reply
 from interdist.worker.plugin import PLUGIN_NAME, ReplicaRuntime
 
 _registered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
@@ -88,20 +89,8 @@ class DaskGroup:
             return
         self.closed = True
         self._drop_control()
-
-        async def go() -> None:
-            await asyncio.wait_for(
-                asyncio.gather(
-                    *[self.client.rpc(addr).interdist_leave(group=self.group_id) for addr in self.addresses],
-                    return_exceptions=True,
-                ),
-                5,
-            )
-
-        try:
-            self.client.sync(go)
-        except Exception:  # noqa: BLE001, S110 - closing must not fail because a worker is gone
-            pass
+        # Best effort: closing must not fail because a worker is gone.
+        self._broadcast(range(self.world_size), lambda worker: worker.interdist_leave(group=self.group_id))
 
     def _recover(self, timeout: float = 30.0) -> None:
         """Rejoin replicas whose worker was restarted (same Dask worker name, new address)."""
@@ -210,7 +199,7 @@ class DaskGroup:
                 # The notebook was interrupted: release every replica waiting in this step's collectives.
                 # A control socket may hold half a message: start again with fresh ones.
                 self._drop_control()
-                self._abort_all(step, "the notebook interrupted the step")
+                self._broadcast(range(self.world_size), self._abort_step(step, "the notebook interrupted the step"))
                 raise
         # The replicas' replies also carry their events and created variables; lost and stuck replies have neither.
         if self.on_events is not None:
@@ -218,7 +207,7 @@ class DaskGroup:
                 self.on_events(reply.get("events", ()))
         if self.on_created is not None and replies[0].get("created"):
             self.on_created(replies[0]["created"])  # before results (which may be those variables) decode
-        self._raise_for(replies, step, what)
+        raise_for(replies, step, what, self.spec["devices"], self.addresses, self.lost)
         for r in replies:
             for w in r.get("warnings", ()):
                 warnings.warn(w, UserWarning, stacklevel=4)
@@ -271,15 +260,12 @@ class DaskGroup:
     ) -> list[Reply]:
         """``_execute_async`` over the control sockets, on this thread (no event loop in the path)."""
         timeout = self.spec.get("timeout") or settings.collective_timeout
-        replies: dict[int, Reply] = {}
-        aborted = False
+        got = StepReplies(step, self.addresses, self.busy)
 
         def on_reply(rank: int, rep: Mapping[str, Any]) -> None:
-            nonlocal aborted
-            replies[rank] = cast(Reply, rep)  # a replica's Reply, or a lost_reply for a closed connection
-            if rep.get("lost") and not aborted:
-                aborted = True  # the lost replica cannot release its peers itself: do it for it
-                self._abort_others(step, rank, f"replica {rank} was lost with its worker {self.addresses[rank]}")
+            reason = got.add(rank, rep)
+            if reason is not None:
+                self._broadcast(self._others(rank), self._abort_step(step, reason))
 
         sent: dict[int, local_control.ControlConnection] = {}
         for r, c in enumerate(conns):
@@ -300,41 +286,14 @@ class DaskGroup:
                 c.send(data, step)
                 sent[r] = c
             except OSError as exc:
-                replies[r] = lost_reply(exc)
-        for r in list(replies):
-            on_reply(r, replies[r])
-
-        def grace() -> float | None:
-            # As in _execute_async: once a replica failed, the others get a grace period to answer.
-            return settings.stuck_grace if any(not rep["ok"] for rep in replies.values()) else None
-
-        for rank in local_control.wait_replies(sent, step, on_reply, grace):
-            self.busy[rank] = (step, conns[rank])
-            replies[rank] = stuck_reply(rank, step, settings.stuck_grace)
-        if any(rep.get("lost") for rep in replies.values()):
+                got.replies[r] = lost_reply(exc)
+        for r in list(got.replies):
+            on_reply(r, got.replies[r])
+        for rank in local_control.wait_replies(sent, step, on_reply, got.grace):
+            got.stuck(rank, conns[rank])
+        if any(rep.get("lost") for rep in got.replies.values()):
             self._drop_control()  # the next program sets them up again, after recovery
-        return [replies[r] for r in range(self.world_size)]
-
-    def _abort_others(self, step: int, rank: int, reason: str) -> None:
-        async def go() -> None:
-            await asyncio.wait_for(
-                asyncio.gather(
-                    *[
-                        self.client.rpc(self.addresses[r]).interdist_abort(
-                            group=self.group_id, step=step, reason=reason
-                        )
-                        for r in range(self.world_size)
-                        if r != rank
-                    ],
-                    return_exceptions=True,
-                ),
-                5,
-            )
-
-        try:
-            self.client.sync(go)
-        except Exception:  # noqa: BLE001, S110 - best effort: the workers may be gone
-            pass
+        return got.in_rank_order(self.world_size)
 
     async def _execute_async(
         self, step: int, fn: bytes, args: list[bytes], system: bool, release: dict[int, list[str]]
@@ -355,99 +314,43 @@ class DaskGroup:
                 return lost_reply(exc)
 
         tasks = {asyncio.ensure_future(one(r)): r for r in range(self.world_size)}
-        replies: dict[int, Reply] = {}
+        got = StepReplies(step, self.addresses, self.busy)
         pending = set(tasks)
-        aborted = False
         while pending:
-            # Once a replica has failed, the others get a grace period to come back (released by
-            # the abort, or by their own collective timeout); one that still does not answer is
-            # running user code that never returns: report it instead of hanging the notebook.
-            failed = any(not rep["ok"] for rep in replies.values())
-            timeout = settings.stuck_grace if failed else None
-            done, pending = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            done, pending = await asyncio.wait(pending, timeout=got.grace(), return_when=asyncio.FIRST_COMPLETED)
             if not done:
                 for t in pending:
-                    rank = tasks[t]
-                    self.busy[rank] = (step, t)
-                    replies[rank] = stuck_reply(rank, step, settings.stuck_grace)
+                    got.stuck(tasks[t], t)
                 break
             for t in done:
                 rank = tasks[t]
-                replies[rank] = t.result()
-                if replies[rank].get("lost") and not aborted:
-                    # The replica cannot release its peers itself: do it for it.
-                    aborted = True
-                    reason = f"replica {rank} was lost with its worker {self.addresses[rank]}"
-                    await asyncio.gather(
-                        *[
-                            self.client.rpc(self.addresses[r]).interdist_abort(
-                                group=self.group_id, step=step, reason=reason
-                            )
-                            for r in range(self.world_size)
-                            if r != rank
-                        ],
-                        return_exceptions=True,
-                    )
-        return [replies[r] for r in range(self.world_size)]
+                reason = got.add(rank, t.result())
+                if reason is not None:
+                    await self._to_each(self._others(rank), self._abort_step(step, reason))
+        return got.in_rank_order(self.world_size)
 
-    def _abort_all(self, step: int, reason: str) -> None:
+    # -- best-effort messages to the replicas ------------------------------------
+    def _others(self, rank: int) -> list[int]:
+        return [r for r in range(self.world_size) if r != rank]
+
+    def _abort_step(self, step: int, reason: str) -> Callable[[Any], Awaitable[Any]]:
+        """The call that releases a replica waiting in ``step`` (its collectives raise ``reason``)."""
+        return lambda worker: worker.interdist_abort(group=self.group_id, step=step, reason=reason)
+
+    async def _to_each(self, ranks: Iterable[int], call: Callable[[Any], Awaitable[Any]]) -> None:
+        """``call`` on the worker of each of ``ranks`` at once; a worker that fails to answer is passed over."""
+        await asyncio.gather(*[call(self.client.rpc(self.addresses[r])) for r in ranks], return_exceptions=True)
+
+    def _broadcast(self, ranks: Iterable[int], call: Callable[[Any], Awaitable[Any]]) -> None:
+        """``_to_each`` from the notebook's thread, best effort: 5 s at most, and never an error."""
+
         async def go() -> None:
-            await asyncio.wait_for(
-                asyncio.gather(
-                    *[
-                        self.client.rpc(addr).interdist_abort(group=self.group_id, step=step, reason=reason)
-                        for addr in self.addresses
-                    ],
-                    return_exceptions=True,
-                ),
-                5,
-            )
+            await asyncio.wait_for(self._to_each(ranks, call), 5)
 
         try:
             self.client.sync(go)
         except Exception:  # noqa: BLE001, S110 - best effort: the workers may be gone
             pass
-
-    def _raise_for(self, replies: list[Reply], step: int, what: str) -> None:
-        failed = [(r, rep) for r, rep in enumerate(replies) if not rep["ok"]]
-        if not failed:
-            return
-        lost = [(r, rep) for r, rep in failed if rep.get("lost")]
-        if lost:
-            for r, _ in lost:
-                self.lost[r] = self.addresses[r]
-            names = ", ".join(f"replica {r} ({self.spec['devices'][r]}, worker {self.addresses[r]})" for r, _ in lost)
-            raise WorkerLostError(
-                f"{names} was lost during step {step} ({what}): its worker died or became unreachable "
-                f"({lost[0][1]['type']}: {lost[0][1]['message']}). The other replicas were released."
-            )
-        primary = [(r, rep) for r, rep in failed if not rep.get("secondary")] or failed
-        rank, rep = primary[0]
-        note = (
-            f"interdist: raised on replica {rank} ({self.spec['devices'][rank]}) in step {step} ({what})\n"
-            f"--- remote traceback (replica {rank}) ---\n{rep['traceback']}"
-        )
-        stuck = [r for r, rep2 in failed if rep2.get("stuck")]
-        if stuck:
-            note += (
-                f"\ninterdist: replica(s) {stuck} did not return from step {step}: their replica function "
-                "is still running (the strategy refuses new steps until it returns)"
-            )
-        exc: BaseException | None = None
-        if rep.get("error") is not None:
-            try:
-                exc = cloudpickle.loads(rep["error"])
-            except Exception:  # noqa: BLE001 - an exception that does not unpickle here: a ReplicaError with its text
-                exc = None
-        if exc is None:
-            exc = ReplicaError(f"replica {rank} raised {rep['type']}: {rep['message']}", rank, step)
-        try:
-            exc.add_note(note)
-            exc.interdist_replica = rank  # type: ignore[attr-defined]  # tags for debugging, on any exception
-            exc.interdist_step = step  # type: ignore[attr-defined]  # tags for debugging, on any exception
-        except Exception:  # noqa: BLE001, S110 - exceptions with __slots__
-            pass
-        raise exc
 
     # -- values ----------------------------------------------------------------
     def fetch(self, rank: int, key: str) -> Any:

@@ -20,10 +20,10 @@ from interdist import _context, _reduction
 from interdist.collectives.local import local_group
 from interdist.protocol import GroupSpec
 from interdist.reduce_op import resolve
+from interdist.replica.context import ReplicaContext
 from interdist.replica.ps_input import DistributedDataset, DistributedDatasetsFromFunction
 from interdist.replica.ps_step import VARIABLE_IN_STEP, Connection, StepContext, materialize
 from interdist.replica.replica import Replica
-from interdist.replica.view import ReplicaContext
 from interdist.values.distributed import DistributedValues
 
 

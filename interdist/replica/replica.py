@@ -35,8 +35,9 @@ from interdist.protocol import (
     VarRef,
     resolving,
 )
+from interdist.replica.context import ReplicaContext
 from interdist.replica.variable import ReplicaVariable
-from interdist.replica.view import ReplicaContext, ReplicaStrategyView
+from interdist.replica.view import ReplicaStrategyView
 
 if TYPE_CHECKING:
     from interdist.replica.central import CentralState
@@ -158,7 +159,7 @@ class Replica:
             self.touched = set()
             self.warnings = []
             self.shared_results = {}
-            self.created: list[CreatedVariable] = []  # variables this step's program created (replica_view.py)
+            self.created: list[CreatedVariable] = []  # variables this step's program created (view.py)
             self.transport.mailbox.begin_step(step)
             for hook in self.program_hooks:
                 hook(True)

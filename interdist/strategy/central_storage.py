@@ -49,7 +49,7 @@ from interdist import device as device_lib
 from interdist._convert import convert_for_variable
 from interdist.errors import WorkerLostError
 from interdist.protocol import VariableMeta, VarRef
-from interdist.replica import central as rv
+from interdist.replica import central_variable as rv
 from interdist.strategy.base import Strategy
 from interdist.strategy.extended import StrategyExtended
 from interdist.strategy.mirrored import resolve_devices

@@ -7,7 +7,7 @@ worker dies during a step, the step goes back to the front of the queue and
 another worker (or the dead one's replacement, found again by its Dask worker
 name) runs it; the ps tasks apply a step id at most once.
 
-Per-worker datasets (``create_per_worker_dataset``) are made on every worker
+Per-worker datasets (``create_per_worker_dataset``, ``coordinator_datasets.py``) are made on every worker
 (``replica/ps_input.py``); a step's iterator argument becomes the iterator of the
 worker that runs it. A worker that comes back after dying gets every dataset and
 iterator again before its next step, the iterators from their first element (TF
@@ -15,7 +15,9 @@ re-creates them the same way).
 
 Errors follow TF: the first error a step raises is raised once, by the next
 ``schedule``, ``join`` or ``done``; the steps still queued then are cancelled
-(their ``RemoteValue.fetch`` raises ``interdist.errors.CancelledError``).
+(their ``RemoteValue.fetch`` raises ``interdist.errors.CancelledError``). ``RemoteValue`` and
+``PerWorkerValues`` live in ``coordinator_values.py``; this module re-exports them, as TF's
+``tf.distribute.experimental.coordinator`` does.
 
 >>> # coordinator = ClusterCoordinator(strategy)
 >>> # rv = coordinator.schedule(step_fn, args=(x,)); coordinator.join(); rv.fetch()
@@ -28,7 +30,6 @@ import itertools
 import threading
 import time
 import uuid
-import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -39,54 +40,17 @@ from interdist import _nest
 from interdist.errors import CancelledError, WorkerLostError
 from interdist.input.dataset import Dataset
 from interdist.replica import ps_input
+from interdist.strategy.coordinator_datasets import (
+    PerWorkerDataset,
+    PerWorkerIterator,
+    PerWorkerResources,
+    _ResourceError,
+)
+from interdist.strategy.coordinator_values import PerWorkerValues, RemoteValue, _rebuild_error
 from interdist.strategy.parameter_server import ParameterServerStrategy
 
 #: A step whose worker died this many times is given up (TF retries for ever).
 MAX_ATTEMPTS = 10
-
-
-class RemoteValue:
-    """The future result of a scheduled step (``tf.distribute.experimental.coordinator.RemoteValue``)."""
-
-    def __init__(self, step_id: str) -> None:
-        self.step_id = step_id
-        self._done = threading.Event()
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self.attempts = 0
-        self.worker: str | None = None  # the task that ran it
-
-    def _set(self, value: Any = None, error: BaseException | None = None) -> None:
-        self._value, self._error = value, error
-        self._done.set()
-
-    def fetch(self) -> Any:
-        """Wait for the step and return its result (as NumPy values); raise its error if it failed."""
-        self._done.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-    def get(self) -> Any:
-        """The same as ``fetch`` (TF's ``get`` returns the value without copying it to the host)."""
-        return self.fetch()
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def __repr__(self) -> str:
-        state = "done" if self.done() else "pending"
-        return f"<RemoteValue {self.step_id} {state}>"
-
-
-class PerWorkerValues:
-    """One value per worker (``tf.distribute.experimental.coordinator.PerWorkerValues``)."""
-
-    def __init__(self, values: tuple[Any, ...]) -> None:
-        self._values = tuple(values)
-
-    def __repr__(self) -> str:
-        return f"PerWorkerValues({self._values!r})"
 
 
 class _Closure:
@@ -96,7 +60,7 @@ class _Closure:
         self.fn_bytes = cloudpickle.dumps(fn)
 
 
-class ClusterCoordinator:
+class ClusterCoordinator(PerWorkerResources):
     """Schedules steps on the workers of a ``ParameterServerStrategy`` and collects their results."""
 
     def __init__(self, strategy: Any) -> None:
@@ -193,109 +157,6 @@ class ClusterCoordinator:
                 f"a distributed dataset of the strategy, but got {type(dataset_fn).__name__}"
             )
         return PerWorkerDataset(self, cloudpickle.dumps(dataset_fn))
-
-    # -- per-worker resources ------------------------------------------------------
-    def _new_resource(self, kind: str, payload: Any, owner: Any) -> tuple[str, Any]:
-        """Register a dataset or iterator, make it on every worker that answers; its key and element_spec."""
-        key = f"{kind}-{self._session}-{next(self._res_ids)}"
-        with self._res_lock:
-            self._collect_forgotten()
-            self._resources[key] = (kind, payload)
-        spec = None
-        try:
-            spec = self._build_everywhere(key)
-        except BaseException:
-            self._forget(key)
-            raise
-        weakref.finalize(owner, self._forgotten.append, key)
-        return key, spec
-
-    def _build_everywhere(self, key: str) -> Any:
-        kind, payload = self._resources[key]
-        addresses = list(self._addresses)
-        calls = [
-            (
-                a,
-                {
-                    "store": self.strategy._store,
-                    "builds": [(key, kind, payload)],
-                    "drops": [],
-                    "device": self._devices[i],
-                },
-            )
-            for i, a in enumerate(addresses)
-        ]
-
-        async def go() -> list[Any]:
-            return list(
-                await asyncio.gather(
-                    *[self._client.rpc(a).interdist_ps_input(**kw) for a, kw in calls], return_exceptions=True
-                )
-            )
-
-        replies = self._client.sync(go)
-        spec, error = None, None
-        for i, reply in enumerate(replies):
-            if isinstance(reply, BaseException):
-                continue  # the worker is gone: it gets the resource when it is back (_ensure_resources)
-            if not reply["ok"]:
-                error = error or _rebuild_error(
-                    reply, f"create_per_worker_dataset ({kind})", self.strategy._worker_tasks[i].index
-                )
-                continue
-            with self._res_lock:
-                if self._addresses[i] == addresses[i]:  # else a new process answered: it is made there later
-                    self._built[i].add(key)
-            if spec is None:
-                spec = cloudpickle.loads(reply["specs"])[key]
-        if error is not None:
-            raise error
-        return spec
-
-    def _forget(self, key: str) -> None:
-        with self._res_lock:
-            self._resources.pop(key, None)
-            for built, drop in zip(self._built, self._to_drop, strict=True):
-                if key in built:
-                    built.discard(key)
-                    drop.add(key)
-
-    def _collect_forgotten(self) -> None:
-        """Forget the resources whose notebook objects were collected (holding ``_res_lock``)."""
-        while self._forgotten:
-            key = self._forgotten.popleft()
-            self._resources.pop(key, None)
-            for built, drop in zip(self._built, self._to_drop, strict=True):
-                if key in built:
-                    built.discard(key)
-                    drop.add(key)
-
-    def _ensure_resources(self, index: int) -> None:
-        """Give worker ``index`` every registered dataset and iterator it lacks (after a restart)."""
-        with self._res_lock:
-            self._collect_forgotten()
-            missing = [(k, kind, p) for k, (kind, p) in self._resources.items() if k not in self._built[index]]
-            drops = list(self._to_drop[index])
-            address = self._addresses[index]
-        if not missing and not drops:
-            return
-        reply = self._client.sync(
-            lambda: self._client.rpc(address).interdist_ps_input(
-                store=self.strategy._store, builds=missing, drops=drops, device=self._devices[index]
-            )
-        )
-        with self._res_lock:
-            self._to_drop[index].difference_update(drops)
-            if reply["ok"]:
-                self._built[index].update(k for k, _, _ in missing)
-        if not reply["ok"]:
-            raise _ResourceError(
-                _rebuild_error(
-                    reply,
-                    f"create_per_worker_dataset (rebuilding {reply['key']})",
-                    self.strategy._worker_tasks[index].index,
-                )
-            )
 
     # -- internals -------------------------------------------------------------
     def _raise_error(self) -> None:
@@ -431,95 +292,6 @@ class ClusterCoordinator:
             return True
         except Exception:  # noqa: BLE001 - dead, or not reachable yet
             return False
-
-
-class _ResourceError(Exception):
-    """A per-worker dataset could not be made again on a worker: the step fails with ``error``."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-class PerWorkerDataset:
-    """A dataset made on each worker (``ClusterCoordinator.create_per_worker_dataset``)."""
-
-    def __init__(self, coordinator: ClusterCoordinator, recipe: bytes) -> None:
-        self._coordinator = coordinator
-        self._store = coordinator.strategy._store
-        self._key, self._element_spec = coordinator._new_resource("dataset", recipe, self)
-
-    @property
-    def element_spec(self) -> Any:
-        """The element_spec of the workers' datasets (TF's ``PerWorkerDataset.element_spec``)."""
-        return self._element_spec
-
-    def __iter__(self) -> PerWorkerIterator:
-        """One new iterator on each worker, each at the dataset's first element."""
-        return PerWorkerIterator(self)
-
-    def __reduce__(self) -> Any:
-        return (ps_input.worker_dataset, (self._store, self._key))
-
-    def __repr__(self) -> str:
-        return f"<PerWorkerDataset {self._key} on {len(self._coordinator._addresses)} workers>"
-
-
-class PerWorkerIterator(PerWorkerValues):
-    """One iterator per worker; in a scheduled step it is the iterator of the step's worker.
-
-    ``next()`` of it in the notebook raises ``NotImplementedError`` (as TF's).
-    """
-
-    def __init__(self, dataset: PerWorkerDataset) -> None:
-        coordinator = dataset._coordinator
-        self._dataset = dataset  # the dataset stays registered (re-made on a new worker) while this lives
-        self._store = dataset._store
-        self._key, self._element_spec = coordinator._new_resource("iterator", dataset._key, self)
-        super().__init__(tuple(f"{d} iterator {self._key}" for d in coordinator._devices))
-
-    @property
-    def element_spec(self) -> Any:
-        return self._element_spec
-
-    def __reduce__(self) -> Any:
-        return (ps_input.worker_iterator, (self._store, self._key))
-
-    def __iter__(self) -> PerWorkerIterator:
-        return self
-
-    def __next__(self) -> Any:
-        return self.get_next()
-
-    def get_next(self, name: str | None = None) -> Any:
-        # TF 2.21's message; the iterator is for ClusterCoordinator.schedule.
-        raise NotImplementedError(
-            "Iterating over an `AsyncDistributedIterator` is not supported right now. Pass "
-            "the per-worker iterator to ClusterCoordinator.schedule and call next() on it "
-            "inside the scheduled function."
-        )
-
-    def __repr__(self) -> str:
-        return f"<PerWorkerIterator {self._key} on {len(self._values)} workers>"
-
-
-def _rebuild_error(reply: dict[str, Any], step_id: str, task_index: int) -> BaseException:
-    exc: BaseException | None = None
-    if reply.get("error") is not None:
-        try:
-            exc = cloudpickle.loads(reply["error"])
-        except Exception:  # noqa: BLE001 - an exception that does not unpickle here: rebuilt from its text
-            exc = None
-    if exc is None:
-        exc = RuntimeError(f"{reply['type']}: {reply['message']}")
-    try:
-        exc.add_note(
-            f"interdist: raised in step {step_id} on worker:{task_index}\n--- remote traceback ---\n"
-            f"{reply.get('traceback', '')}"
-        )
-    except Exception:  # noqa: BLE001, S110 - the note is extra: an exception that refuses it is raised without it
-        pass
-    return exc
 
 
 __all__ = ["ClusterCoordinator", "PerWorkerDataset", "PerWorkerIterator", "PerWorkerValues", "RemoteValue"]

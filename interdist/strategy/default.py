@@ -19,9 +19,9 @@ from interdist.collectives.local import local_group
 from interdist.input.input_context import InputContext
 from interdist.protocol import GroupSpec
 from interdist.reduce_op import resolve
+from interdist.replica.context import ReplicaContext
 from interdist.replica.programs import ValueContext
 from interdist.replica.replica import Replica
-from interdist.replica.view import ReplicaContext
 from interdist.values.distributed import DistributedValues
 from interdist.values.variables import Variable
 

@@ -1,4 +1,8 @@
-"""TODO docstring"""
+"""``StrategyExtended``: TF's additional APIs for distribution-aware algorithms (``strategy.extended``).
+
+``reduce_to``, ``batch_reduce_to``, ``broadcast_to``, ``update``, ``colocate_vars_with``,
+``value_container`` and the device properties, in the notebook (cross-replica context).
+"""
 
 from __future__ import annotations
 

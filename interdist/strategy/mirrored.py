@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from interdist import device as device_lib
-from interdist.client.cluster import visible_gpus
+from interdist.client.gpus import visible_gpus
 from interdist.collectives.cross_device_ops import all_reduce_choice
 from interdist.config import get_logical_cpu_devices
 from interdist.strategy.base import Strategy
@@ -56,7 +56,7 @@ class MirroredStrategy(Strategy):
     """
 
     def __init__(self, devices: Any = None, cross_device_ops: Any = None, cluster: Any = None) -> None:
-        # TF accepts any object here and fails only when it is used (replica/view.py); a
+        # TF accepts any object here and fails only when it is used (replica/context.py); a
         # CrossDeviceOps picks the replicas' all_reduce algorithm (collectives/cross_device_ops.py).
         self._cross_device_ops = cross_device_ops
         cdo = (

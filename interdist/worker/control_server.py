@@ -1,4 +1,10 @@
-"""TODO docstring"""
+"""The worker's end of the same-host control path: a Unix socket programs take instead of Dask comms.
+
+The socket lives in a directory only this user can enter (0700); a connection may send programs only
+after presenting the 32-byte token the worker handed out over Dask comms (``interdist_control_endpoint``).
+Directories left behind by killed workers are removed when the next server starts. The framing and
+the client end are in ``interdist/control.py``.
+"""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ from interdist.collectives.mailbox import Mailbox
 from interdist.collectives.registry import worker_transport
 from interdist.input import _direct
 from interdist.protocol import GroupSpec, Reply, lost_reply
-from interdist.replica.central import close_central, make_replica_variable, serve_central_read
+from interdist.replica.central import close_central, serve_central_read
+from interdist.replica.central_variable import make_replica_variable
 from interdist.replica.replica import Replica
 from interdist.worker.control_server import ControlServer
 from interdist.worker.thread import ReplicaThread
@@ -244,7 +245,7 @@ class ReplicaRuntime(WorkerPlugin):
     async def central_read(
         self, group: str, var_id: int, program: int, epoch: int, step: int, tag: int, src: int
     ) -> str:
-        """A replica asks this one, the holder of a central variable, for its value (replica_variable.py).
+        """A replica asks this one, the holder of a central variable, for its value (replica/central.py).
 
         Answered from a thread (the holder may first have to reach that update), into the
         asker's mailbox; this reply only acknowledges the request.

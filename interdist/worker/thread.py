@@ -1,4 +1,9 @@
-"""TODO docstring"""
+"""The replica thread: the one thread on a worker in which a replica's programs run, in order.
+
+Programs arrive on the worker's event loop (Dask comms) or on the control socket's thread; both hand
+them to this thread, so a long replica function never blocks the event loop that carries its peers'
+collective packets and the aborts that release it.
+"""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ CPUS = ["/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:
     ("cdo", "algorithm", "root"),
     [
         (None, AUTO, 0),
-        ("nccl", AUTO, 0),  # not a CrossDeviceOps: fails on use, as in TF (replica/view.py)
+        ("nccl", AUTO, 0),  # not a CrossDeviceOps: fails on use, as in TF (replica/context.py)
         (idist.CrossDeviceOps(), AUTO, 0),
         (idist.HierarchicalCopyAllReduce(), AUTO, 0),
         (idist.HierarchicalCopyAllReduce(num_packs=0), AUTO, 0),

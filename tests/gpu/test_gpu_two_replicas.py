@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import interdist as idist
-from interdist.client.cluster import local_gpu_cluster
+from interdist.client.gpus import local_gpu_cluster
 
 DEV = ["/job:localhost/replica:0/task:0/device:GPU:0", "/job:localhost/replica:0/task:0/device:GPU:1"]
 

@@ -14,11 +14,11 @@ import pytest
 
 import interdist as idist
 from interdist import _gpu
-from interdist.client import cluster as cluster_lib
+from interdist.client import gpus
 
 
 def test_import_loads_no_gpu_library() -> None:
-    code = ("import sys, interdist, interdist.client.cluster, interdist._gpu; "
+    code = ("import sys, interdist, interdist.client.cluster, interdist.client.gpus, interdist._gpu; "
             "print(sorted(m for m in ('cupy', 'dask_cuda', 'cupy_backends') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
@@ -94,12 +94,12 @@ _NO_GPU = {"CUDA_VISIBLE_DEVICES": "-1"}
 def test_unknown_gpu_cluster_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INTERDIST_GPU_CLUSTER", "magic")
     with pytest.raises(ValueError, match="INTERDIST_GPU_CLUSTER"):
-        cluster_lib._use_dask_cuda()
+        gpus._use_dask_cuda()
 
 
 def test_worker_visible_devices_rotate() -> None:
-    assert [cluster_lib._rotated(["0", "1", "2"], i) for i in range(3)] == ["0,1,2", "1,0,2", "2,0,1"]
-    assert [cluster_lib._rotated(["0", "0"], i) for i in range(2)] == ["0", "0"]
+    assert [gpus._rotated(["0", "1", "2"], i) for i in range(3)] == ["0,1,2", "1,0,2", "2,0,1"]
+    assert [gpus._rotated(["0", "0"], i) for i in range(2)] == ["0", "0"]
 
 
 def _env() -> dict[str, str]:

@@ -99,15 +99,16 @@ def test_embedded_gpu_clusters_are_listed_and_get_the_allocator_settings(monkeyp
     import os
 
     from interdist.client import cluster as cl
+    from interdist.client import gpus
 
     monkeypatch.setenv(registry.ENV_DIR, str(tmp_path))
     monkeypatch.setenv("INTERDIST_GPU_CLUSTER", "builtin")  # the CUDA_VISIBLE_DEVICES launcher
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(cl, "visible_gpus", lambda: 2)
+    monkeypatch.setattr(gpus, "visible_gpus", lambda: 2)
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: object() if name == "cupy" else real_find_spec(name, *a))
-    monkeypatch.setattr(cl, "check_gpu_workers", lambda client, addresses: [])
+    monkeypatch.setattr(gpus, "check_gpu_workers", lambda client, addresses: [])
     lease = cl._start_local_gpu([0, 1])
     try:
         (found,) = registry.live_clusters(tmp_path)

@@ -47,7 +47,7 @@ def worker_state(s: Any) -> dict[int, dict[str, Any]]:
     gid = s._group_id
 
     def look(dask_worker: Any) -> dict[str, Any]:
-        from interdist.replica.central import CentralReplicaVariable
+        from interdist.replica.central_variable import CentralReplicaVariable
         from interdist.worker.plugin import get_runtime
 
         rep = get_runtime(dask_worker).replicas[gid]

@@ -1,0 +1,142 @@
+"""What every part of ``Strategy`` stands on: its replica group, and the programs sent to it.
+
+``ReplicaDispatch`` declares the state ``Strategy.__init__`` sets (``base.py``) and holds the round
+trip every method that reaches the replicas makes: ``_select`` gives each rank its arguments
+(components picked, stored values referenced), ``_system`` runs a program on every replica and
+``_regroup`` turns the replies back into values (``PerReplica``, ``RemoteValue``, variable handles).
+
+It is a module of its own so that the parts of ``Strategy`` built on this round trip (``variables.py``,
+``cross_replica.py``, ``input_distribution.py``) can subclass it, and be type-checked against it,
+without importing ``Strategy``: ``Strategy`` inherits them all.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from interdist import _context, _nest
+from interdist._convert import same_object_across
+from interdist.client import cluster as cluster_lib
+from interdist.client.group import DaskGroup
+from interdist.protocol import ArgRef, StoreRef, ValueMeta, VarRef, registered_variable
+from interdist.strategy.extended import StrategyExtended
+from interdist.values.distributed import DistributedValues, PerReplica
+from interdist.values.distributed_variable import _Handle
+from interdist.values.tensor import ArrayValue, RemoteValue
+
+
+class ReplicaDispatch:
+    """The replica group of a strategy, and programs sent to it with each rank's arguments."""
+
+    # Set by ``Strategy.__init__`` (base.py).
+    _devices: list[str]
+    _closed: bool
+    _kind: str
+    _lease: cluster_lib.Lease
+    _group: DaskGroup
+    _group_id: str
+    extended: StrategyExtended
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        return len(self._devices)
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise RuntimeError("this strategy was closed; create a new one")
+
+    def _require_cross_replica(self, what: str) -> None:
+        entry = _context.current()
+        if entry.replica_context is not None and not _context.is_default(entry.strategy):
+            raise RuntimeError(
+                f"Method {what} requires being in cross-replica context, use get_replica_context().merge_call()"
+            )
+
+    def _system(self, program: Callable[..., Any], *args: Any, per_rank: list[Any] | None = None) -> list[Any]:
+        self._check_usable()
+        if per_rank is None:
+            same: tuple[tuple[Any, ...], dict[str, Any]] = (args, {})
+            rank_args = [same] * self.num_replicas_in_sync
+        else:
+            rank_args = [(tuple(a), {}) for a in per_rank]
+        return self._group.execute(program, rank_args, system=True, what=program.__name__)
+
+    def _select(self, rank: int, structure: Any, keep: bool = False) -> Any:
+        """``structure`` as replica ``rank`` receives it: components picked, stored values referenced.
+
+        With ``keep``, the notebook's own objects are kept (to recognise arguments returned unchanged).
+        """
+
+        def leaf(x: Any) -> Any:
+            if keep:
+                return _nest.map_structure(leaf, x.values[rank]) if isinstance(x, DistributedValues) else x
+            if isinstance(x, _Handle):
+                if x._strategy is not self:
+                    raise ValueError(
+                        f"The variable {x._name!r} was created in the scope of another strategy "
+                        f"({x._strategy!r}); it cannot be used by {self!r}"
+                    )
+                return x
+            if isinstance(x, DistributedValues):
+                return _nest.map_structure(leaf, self._select_values(x)[rank])
+            if isinstance(x, RemoteValue):
+                if x._owner is self._group and x._rank == rank:
+                    return StoreRef(x._key)
+                return x.numpy()
+            if isinstance(x, ArrayValue):
+                return x.numpy()
+            return x
+
+        return _nest.map_structure(leaf, structure)
+
+    def _regroup(self, results: list[Any], originals: list[list[Any]] | None = None) -> Any:
+        n = len(results)
+
+        def decode(rank: int, m: Any) -> Any:
+            if m is None:
+                return None
+            if isinstance(m, ArgRef):
+                assert originals is not None
+                return originals[rank][m.index]
+            if isinstance(m, VarRef):
+                return self._variable_by_id(m.var_id)
+            if m.shape is None:
+                return m.value
+            return self._remote(rank, m)
+
+        def leaf(*metas: Any) -> Any:
+            decoded = [decode(r, m) for r, m in enumerate(metas)]
+            if n == 1:
+                return decoded[0]
+            d0 = decoded[0]
+            if all(d is None for d in decoded):
+                return None
+            if all(d is d0 for d in decoded) and (isinstance(d0, _Handle) or isinstance(metas[0], ArgRef)):
+                return d0
+            if all(isinstance(m, ValueMeta) and m.shape is None for m in metas) and same_object_across(decoded):
+                return d0
+            if all(isinstance(m, ValueMeta) and m.shared for m in metas):
+                return d0  # merge_call's result returned unchanged: one value, as TF
+            return PerReplica(decoded, self)
+
+        return _nest.map_structure(leaf, *results)
+
+    def _remote(self, rank: int, meta: ValueMeta) -> RemoteValue:
+        rv = RemoteValue(meta.key, rank, self._devices[rank], meta.as_dict(), self._group.fetch, owner=self._group)
+        weakref.finalize(rv, self._group.finalizer(), rank, meta.key)
+        return rv
+
+    def _select_values(self, value: DistributedValues) -> list[Any]:
+        """One component per replica: TF picks component i for replica i and ignores extra ones."""
+        if len(value.values) < self.num_replicas_in_sync:
+            raise ValueError(
+                f"{type(value).__name__} has {len(value.values)} component(s) but this strategy has "
+                f"{self.num_replicas_in_sync} replica(s): it belongs to another strategy"
+            )
+        return list(value.values[: self.num_replicas_in_sync])
+
+    def _variable_by_id(self, var_id: int) -> Any:
+
+        return registered_variable(self._group_id, var_id)
