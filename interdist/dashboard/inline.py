@@ -5,6 +5,12 @@ Events reach the notebook with each step's reply and are handed to
 appends to a deque (O(1), thread-safe): the model is fed and the views redrawn by
 a pump thread at most ``1 / interval`` times a second, so a fast training loop
 pays almost nothing for a live dashboard (measured in benchmarks/bench_dashboard.py).
+
+A redraw reaches the browser as patches to the views' documents, which only views
+already on the page receive. A view drawn later starts from its widget's state, so
+that state is made current whenever it is read or shown: the dashboard's display
+(which also loads BokehJS, see ``bokehjs``), the refresh button, and a page that
+asks the kernel for its widgets again after a reload (``LiveBokehModel.get_state``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections import deque
 from typing import Any, cast
 
 from interdist import events
+from interdist.dashboard import bokehjs
 from interdist.dashboard.components import VIEWS, View, Watchdog
 from interdist.dashboard.model import DashboardModel
 
@@ -32,7 +39,9 @@ class InlineDashboard:
         self.updates = 0  # redraws done, for the status line and tests
         self.paused = False
         self._pending: deque[events.Event] = deque()
-        self._lock = threading.Lock()  # the pump thread and widget callbacks both redraw
+        # the pump thread, widget callbacks and state requests all read or redraw the views;
+        # reentrant, as resync() sets widget state, which reads the documents again
+        self._lock = threading.RLock()
         self._stop = threading.Event()
         self._strategy = weakref.ref(strategy)
         devices = list(strategy.extended.worker_devices)
@@ -80,6 +89,18 @@ class InlineDashboard:
                 " (paused)" if self.paused else ""
             )
 
+    def resync(self) -> None:
+        """Send the full current state: every view redrawn, and its widget's document replaced in every frontend.
+
+        ``refresh`` sends only what changed, as patches, and only frontends with a view
+        already open apply them; this is for views drawn from older state (the refresh
+        button, a new display of the dashboard).
+        """
+        with self._lock:
+            self.refresh(force=True)
+            for name, model in self.bokeh_models.items():
+                model.update_from_model(self.views[name].root)
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             strategy = self._strategy()
@@ -105,7 +126,6 @@ class InlineDashboard:
     # -- widgets -------------------------------------------------------------------
     def _build_widgets(self) -> Any:
         import ipywidgets as w
-        from jupyter_bokeh import BokehModel
 
         self._replica = w.Dropdown(description="replica", options=[("all", -1)], value=-1)
         self._variable = w.Dropdown(description="variable", options=["all"], value="all")
@@ -115,9 +135,10 @@ class InlineDashboard:
         self._replica.observe(self._on_filter, names="value")
         self._variable.observe(self._on_filter, names="value")
         self._pause.observe(self._on_pause, names="value")
-        self._refresh.on_click(lambda _: self.refresh(force=True))
+        self._refresh.on_click(lambda _: self.resync())
         controls = w.HBox([self._replica, self._variable, self._pause, self._refresh, self._status])
-        self.bokeh_models = {name: BokehModel(v.root) for name, v in self.views.items()}
+        live = _live_bokeh_model_class()
+        self.bokeh_models = {name: live(v.root, lock=self._lock) for name, v in self.views.items()}
         box = DashboardBox([controls, *self.bokeh_models.values()])
         box.dashboard = self
         return box
@@ -154,7 +175,43 @@ def _box_class() -> Any:
 
         dashboard: InlineDashboard | None = None
 
+        def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+            # Shown (a cell's result or display()): first the output that loads BokehJS, saved with
+            # the cell so that a reloaded page loads it again, then the views, drawn from the current state.
+            bokehjs.publish()
+            if self.dashboard is not None:
+                self.dashboard.resync()
+            return super()._repr_mimebundle_(**kwargs)
+
     return _DashboardBox
+
+
+@functools.cache
+def _live_bokeh_model_class() -> Any:
+    from bokeh.core.json_encoder import serialize_json
+    from jupyter_bokeh import BokehModel
+
+    class LiveBokehModel(BokehModel):  # type: ignore[misc]  # jupyter_bokeh is untyped
+        """A ``BokehModel`` whose state, whenever a frontend reads it, holds its document as it is now.
+
+        ``render_bundle`` is the document as it was when last set; the changes since went
+        out as patches to the views open then. A page reloaded while the kernel runs asks
+        for every widget's state (``request_states``) and would draw those views as they
+        were first shown ("no variables yet" beside a running dashboard).
+        """
+
+        def __init__(self, model: Any, lock: Any, **kwargs: Any) -> None:
+            self._interdist_lock = lock  # first: BokehModel.__init__ already sends the state (get_state)
+            super().__init__(model, **kwargs)
+
+        def get_state(self, key: Any = None, drop_defaults: bool = False) -> Any:
+            state = super().get_state(key, drop_defaults)
+            if "render_bundle" in state:
+                with self._interdist_lock:
+                    state["render_bundle"] = serialize_json(self._model_to_traits(self._model))
+            return state
+
+    return LiveBokehModel
 
 
 def DashboardBox(children: list[Any]) -> Any:  # noqa: N802 - named as the widget class it makes

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import bokeh
+import numpy as np
 import pytest
 
 from interdist import events
@@ -107,3 +109,50 @@ def test_other_pages(browser: Any, trained: Any, view: str, column: str, ready: 
     if view == "progress":
         assert page.get_by_text("steps/s", exact=False).count() >= 1
     page.close()
+
+
+def rendered_rows(page: Any) -> list[list[str]]:
+    """The cells of the page's first DataTable as drawn (Playwright's CSS locators see into Bokeh's shadow roots)."""
+    rows = page.locator(".bk-DataTable").first.locator(".slick-row")
+    return [rows.nth(i).locator(".slick-cell").all_inner_texts() for i in range(rows.count())]
+
+
+def test_replica_values_page_repaints_new_values(browser: Any, trained: Any) -> None:
+    """New values in as many rows are drawn (Bokeh 3.9 left the table at its first draw: _base.set_data)."""
+    import interdist as idist
+
+    with trained.scope():
+        probe = idist.Variable(np.float32(0.0), name="probe", aggregation=idist.VariableAggregation.ONLY_FIRST_REPLICA)
+    trained.run(lambda: probe.assign_add(np.float32(1.0)))
+    page = open_page(browser, trained, "replica-values", "variable", 4)
+    try:
+        for k in (1.0, 2.0, 3.0):
+            if k > 1:
+                trained.run(lambda: probe.assign_add(np.float32(1.0)))
+            deadline = time.monotonic() + 10  # events reach the scheduler every 250 ms, the page redraws as often
+            while time.monotonic() < deadline:
+                shown = [float(r[6]) for r in rendered_rows(page) if r[0] == "probe"]  # its checksum: the value
+                if shown == [k, k]:
+                    break
+                page.wait_for_timeout(200)
+            assert shown == [k, k], rendered_rows(page)
+    finally:
+        page.close()
+
+
+def test_bokehjs_loader_runs_once_per_page(browser: Any) -> None:
+    """The output that strategy.dashboard() shows first loads BokehJS, and a second one reuses it."""
+    from interdist.dashboard import bokehjs
+
+    page = browser.new_page()
+    try:
+        page.set_content("<html><body></body></html>")
+        page.add_script_tag(content=bokehjs.loader_js())
+        first = page.evaluate_handle("() => window.Bokeh")
+        assert page.evaluate("() => [Bokeh.version, typeof Bokeh.Widgets, typeof Bokeh.Tables]") == [
+            bokeh.__version__, "object", "object"]
+        page.add_script_tag(content=bokehjs.loader_js())  # a second dashboard, or the output drawn again
+        # without the guard the core bundle would run again and replace Bokeh[version] with a new instance
+        assert page.evaluate("(first) => window.Bokeh === first && Bokeh[Bokeh.version] === first", first)
+    finally:
+        page.close()

@@ -20,7 +20,8 @@ def test_inline_dashboard_follows_a_training_run(mirrored2: idist.MirroredStrate
         controls, *plots = box.children
         assert [type(c).__name__ for c in controls.children] == ["Dropdown", "Dropdown", "ToggleButton", "Button",
                                                                 "Label"]
-        assert [type(p).__name__ for p in plots] == ["BokehModel"] * 6
+        # jupyter_bokeh's widget, whose state is the document as it is now (see inline.LiveBokehModel)
+        assert [[c.__name__ for c in type(p).__mro__[:2]] for p in plots] == [["LiveBokehModel", "BokehModel"]] * 6
         train(s, steps=4)
         deadline = time.monotonic() + 10
         while len(d.views["timeline"].source.data["op"]) < 16 and time.monotonic() < deadline:
@@ -59,5 +60,26 @@ def test_redraws_are_throttled(mirrored2: idist.MirroredStrategy) -> None:
         elapsed = time.monotonic() - t0
         # at most one redraw per interval (plus the one in flight), and the view keeps up (>= 2 per second)
         assert 2 <= d.updates - start <= elapsed / 0.2 + 2
+    finally:
+        d.close()
+
+
+def test_widget_state_is_the_current_document(mirrored2: idist.MirroredStrategy) -> None:
+    """A page reloaded while the kernel runs asks for the widgets' state: it gets the views as they are now."""
+    import json
+
+    box = mirrored2.dashboard(interval=0.05)
+    d = box.dashboard
+    try:
+        widget = d.bokeh_models["progress"]
+        shown = lambda: json.loads(widget.get_state()["render_bundle"])  # what a new page draws
+        docs = lambda bundle: json.dumps(bundle["docs_json"])
+        first = shown()
+        mirrored2.run(lambda: np.float32(1.0))
+        deadline = time.monotonic() + 10
+        while d.views["progress"].status.text in docs(first) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert d.views["progress"].status.text in docs(shown())
+        assert d.views["progress"].status.text not in docs(first)
     finally:
         d.close()

@@ -23,3 +23,10 @@ def test_quickstart_notebook_runs() -> None:
     assert not [o for o in outputs if o.get("output_type") == "error"]
     widget = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert widget, "the dashboard cell shows a widget"
+    # ... after the output that loads BokehJS (inline: no CDN), saved with the same cell so a reload loads it again
+    cell = next(c for c in nb.cells if c.cell_type == "code" and widget[0] in c.outputs)
+    loader = [o for o in cell.outputs if "application/vnd.bokehjs_load.v0+json" in o.get("data", {})]
+    assert len(loader) == 1 and cell.outputs.index(loader[0]) < cell.outputs.index(widget[0])
+    js = loader[0]["data"]["application/vnd.bokehjs_load.v0+json"]
+    assert js == loader[0]["data"]["application/javascript"] and "Bokeh" in js and "cdn.bokeh.org" not in js
+    assert "text/html" not in loader[0]["data"]  # no "BokehJS successfully loaded" banner

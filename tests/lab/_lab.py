@@ -27,8 +27,8 @@ class Lab:
     proc: subprocess.Popen[bytes]
     log: Path
 
-    def get(self, path: str, token: bool = True) -> tuple[int, Any]:
-        req = urllib.request.Request(self.url + path.lstrip("/"))
+    def get(self, path: str, token: bool = True, method: str = "GET") -> tuple[int, Any]:
+        req = urllib.request.Request(self.url + path.lstrip("/"), method=method)
         if token:
             req.add_header("Authorization", f"token {self.token}")
         try:
@@ -36,6 +36,12 @@ class Lab:
                 return r.status, json.loads(r.read() or b"null")
         except urllib.error.HTTPError as e:
             return e.code, None
+
+    def shutdown_kernels(self) -> None:
+        """End every session and its kernel (and so whatever the kernel started), waiting for each."""
+        status, sessions = self.get("api/sessions")
+        for session in sessions if status == 200 and sessions else []:
+            self.get(f"api/sessions/{session['id']}", method="DELETE")
 
 
 def free_port() -> int:

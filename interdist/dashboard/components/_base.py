@@ -6,10 +6,12 @@ so a view works the same inline (through ``jupyter_bokeh``) and as a Dask page.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from bokeh.models.layouts import LayoutDOM
 from bokeh.models.sources import ColumnDataSource
+from bokeh.models.widgets import DataTable
 
 from interdist.dashboard.model import DashboardModel
 
@@ -48,12 +50,31 @@ class View:
         return self.replica is None or self.replica == replica
 
 
-def set_data(source: ColumnDataSource, data: dict[str, list[Any]]) -> None:
-    """Replace the source's columns, but only when they differ: every assignment goes to the browser."""
+def set_data(source: ColumnDataSource, data: dict[str, list[Any]]) -> bool:
+    """Replace the source's columns, but only when they differ: every assignment goes to the browser.
+
+    Then nudge each DataTable that shows ``source`` so that it repaints. Since Bokeh 3.9
+    a table repaints when its ``CDSView`` changes, and that view changes only when the
+    set of rows does (``CDSView.indices_map`` became an array compared by value, where it
+    was a fresh ``Map`` each time): new values in as many rows stayed unpainted, so the
+    values, placement and watchdog tables froze after their first draw. Setting the
+    view's ``tags`` (which nothing reads) makes the view change, and the table calls
+    ``updateGrid`` as it did before 3.9 (keeping its scroll position). Harmless on
+    earlier versions. Returns whether the data was replaced.
+    """
     old = source.data
     if set(old) == set(data) and all(list(old[k]) == list(v) for k, v in data.items()):
-        return
+        return False
     source.data = data
+    doc = source.document
+    if doc is not None:
+        for table in doc.select({"type": DataTable}):
+            if isinstance(table, DataTable) and table.source is source:
+                table.view.tags = [next(_repaints)]
+    return True
+
+
+_repaints = itertools.count(1)
 
 
 def fmt_bytes(n: float) -> str:
