@@ -32,6 +32,8 @@ class _Settings:
     )
     # After a replica failed, how long the notebook waits for the others before reporting them stuck.
     stuck_grace: float = float(os.environ.get("INTERDIST_STUCK_GRACE", "10"))
+    # After Kernel > Interrupt, how long the notebook waits for the replicas to leave the step.
+    interrupt_wait: float = float(os.environ.get("INTERDIST_INTERRUPT_WAIT", "5"))
     # Values at most this many bytes travel with the reply of ``run`` and are shown by repr.
     inline_bytes: int = 4096
     # Programs go to replicas on the notebook's host over a Unix socket (control.py)

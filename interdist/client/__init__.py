@@ -1,6 +1,8 @@
 """The notebook's side: clusters, replica groups, the control path and the event log.
 
-``cluster.py`` starts (or adopts) the Dask cluster and pools embedded ones; ``gpus.py`` finds the
+``cluster.py`` starts (or adopts) the Dask cluster and pools embedded ones; ``worker_process.py``
+starts and watches an embedded cluster's worker processes (in sessions of their own, without
+``multiprocessing``, gone with the notebook); ``gpus.py`` finds the
 machine's GPUs and starts and checks a worker per GPU; ``group.py`` sends programs to a group's
 replicas and gathers their replies (``protocol.Reply``); ``replies.py`` turns a step's replies into
 one result or one exception; ``fn_pickle.py`` pickles replica functions once while their captures

@@ -1,7 +1,8 @@
 """Where replicas run: an embedded local cluster, or any existing Dask cluster.
 
 Embedded clusters bind to 127.0.0.1, one single-threaded worker process per
-device. They are pooled: a closed strategy hands its cluster back and the next
+device (``worker_process.py``: its own session, no ``multiprocessing``, gone with
+the notebook). They are pooled: a closed strategy hands its cluster back and the next
 strategy with as many devices reuses it (starting worker processes takes seconds
 on 2 cores). Idle clusters are shut down after ``config.cluster_idle_timeout``
 seconds, and every embedded cluster at interpreter exit.
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interdist.client import gpus
+from interdist.client.worker_process import WorkerProcess
 from interdist.config import settings
 from interdist.device import DeviceSpec
 
@@ -92,6 +94,9 @@ def _local_cluster(n: int, LocalCluster: Any) -> Any:  # noqa: N803 - the class,
         n_workers=n,
         threads_per_worker=1,
         processes=True,
+        # Not Dask's Nanny: workers that never run __main__ again (scripts need no guard), out of the
+        # kernel's process group (Kernel > Interrupt does not kill them), gone with the notebook.
+        worker_class=WorkerProcess,
         host="127.0.0.1",
         dashboard_address="127.0.0.1:0",
         silence_logs=logging.ERROR,

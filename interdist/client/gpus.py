@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 from interdist._gpu import probe_worker
+from interdist.client.worker_process import WorkerProcess
 from interdist.errors import NoGPUError
 
 
@@ -135,6 +136,8 @@ def _rotated(gpu_ids: list[str], i: int) -> str:
 def local_gpu_cluster(gpus: list[int | str], scheduler_host: str = "127.0.0.1", asynchronous: bool = False) -> Any:
     """A local Dask cluster with one single-threaded worker process per entry of ``gpus``.
 
+    Its workers are ``WorkerProcess``es, as an embedded CPU cluster's (``worker_process.py``).
+
     Worker ``i`` sees GPU ``gpus[i]`` as its CUDA device 0 (``CUDA_VISIBLE_DEVICES``
     lists it first), which is where its replica keeps its CuPy arrays. Entries may
     repeat: ``local_gpu_cluster([0, 0])`` gives two workers that share GPU 0, the
@@ -147,7 +150,7 @@ def local_gpu_cluster(gpus: list[int | str], scheduler_host: str = "127.0.0.1", 
     Needs neither dask-cuda nor a GPU in the calling process. The caller closes it
     (``cluster.close()``, or use it as a context manager).
     """
-    from distributed import Nanny, Scheduler, SpecCluster
+    from distributed import Scheduler, SpecCluster
 
     from interdist.dashboard.pages import register_pages
 
@@ -157,7 +160,7 @@ def local_gpu_cluster(gpus: list[int | str], scheduler_host: str = "127.0.0.1", 
     register_pages()
     workers = {
         i: {
-            "cls": Nanny,
+            "cls": WorkerProcess,  # not a Nanny: see worker_process.py (scripts need no guard, Interrupt is safe)
             "options": {
                 "nthreads": 1,
                 "name": i,

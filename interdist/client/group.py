@@ -60,6 +60,7 @@ class DaskGroup:
         self.closed = False
         self.lost: dict[int, str] = {}
         self.busy: dict[int, tuple[int, Any]] = {}  # rank -> (step, its pending reply) of a stuck replica
+        self.runs = 0  # the user's calls (run, run_steps), as the notebook counts them: "run #3"
         self.on_events: Callable[[Any], None] | None = None  # the strategy's event log
         # The strategy's handles for variables created inside a replica function (rank 0's list).
         self.on_created: Callable[[list[CreatedVariable]], None] | None = None
@@ -175,6 +176,9 @@ class DaskGroup:
                     "function has not returned. Wait for it, or close this strategy and create a new one"
                 )
         with self._lock:
+            user_call = what.startswith(("run of ", "run_steps of "))
+            if user_call:
+                self.runs += 1
             step = self.step + 1
             self.step += steps  # a fused program numbers its inner steps step .. step + steps - 1
             fn_bytes = dumps_fn(fn)
@@ -196,11 +200,10 @@ class DaskGroup:
                 else:
                     replies = self.client.sync(self._execute_async, step, fn_bytes, args_payload, system, release)
             except KeyboardInterrupt:
-                # The notebook was interrupted: release every replica waiting in this step's collectives.
-                # A control socket may hold half a message: start again with fresh ones.
-                self._drop_control()
-                self._broadcast(range(self.world_size), self._abort_step(step, "the notebook interrupted the step"))
-                raise
+                # Kernel > Interrupt: abort the step and stop its replica functions, then say how it ended.
+                for rank, keys in release.items():  # releasing twice is harmless; never releasing leaks
+                    self._release[rank][:0] = keys
+                raise self._interrupted(step, steps, what, user_call) from None
         # The replicas' replies also carry their events and created variables; lost and stuck replies have neither.
         if self.on_events is not None:
             for reply in replies:
@@ -212,6 +215,55 @@ class DaskGroup:
             for w in r.get("warnings", ()):
                 warnings.warn(w, UserWarning, stacklevel=4)
         return [cloudpickle.loads(r["result"]) for r in replies]
+
+    # -- Kernel > Interrupt -------------------------------------------------------
+    def _interrupted(self, step: int, steps: int, what: str, user_call: bool) -> KeyboardInterrupt:
+        """The notebook was interrupted while ``step`` ran: release the replicas; the exception to raise.
+
+        Each replica's worker first aborts the step's collectives (a replica that reaches one after that
+        sends nothing, so an update that needs a collective is applied by every replica or by none), then
+        interrupts the replica function where it runs the user's own code (``worker/thread.py``), and
+        answers once the replica is done with the step. A replica that cannot be interrupted (a
+        worker of a ``cluster=`` deployment) and is still running is reported, as a stuck one is.
+        """
+        self._drop_control()  # a control socket may hold half a message: the next step opens fresh ones
+        reason = "the notebook was interrupted (KeyboardInterrupt)"
+        wait = settings.interrupt_wait
+
+        async def go() -> list[Any]:
+            calls = [
+                self.client.rpc(addr).interdist_interrupt(
+                    group=self.group_id, step=step, last_step=step + steps - 1, reason=reason, wait=wait
+                )
+                for addr in self.addresses
+            ]
+            return list(await asyncio.gather(*calls, return_exceptions=True))
+
+        answers: list[Any] = [None] * self.world_size
+        try:
+            answers = self.client.sync(go, callback_timeout=wait + 5)
+        except BaseException:  # noqa: BLE001, S110 - a second interrupt, or workers gone: report what is known
+            pass
+        running = [r for r, a in enumerate(answers) if a is False]
+        unknown = [r for r, a in enumerate(answers) if a is not True and a is not False]
+        for r in running:
+            self.busy[r] = (step, _StillRunning(self, r, step))
+        kind, _, fn_name = what.partition(" of ")
+        call = f"{kind} #{self.runs} of {fn_name}" if user_call else what  # "run #3 of train_step"
+        if not running and not unknown:
+            return KeyboardInterrupt(f"interdist: {call} interrupted; replicas released; variables intact")
+        parts = [f"interdist: {call} interrupted"]
+        released = [r for r in range(self.world_size) if r not in running and r not in unknown]
+        if released:
+            parts.append(f"replica(s) {released} released")
+        if running:
+            parts.append(
+                f"replica(s) {running} still running their replica function, which could not be interrupted "
+                "(the strategy refuses new steps until it returns)"
+            )
+        if unknown:
+            parts.append(f"replica(s) {unknown} did not answer (the next step says if their worker is lost)")
+        return KeyboardInterrupt("; ".join(parts) + "; variables intact")
 
     # -- the same-host control path (local_control.py) --------------------------
     def _control_connections(self) -> list[local_control.ControlConnection] | None:
@@ -382,3 +434,18 @@ class DaskGroup:
                 g.queue_release(rank, key)
 
         return release
+
+
+class _StillRunning:
+    """A replica left running an interrupted step: ``done()`` once its worker says it finished it."""
+
+    def __init__(self, group: DaskGroup, rank: int, step: int) -> None:
+        self._group, self._rank, self._step = group, rank, step
+
+    def done(self) -> bool:
+        g = self._group
+        try:
+            now = g.client.sync(lambda: g.client.rpc(g.addresses[self._rank]).interdist_running(group=g.group_id))
+        except Exception:  # noqa: BLE001 - the worker is gone: the next step finds it lost
+            return True
+        return bool(now != self._step)

@@ -200,13 +200,21 @@ class DaskTransport(Transport):
         addr = self._peers[dst]  # keyed by address: a replaced worker may be elsewhere
         known = self._local.get(addr)
         if known is None:
-            known = self._local[addr] = self._probe(dst)
+            probed = self._probe(dst)
+            if probed is None:
+                return False  # not known (the step was aborted first): comms this time, probe again later
+            known = self._local[addr] = probed
         return known
 
     def peer_id(self, dst: int) -> str:
         return str(self._peers[dst])
 
-    def _probe(self, dst: int) -> bool:
+    def _probe(self, dst: int) -> bool | None:
+        """Whether ``dst`` maps a segment made here; ``None`` when a step was aborted before it answered.
+
+        A peer that died does not answer (connecting to it is retried for the whole timeout): the wait
+        ends when the mailbox is aborted, so the abort reaches the collective that asked.
+        """
         token = secrets.token_hex(8)
         if not shm_available():
             return False  # no named POSIX segments here (Windows)
@@ -228,7 +236,14 @@ class DaskTransport(Transport):
                     )
                 )
 
-            return bool(sync(self._worker.loop, ask))
+            future = asyncio.run_coroutine_threadsafe(ask(), self._worker.loop.asyncio_loop)
+            while True:
+                try:
+                    return bool(future.result(timeout=0.05))
+                except concurrent.futures.TimeoutError:
+                    if self.mailbox.any_aborted():
+                        future.cancel()
+                        return None
         except Exception:  # noqa: BLE001 - an old peer without the handler, or unreachable: use comms
             return False
         finally:

@@ -1,8 +1,12 @@
 """Where a replica's incoming collective messages wait for it.
 
 Messages are keyed by (step, seq, src). A receiver blocks with a timeout; an
-abort for a step (a peer failed, a worker left) wakes every waiter of that step
-at once (measured: <1 ms), so no replica ever waits for a peer that will not come.
+abort for a step (a peer failed, a worker left, the notebook was interrupted) wakes
+every waiter of that step at once (measured: <1 ms), so no replica ever waits for a
+peer that will not come. A waiter whose peers' messages are already on their way
+gets them first (``ABORT_GRACE``), and a replica that reaches a collective of an
+aborted step sends nothing (``Replica.collective``): an update that follows a
+collective is then applied by every replica of the step or by none.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from typing import Any
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
 
 Tag = tuple[int, int]  # (step, seq)
+
+#: How long a collective of an aborted step still waits for messages already on their way (seconds).
+ABORT_GRACE = 0.25
 
 
 class Mailbox:
@@ -40,6 +47,10 @@ class Mailbox:
     def aborted(self, step: int) -> str | None:
         with self._cond:
             return self._aborted.get(step)
+
+    def any_aborted(self) -> bool:
+        """Whether some step not yet begun past was aborted (a wait outside ``take`` ends on it)."""
+        return bool(self._aborted)
 
     def begin_step(self, step: int) -> None:
         """Forget what belongs to steps before ``step`` (later steps may already have messages)."""
@@ -80,6 +91,7 @@ class Mailbox:
         self, step: int, seq: int, srcs: list[int], timeout: float, what: str, out: dict[int, Any]
     ) -> dict[int, Any]:
         deadline = time.monotonic() + timeout
+        grace_end: float | None = None
         with self._cond:
             while True:
                 for src in srcs:
@@ -89,7 +101,14 @@ class Mailbox:
                     return out
                 reason = self._aborted.get(step)
                 if reason is not None:
-                    raise CollectiveAbortedError(f"{what} was aborted: {reason}")
+                    # Messages already on their way still complete the collective: a peer that had
+                    # sent its part completes it too, so both apply what follows (or neither does).
+                    now = time.monotonic()
+                    grace_end = now + ABORT_GRACE if grace_end is None else grace_end
+                    if now >= grace_end:
+                        raise CollectiveAbortedError(f"{what} was aborted: {reason}")
+                    self._cond.wait(grace_end - now)
+                    continue
                 left = deadline - time.monotonic()
                 if left <= 0:
                     missing = sorted(set(srcs) - set(out))

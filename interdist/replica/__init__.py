@@ -6,5 +6,6 @@ for events (``worker/plugin.py`` on a worker). ``replica.py`` holds the replica 
 ``context.py`` the ``ReplicaContext`` and ``view.py`` the strategy that replica code sees,
 ``variable.py`` the per-replica variable copies, ``central.py`` and ``central_variable.py``
 CentralStorageStrategy's state, messages and variable, ``programs.py``/``fused.py`` what the
-notebook asks a replica to do, and ``ps_*.py`` the ParameterServerStrategy step on a worker.
+notebook asks a replica to do, ``user_code.py`` where the user's replica function is called (and an
+interrupt may land), and ``ps_*.py`` the ParameterServerStrategy step on a worker.
 """

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from interdist import _context, events
+from interdist.replica.user_code import call_user
 
 if TYPE_CHECKING:
     from interdist.replica.replica import Replica
@@ -92,7 +93,7 @@ def fused_steps(replica: Replica, fn: Callable[..., Any], source: tuple[str, Any
                 alone = False
                 replica.before_emit = before_event
                 t0 = time.time()
-                out = fn(batch)
+                out = call_user(fn, (batch,), {})
                 t1 = time.time()
                 if alone:
                     replica.emit_msg(

@@ -36,6 +36,7 @@ from interdist.protocol import (
     resolving,
 )
 from interdist.replica.context import ReplicaContext
+from interdist.replica.user_code import call_user
 from interdist.replica.variable import ReplicaVariable
 from interdist.replica.view import ReplicaStrategyView
 
@@ -120,6 +121,11 @@ class Replica:
         """Run one collective with its events; ``call(step, seq, what)`` does the work."""
         seq = self.next_seq()
         what = f"{op} #{seq} of step {self.step} on replica {self.rank}"
+        aborted = self.transport.mailbox.aborted(self.step)
+        if aborted is not None:
+            # A step aborted before this replica got here (a peer failed, the notebook was interrupted):
+            # send nothing, so that no peer can complete this collective (and apply an update) without it.
+            raise CollectiveAbortedError(f"{what} was aborted: {aborted}")
         now = time.time()
         self.emit(events.CollectiveEntered(self.group_id, self.step, self.rank, now, op, seq, nbytes))
         with resolving(self):  # handles in peers' payloads become this replica's objects
@@ -182,7 +188,7 @@ class Replica:
                 else:
                     arg_ids = {id(x): i for i, x in enumerate(_nest.flatten((args, kwargs))) if x is not None}
                     with _context.enter(self.view, self.context):
-                        result = fn(*args, **kwargs)
+                        result = call_user(fn, args, kwargs)
                 reply: Reply = {"ok": True, "result": dump_result(self.encode(result, step, arg_ids))}
             except BaseException as exc:  # noqa: BLE001 - every failure must reach the notebook
                 secondary = isinstance(exc, CollectiveAbortedError)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from interdist.protocol import GroupSpec, Reply, lost_reply
 from interdist.replica.central import close_central, serve_central_read
 from interdist.replica.central_variable import make_replica_variable
 from interdist.replica.replica import Replica
+from interdist.worker import thread
 from interdist.worker.control_server import ControlServer
 from interdist.worker.thread import ReplicaThread
 
@@ -62,6 +64,8 @@ class ReplicaRuntime(WorkerPlugin):
                 "interdist_release": self.release,
                 "interdist_coll": self.coll,
                 "interdist_abort": self.abort,
+                "interdist_interrupt": self.interrupt,
+                "interdist_running": self.running,
                 "interdist_shm_probe": self.shm_probe,
                 "interdist_ping": self.ping,
                 "interdist_read_var": self.read_var,
@@ -85,7 +89,7 @@ class ReplicaRuntime(WorkerPlugin):
             self._control = None
         self._flush()
         for ex in self.executors.values():
-            ex.shutdown()
+            thread.give_back(ex)
         self.executors.clear()
         self.replicas.clear()
 
@@ -136,7 +140,7 @@ class ReplicaRuntime(WorkerPlugin):
             inner.connect_peers()  # in the background: the peers' control sockets, before the first packet
         self.replicas[group].worker = self.worker  # replica programs that read Dask collections use its client
         if group not in self.executors:
-            self.executors[group] = ReplicaThread(f"interdist-replica-{rank}")
+            self.executors[group] = thread.claim(f"interdist-replica-{rank}")
         return "OK"
 
     async def leave(self, group: str) -> str:
@@ -144,7 +148,7 @@ class ReplicaRuntime(WorkerPlugin):
         self.mailboxes.pop(group, None)
         ex = self.executors.pop(group, None)
         if ex is not None:
-            ex.shutdown()
+            thread.give_back(ex)
         if replica is not None:
             # Unlinks what no peer mapped yet and unmaps the rest (safe while the replica's
             # thread still runs: a mapping in use goes when its last view does).
@@ -194,7 +198,9 @@ class ReplicaRuntime(WorkerPlugin):
 
         # Out-of-band buffers: arrays unpickled over them must be writable, as any argument is.
         buffers = [b if isinstance(b, bytearray) else bytearray(b) for b in msg.get("bufs") or ()]
-        self.executors[group].call(replica.execute, (step, msg["fn"], msg["args"], msg["system"], buffers), done)
+        self.executors[group].call(
+            replica.execute, (step, msg["fn"], msg["args"], msg["system"], buffers), done, step=step
+        )
 
     async def execute(
         self,
@@ -212,7 +218,7 @@ class ReplicaRuntime(WorkerPlugin):
             replica.spec["timeout"] = timeout
         if release:
             replica.release(release)
-        return await self.executors[group].submit(replica.execute, step, fn, args, system)
+        return await self.executors[group].submit(replica.execute, step, fn, args, system, step=step)
 
     async def fetch(self, group: str, keys: list[str]) -> bytes:
         replica = self._replica(group)
@@ -271,6 +277,31 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def abort(self, group: str, step: int, reason: str) -> None:
         self._mailbox(group).abort(step, reason)
+
+    async def interrupt(self, group: str, step: int, last_step: int, reason: str, wait: float) -> bool:
+        """The notebook was interrupted in steps ``step``..``last_step`` (one program): abort them, then stop
+        the program where it runs the user's code. True once this replica is done with it (within ``wait`` s).
+
+        The abort comes first: a replica that reaches a collective of the step after it sends nothing
+        (``Replica.collective``), so no peer completes an update without it.
+        """
+        box = self._mailbox(group)
+        for s in range(step, last_step + 1):
+            box.abort(s, reason)
+        ex = self.executors.get(group)
+        if ex is None:
+            return True
+        interruptible = ex.interrupt(step)
+        # A thread that cannot be interrupted still gets a moment: the abort may be all it waited for.
+        deadline = time.monotonic() + (wait if interruptible else min(wait, 1.0))
+        while ex.running == step and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return ex.running != step
+
+    async def running(self, group: str) -> int | None:
+        """The step whose program this replica runs now (``None``: idle)."""
+        ex = self.executors.get(group)
+        return None if ex is None else ex.running
 
 
 def _close_transport(replica: Replica) -> None:

@@ -3,20 +3,36 @@
 Programs arrive on the worker's event loop (Dask comms) or on the control socket's thread; both hand
 them to this thread, so a long replica function never blocks the event loop that carries its peers'
 collective packets and the aborts that release it.
+
+In an embedded worker (``worker/process.py``) the replica thread is the process's main thread, which
+Python lets a signal interrupt: the notebook's Kernel > Interrupt then stops a replica function even
+in ``time.sleep`` or a blocking read (:meth:`ReplicaThread.interrupt`). Elsewhere (a worker of a Dask
+cluster given with ``cluster=``, whose main thread runs the event loop) each group gets a thread of its
+own; a replica function there is released from its collectives but runs on to its end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import queue
+import signal
 import threading
+import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, TypeVar
+
+from interdist.replica.user_code import in_user_code
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+#: How long an interrupt keeps trying to reach a replica function that runs interdist's code
+#: (a collective, a variable update): it lands as soon as the function is back in the user's code.
+INTERRUPT_PATIENCE = 30.0
 
 
 class ReplicaThread:
@@ -24,35 +40,55 @@ class ReplicaThread:
 
     A queue and a thread rather than a ``ThreadPoolExecutor``: handing a program over and its reply
     back costs one queue put and one ``call_soon_threadsafe``, without the executor's future chain.
+    ``start=False``: no thread of its own; the caller's thread serves it (:func:`serve_main_thread`).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, start: bool = True) -> None:
+        self.name = name
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
+        self.running: int | None = None  # the step of the program that runs now
+        self._cancelled: collections.deque[int] = collections.deque(maxlen=64)  # steps interrupted
+        self._interrupt: int | None = None  # the step to interrupt as soon as it runs the user's code
+        self._ident: int | None = None
+        if start:
+            thread = threading.Thread(target=self.serve, name=name, daemon=True)
+            thread.start()
 
-    def submit(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+    def submit(self, fn: Callable[..., _T], *args: Any, step: int | None = None) -> asyncio.Future[_T]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_T] = loop.create_future()
-        self._queue.put((loop, future, fn, args))
+        self._queue.put((loop, future, fn, args, step))
         return future
 
     def call(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], done: Callable[[Any, BaseException | None], None]
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        done: Callable[[Any, BaseException | None], None],
+        step: int | None = None,
     ) -> None:
         """Run ``fn(*args)`` after what is queued; ``done(result, error)`` is called on this thread."""
-        self._queue.put((None, done, fn, args))
+        self._queue.put((None, done, fn, args, step))
 
-    def _serve(self) -> None:
+    def serve(self) -> None:
+        """Run the queued programs until :meth:`shutdown` (on the thread that calls it)."""
+        self._ident = threading.get_ident()
         while True:
             item = self._queue.get()
             if item is None:
                 return
-            loop, future, fn, args = item
+            loop, future, fn, args, step = item
+            self.running = step  # before looking at _cancelled; interrupt() adds first, then looks here
             try:
+                if step is not None and step in self._cancelled:
+                    # An Exception, not a KeyboardInterrupt: it may be set on a future of the event loop.
+                    raise RuntimeError(f"step {step} was interrupted by the notebook before it started")
                 result, error = fn(*args), None
             except BaseException as e:  # noqa: BLE001 - handed to the awaiting handler
                 result, error = None, e
+            finally:
+                self.running = None
+                self._interrupt = None
             if loop is None:
                 try:
                     future(result, error)
@@ -67,6 +103,46 @@ class ReplicaThread:
     def shutdown(self) -> None:
         self._queue.put(None)  # after whatever runs now; programs still queued are not waited for
 
+    # -- the notebook's interrupt ------------------------------------------------
+    @property
+    def interruptible(self) -> bool:
+        """Whether :meth:`interrupt` can stop a running replica function (it runs on the main thread)."""
+        return self._ident is not None and self._ident == threading.main_thread().ident and _handler_installed
+
+    def interrupt(self, step: int) -> bool:
+        """Stop the program of ``step``: at once if it has not started, else where it runs the user's code.
+
+        True when the program can be interrupted where it runs; False when it can only be waited for.
+        """
+        self._cancelled.append(step)
+        if self.running != step:
+            return True  # not started (it will not), or already done
+        if not self.interruptible:
+            return False
+        self._interrupt = step
+        ident = self._ident
+        assert ident is not None
+
+        def knock() -> None:
+            # A signal lands when the main thread runs Python again (a sleep or a blocking read returns at
+            # once); the handler raises only in the user's code, so knock until it is there or done.
+            deadline = time.monotonic() + INTERRUPT_PATIENCE
+            while self.running == step and self._interrupt == step and time.monotonic() < deadline:
+                try:
+                    signal.pthread_kill(ident, signal.SIGINT)
+                except (OSError, ValueError):
+                    return
+                time.sleep(0.1)
+
+        threading.Thread(target=knock, name="interdist-interrupt", daemon=True).start()
+        return True
+
+    def _on_sigint(self, frame: FrameType | None) -> None:
+        step = self._interrupt
+        if step is not None and self.running == step and in_user_code(frame):
+            self._interrupt = None
+            raise KeyboardInterrupt(f"interrupted by the notebook (step {step})")
+
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     if future.done():
@@ -75,3 +151,66 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_exception(error)
     else:
         future.set_result(result)
+
+
+# -- the main thread of an embedded worker --------------------------------------
+_main: ReplicaThread | None = None
+_main_claimed = False
+_handler_installed = False
+_claim_lock = threading.Lock()
+
+
+def serve_main_thread() -> None:
+    """Serve replica programs on this, the process's main thread, until :func:`stop_main_thread`.
+
+    SIGINT reaches a replica function only as the notebook's interrupt (:meth:`ReplicaThread.interrupt`);
+    any other SIGINT is ignored (the worker belongs to the notebook, not to a terminal).
+    """
+    global _main, _handler_installed
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("serve_main_thread() must be called from the main thread")
+    with _claim_lock:
+        if _main is None:
+            _main = ReplicaThread("interdist-replica-main", start=False)
+        main = _main
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        main._on_sigint(frame)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    _handler_installed = True
+    main.serve()
+
+
+def stop_main_thread() -> None:
+    """Let :func:`serve_main_thread` return: at once when idle, else once the program it runs is
+    interrupted (the worker is closing: its notebook is gone or closed it) or done."""
+    with _claim_lock:
+        main = _main
+    if main is None:
+        return
+    main.shutdown()
+    step = main.running
+    if step is not None:
+        main.interrupt(step)
+
+
+def claim(name: str) -> ReplicaThread:
+    """The thread for a new replica group: the main thread when it serves programs and is free, else a new one."""
+    global _main_claimed
+    with _claim_lock:
+        if _main is not None and not _main_claimed:
+            _main_claimed = True
+            _main._cancelled.clear()  # step numbers of the group before
+            return _main
+    return ReplicaThread(name)
+
+
+def give_back(executor: ReplicaThread) -> None:
+    """A group is done with ``executor``: the main thread serves the next group, any other thread ends."""
+    global _main_claimed
+    with _claim_lock:
+        if executor is _main:
+            _main_claimed = False
+            return
+    executor.shutdown()

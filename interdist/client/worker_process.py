@@ -1,0 +1,243 @@
+"""An embedded cluster's worker: a ``python`` process of its own, started and watched from the notebook.
+
+``WorkerProcess`` is the worker class of the embedded ``LocalCluster`` (``cluster.py``) in place of
+Dask's ``Nanny``, and does the nanny's job from here: it restarts a worker that dies. It differs
+where a notebook or a script needs it to:
+
+- **No ``multiprocessing``.** A nanny starts its worker with ``multiprocessing``'s spawn, which runs
+  the parent's ``__main__`` module again in the child: a script without an
+  ``if __name__ == "__main__":`` guard (as TensorFlow's tutorials write them) then starts clusters
+  from inside its own workers and dies in hundreds of lines of "Nanny failed to start". A
+  ``WorkerProcess`` runs ``python -c`` with ``interdist.worker.process`` and nothing of the
+  parent's main module, so scripts work with or without the guard, and so do ``python - < file``
+  and ``python -c``.
+- **A session of its own** (``start_new_session``). Jupyter's Kernel > Interrupt signals the
+  kernel's whole process group, and a terminal's Ctrl-C its foreground group: workers in that group
+  died with it, and every replica's state with them. Now only the kernel gets the SIGINT; the
+  strategy turns it into an abort of the step and an interrupt of the replica functions
+  (``group.py``), and the workers go on.
+- **They end with the notebook.** Out of its process group, a worker no longer gets the SIGTERM or
+  SIGKILL that ends the kernel. Each holds one end of a socket pair whose other end only this
+  process holds: when it is closed (``close``) or this process dies, however it dies, the worker
+  closes and its process exits.
+
+Its stdout and stderr are the notebook's (a replica's ``print`` shows in the cell, as before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import dask
+from distributed.deploy.spec import ProcessInterface
+
+logger = logging.getLogger("interdist")
+
+#: Seconds a worker process gets to start (import, connect to the scheduler) before it counts as failed.
+START_TIMEOUT = 60.0
+#: How many times a worker that died is started again before giving up (each fails to start, one second apart).
+START_ATTEMPTS = 3
+
+# The child's first Python: the parent's import path (a notebook may have added to it), then
+# interdist.worker.process; nothing of the parent's __main__. ``distributed`` is imported before
+# interdist, as in a nanny's worker: its import makes tblib pickle every exception class that exists
+# by then, and tblib cannot rebuild interdist's (CollectiveTimeoutError is a RuntimeError and a TimeoutError).
+_BOOT = (
+    "import sys, json; spec = json.loads(sys.argv[1]); sys.path[:] = spec['sys_path']; "
+    "import distributed; from interdist.worker.process import main; main(spec)"
+)
+
+
+class WorkerProcess(ProcessInterface):
+    """One worker of an embedded cluster, in its own process and session (``LocalCluster(worker_class=...)``).
+
+    Takes the worker options ``LocalCluster`` passes to its worker class and uses those an embedded
+    worker needs (``nthreads``, ``memory_limit``, ``host``, ``env``, ``silence_logs``); its
+    environment is that of a nanny's worker (``distributed.nanny.pre-spawn-environ`` and
+    ``distributed.nanny.environ``, then ``env``), and it inherits this process's Dask config.
+    """
+
+    def __init__(
+        self,
+        scheduler: str,
+        name: Any = None,
+        nthreads: int = 1,
+        memory_limit: Any = 0,
+        host: str | None = "127.0.0.1",
+        env: dict[str, Any] | None = None,
+        silence_logs: Any = logging.ERROR,
+        **_other: Any,  # what LocalCluster passes to a Nanny and an embedded worker does not use
+    ) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # distributed is untyped
+        self.scheduler = scheduler
+        self.name = name
+        self.options: dict[str, Any] = {
+            "nthreads": nthreads,
+            "memory_limit": memory_limit,
+            "host": host,
+            "dashboard": False,
+        }
+        self.log_levels = {"distributed": int(silence_logs)} if silence_logs else {}
+        self.env = {
+            **os.environ,
+            **_config_env("distributed.nanny.pre-spawn-environ"),
+            **_config_env("distributed.nanny.environ"),
+            **{k: str(v) for k, v in (env or {}).items()},
+            "DASK_INTERNAL_INHERIT_CONFIG": dask.config.serialize(dask.config.global_config),
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._closing = False
+        self._supervisor: asyncio.Task[None] | None = None
+        self.restarts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    async def start(self) -> None:
+        await self._spawn()
+        self._supervisor = asyncio.ensure_future(self._supervise())
+        await super().start()  # type: ignore[no-untyped-call]  # distributed is untyped
+
+    async def _spawn(self) -> None:
+        ours, theirs = socket.socketpair()
+        spec = {
+            "scheduler": self.scheduler,
+            "name": self.name,
+            "options": self.options,
+            "log_levels": self.log_levels,
+            "fd": theirs.fileno(),
+            "sys_path": sys.path,
+        }
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, *_interpreter_flags(), "-c", _BOOT, json.dumps(spec)],
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,  # the kernel's or terminal's SIGINT is not for this process
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        try:
+            line = await asyncio.wait_for(_read_line(ours), START_TIMEOUT)
+        except TimeoutError:
+            line = b'{"error": "no answer within %d s"}' % START_TIMEOUT
+        said = json.loads(line) if line else {"error": f"its process ended (exit code {self.process.poll()})"}
+        if "address" not in said:
+            await self._stop_process()
+            raise RuntimeError(f"interdist: worker {self.name!r} could not start: {said.get('error')}")
+        self.address = said["address"]
+
+    async def _supervise(self) -> None:
+        """Restart the worker when its process ends while the cluster runs, as a nanny does."""
+        while not self._closing:
+            sock, process = self._sock, self.process
+            assert sock is not None and process is not None
+            await _until_closed(sock)  # the child's end closes when its process ends
+            code = await asyncio.get_running_loop().run_in_executor(None, process.wait)
+            if self._closing:
+                return
+            sock.close()
+            logger.warning(
+                "interdist: worker %r (pid %s) exited with code %s; starting it again", self.name, process.pid, code
+            )
+            for attempt in range(1, START_ATTEMPTS + 1):
+                if self._closing:
+                    return
+                try:
+                    await self._spawn()
+                    self.restarts += 1
+                    break
+                except Exception as exc:  # noqa: BLE001 - e.g. its name still taken at the scheduler: try again
+                    if attempt == START_ATTEMPTS:
+                        logger.error("interdist: could not start worker %r again: %s", self.name, exc)
+                        return
+                    await asyncio.sleep(1.0)
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()  # done before the socket it reads is closed
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        await self._stop_process()
+        await super().close()  # type: ignore[no-untyped-call]  # distributed is untyped
+
+    async def _stop_process(self, timeout: float = 8.0) -> None:
+        """Close our end of the socket (the worker closes and exits); kill what is left after ``timeout``."""
+        if self._sock is not None:
+            self._sock.close()
+        process = self.process
+        if process is None:
+            return
+        deadline = time.monotonic() + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if process.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)  # its session's group: the worker and any child of it
+            await asyncio.get_running_loop().run_in_executor(None, process.wait)
+
+    def __repr__(self) -> str:
+        return f"<interdist WorkerProcess {self.name!r} pid={self.pid} {self.address}: status={self.status.name}>"
+
+
+def _config_env(key: str) -> dict[str, str]:
+    """A nanny's environment from Dask's config; the config wins over this process's variables.
+
+    A nanny lets the variables already set here win, but every Dask nanny started in this process
+    also writes its pre-spawn variables into ``os.environ`` for good (``distributed/nanny.py``), so
+    "already set here" is often a stale value of another cluster's config (Dask's default
+    ``MALLOC_TRIM_THRESHOLD_=65536`` after any plain ``LocalCluster``), not the user's choice:
+    it would silently undo the allocator settings an embedded cluster starts with (``cluster.py``).
+    """
+    cfg = dask.config.get(key, {}) or {}
+    return {k: str(v) for k, v in cfg.items() if v is not None}
+
+
+def _interpreter_flags() -> list[str]:
+    """This interpreter's options (``-X``, ``-W``, ``-O``...), for the worker's, as multiprocessing passes them."""
+    flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # what multiprocessing uses
+    return flags
+
+
+async def _read_line(sock: socket.socket) -> bytes:
+    """The first line the worker writes (empty if its process ends first)."""
+    loop = asyncio.get_running_loop()
+    data = b""
+    while b"\n" not in data:
+        try:
+            chunk = await loop.sock_recv(sock, 4096)
+        except OSError:
+            return b""
+        if not chunk:
+            return b""
+        data += chunk
+    return data.split(b"\n", 1)[0]
+
+
+async def _until_closed(sock: socket.socket) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            if not await loop.sock_recv(sock, 4096):
+                return
+        except OSError:
+            return

@@ -1,0 +1,123 @@
+"""An embedded worker's process: a Dask worker whose main thread runs the replica programs.
+
+``interdist/client/worker_process.py`` starts one per device of an embedded cluster, as a fresh
+``python`` (not through ``multiprocessing``, so the notebook's or script's ``__main__`` is never run
+again here) in a session of its own (so the kernel's or terminal's SIGINT does not reach it). It gets
+one end of a socket pair from its parent and:
+
+- writes one JSON line on it when the worker is up (``{"address": ...}``) or could not start
+  (``{"error": ...}``);
+- reads it to its end: the end comes when the parent closes it (it shuts the worker down) or dies
+  (killed, too): the worker then closes and the process exits, so no worker outlives its notebook;
+- runs the Dask worker's event loop on a thread, and serves replica programs on the main thread,
+  where the notebook's interrupt can reach them (``worker/thread.py``).
+
+SIGTERM closes the worker as the end of the socket does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from typing import Any
+
+from distributed import Worker
+from distributed.compatibility import asyncio_run
+from distributed.config import get_loop_factory
+
+from interdist.worker import thread
+
+_EXIT_GRACE = 10.0  # seconds a closing worker gets before the process exits regardless
+
+
+def main(spec: dict[str, Any]) -> None:
+    """Run the worker described by ``spec`` (see ``client/worker_process.py``) until it closes."""
+    sock = socket.socket(fileno=int(spec["fd"]))
+    sock.set_inheritable(False)
+    for name, level in spec.get("log_levels", {}).items():
+        logging.getLogger(name).setLevel(level)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    code = [1]
+    loop_thread = threading.Thread(
+        target=_run_loop, args=(spec, sock, stop, code), name="interdist-worker-loop", daemon=True
+    )
+    loop_thread.start()
+    thread.serve_main_thread()  # until the worker closes (stop_main_thread)
+    loop_thread.join(_EXIT_GRACE)
+    _exit(code[0])
+
+
+def _run_loop(spec: dict[str, Any], sock: socket.socket, stop: threading.Event, code: list[int]) -> None:
+    try:
+        code[0] = asyncio_run(_serve(spec, sock, stop), loop_factory=get_loop_factory())
+    except BaseException:  # logged; the process ends below in every case
+        logging.getLogger("interdist").exception("interdist: the worker's event loop failed")
+    finally:
+        thread.stop_main_thread()
+    # The main thread may be in a replica function that does not return: do not wait for it long.
+    timer = threading.Timer(_EXIT_GRACE, _exit, args=(code[0],))
+    timer.daemon = True
+    timer.start()
+
+
+async def _serve(spec: dict[str, Any], sock: socket.socket, stop: threading.Event) -> int:
+    loop = asyncio.get_running_loop()
+    sock.setblocking(False)
+    try:
+        worker = Worker(spec["scheduler"], name=spec["name"], **spec.get("options", {}))
+        await worker
+    except Exception as exc:  # noqa: BLE001 - the parent shows it, in one line
+        await _say(loop, sock, {"error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    await _say(loop, sock, {"address": worker.address, "pid": os.getpid()})
+
+    parent_gone: asyncio.Future[Any] = asyncio.ensure_future(_until_closed(loop, sock))
+    stopped: asyncio.Future[Any] = asyncio.ensure_future(loop.run_in_executor(None, stop.wait))
+    finished: asyncio.Future[Any] = asyncio.ensure_future(worker.finished())  # type: ignore[no-untyped-call]  # distributed is untyped
+    await asyncio.wait([parent_gone, stopped, finished], return_when=asyncio.FIRST_COMPLETED)
+    if not finished.done():
+        try:
+            await asyncio.wait_for(
+                worker.close(timeout=5, nanny=False, executor_wait=False, reason="interdist: parent gone"),
+                _EXIT_GRACE - 2,
+            )
+        except Exception:  # the process exits anyway
+            logging.getLogger("interdist").exception("interdist: the worker did not close cleanly")
+    stop.set()  # ends the executor thread waiting on it
+    for task in (parent_gone, stopped, finished):
+        task.cancel()
+    return 0
+
+
+async def _say(loop: asyncio.AbstractEventLoop, sock: socket.socket, msg: dict[str, Any]) -> None:
+    try:
+        await loop.sock_sendall(sock, (json.dumps(msg) + "\n").encode())
+    except OSError:
+        pass  # the parent is gone: reading the socket says so next
+
+
+async def _until_closed(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Return when the parent closes its end or dies (nothing is ever written on it)."""
+    while True:
+        try:
+            data = await loop.sock_recv(sock, 4096)
+        except OSError:
+            return
+        if not data:
+            return
+
+
+def _exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110 - exiting must not fail on a closed stream
+            pass
+    os._exit(code)

@@ -1,0 +1,136 @@
+"""Scripts as TensorFlow's tutorials write them, and workers that end with the process that made them.
+
+Embedded workers are started as fresh ``python`` processes that never run the script's ``__main__``
+again (``interdist/client/worker_process.py``), so top-level code needs no
+``if __name__ == "__main__":`` guard: as a file, from stdin and with ``-c``. And workers, in sessions
+of their own, still end when their parent is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+psutil = pytest.importorskip("psutil")
+
+# No __main__ guard, as in TF's tutorials: top-level code that makes a strategy and trains.
+SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import interdist as idist
+
+    strategy = idist.MirroredStrategy(["CPU:0", "CPU:1"])
+    with strategy.scope():
+        w = idist.Variable(0.0, aggregation=idist.VariableAggregation.MEAN)
+
+    def train_step(x):
+        ctx = idist.get_replica_context()
+        grad = ctx.all_reduce("mean", np.float32(w.numpy() - x))  # pulls w towards the replicas' mean target
+        w.assign_sub(np.float32(0.5) * grad)
+        return grad
+
+    targets = strategy.experimental_distribute_values_from_function(
+        lambda ctx: np.float32(2.0 + 2.0 * ctx.replica_id_in_sync_group))  # 2 and 4: mean 3
+    for _ in range(20):
+        strategy.run(train_step, args=(targets,))
+    print("result", round(float(strategy.experimental_local_results(w)[0]), 3))
+""")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _check(out: subprocess.CompletedProcess[str]) -> None:
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "result 3.0" in out.stdout, out.stdout + out.stderr
+    assert "Nanny failed to start" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+@pytest.mark.timeout(120)
+def test_script_without_main_guard(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    t0 = time.monotonic()
+    _check(subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90,
+                          cwd=tmp_path, env=_env(), check=False))
+    assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.timeout(120)
+def test_script_from_stdin(tmp_path: Path) -> None:
+    _check(subprocess.run([sys.executable, "-"], input=SCRIPT, capture_output=True, text=True, timeout=90,
+                          cwd=tmp_path, env=_env(), check=False))
+
+
+@pytest.mark.timeout(120)
+def test_script_with_dash_c(tmp_path: Path) -> None:
+    _check(subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=90,
+                          cwd=tmp_path, env=_env(), check=False))
+
+
+HOLDER = textwrap.dedent("""
+    import time, psutil
+    import interdist as idist
+    strategy = idist.MirroredStrategy(["CPU:0", "CPU:1"])
+    kids = [p.pid for p in psutil.Process().children() if "interdist.worker.process" in " ".join(p.cmdline())]
+    print("workers", *kids, flush=True)
+    time.sleep(120)
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_workers_end_with_a_killed_parent(sig: signal.Signals, tmp_path: Path) -> None:
+    """SIGKILL or SIGTERM (no atexit runs) of the process that made a strategy: its workers exit too."""
+    parent = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env=_env())
+    try:
+        assert parent.stdout is not None
+        line = parent.stdout.readline()
+        workers = [int(p) for p in line.split()[1:]]
+        assert line.startswith("workers") and len(workers) == 2, line
+        assert all(os.getsid(w) != os.getsid(parent.pid) for w in workers)  # sessions of their own
+        parent.send_signal(sig)
+        parent.wait(10)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    deadline = time.monotonic() + 15
+    while any(_alive(w) for w in workers):
+        assert time.monotonic() < deadline, f"worker processes {workers} outlived their parent ({sig.name})"
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.timeout(120)
+def test_gpu_cluster_workers_are_worker_processes_with_their_gpu() -> None:
+    """``local_gpu_cluster`` starts ``WorkerProcess``es too: each sees its GPU first, and this process's
+    Dask config (NVML off here: no GPU needed to start them)."""
+    import dask
+    from distributed import Client
+
+    from interdist.client.gpus import local_gpu_cluster
+
+    with dask.config.set({"distributed.diagnostics.nvml": False}), local_gpu_cluster(["5", "6"]) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(2, timeout=60)
+        env = client.run(lambda: (os.environ["CUDA_VISIBLE_DEVICES"], os.environ["INTERDIST_GPU"], os.getsid(0),
+                                  dask.config.get("distributed.diagnostics.nvml")))
+        assert sorted((cvd, gpu) for cvd, gpu, _, _ in env.values()) == [("5,6", "5"), ("6,5", "6")]
+        assert all(sid != os.getsid(0) and nvml is False for _, _, sid, nvml in env.values())
