@@ -67,12 +67,14 @@ def test_script_without_main_guard(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_script_from_stdin(tmp_path: Path) -> None:
+    # _check asserts the exit code, the printed result and a stderr without tracebacks
     _check(subprocess.run([sys.executable, "-"], input=SCRIPT, capture_output=True, text=True, timeout=90,
                           cwd=tmp_path, env=_env(), check=False))
 
 
 @pytest.mark.timeout(120)
 def test_script_with_dash_c(tmp_path: Path) -> None:
+    # _check asserts the exit code, the printed result and a stderr without tracebacks
     _check(subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=90,
                           cwd=tmp_path, env=_env(), check=False))
 
