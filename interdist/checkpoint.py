@@ -4,9 +4,14 @@ Layout of a checkpoint directory (documented in README.md)::
 
     ckpt-000001/
       index.json        {"format": "interdist-checkpoint/1", "variables": {name: {file, dtype, shape,
-                         synchronization, aggregation}}, "num_replicas": n}
-      <name>.npy        the variable's value as a cross-replica read gives it (sync-on-read
+                         sha256, synchronization, aggregation}}, "num_replicas": n}
+      v000000.npy ...   each variable's value as a cross-replica read gives it (sync-on-read
                         variables aggregated: SUM summed, MEAN averaged)
+
+Files are numbered, and names live only in the index: two names that would make the same file
+name (``x/y`` and ``x_y``) can never overwrite each other. Restore reads only plain file names
+inside the checkpoint directory (never ``../elsewhere.npy``) and checks each array against the
+index (its SHA-256, dtype and shape) before assigning anything.
 
 The directory is written under a temporary name and renamed when complete, so a
 checkpoint interrupted by a failure (a replica raising, a worker dying) is absent,
@@ -17,9 +22,9 @@ replicas of the strategy restored into (which may differ from the one saved from
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -32,8 +37,20 @@ from interdist.values.variables import Variable
 FORMAT = "interdist-checkpoint/1"
 
 
-def _file_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".npy"
+def _file_name(index: int) -> str:
+    return f"v{index:06d}.npy"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _entry_file(root: Path, name: str, entry: Any) -> Path:
+    """The array file of index entry ``name``: a plain file name inside ``root``, nothing else."""
+    fname = entry.get("file") if isinstance(entry, dict) else None
+    if not isinstance(fname, str) or not fname or fname != Path(fname).name or fname in (".", "..") or "\\" in fname:
+        raise ValueError(f"the checkpoint at {root} names file {fname!r} for {name!r}: not a file of the checkpoint")
+    return root / fname
 
 
 class Checkpoint:
@@ -91,12 +108,13 @@ class Checkpoint:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         try:
             index: dict[str, Any] = {"format": FORMAT, "variables": {}}
-            for name, var in self._variables().items():
+            for i, (name, var) in enumerate(self._variables().items()):
                 value = _cross_replica_value(var)  # raises before anything is renamed into place
-                fname = _file_name(name)
+                fname = _file_name(i)
                 np.save(tmp / fname, value, allow_pickle=False)
                 index["variables"][name] = {
                     "file": fname,
+                    "sha256": _sha256(tmp / fname),
                     "dtype": value.dtype.str,
                     "shape": list(value.shape),
                     "synchronization": var.synchronization.name,
@@ -116,17 +134,36 @@ class Checkpoint:
     def restore(self, path: str | os.PathLike[str]) -> None:
         """Assign every saved value to the variable of the same name (all checked before any is assigned)."""
         root = Path(path)
-        index = json.loads((root / "index.json").read_text())
-        if index.get("format") != FORMAT:
-            raise ValueError(f"{root} is not an interdist checkpoint (format {index.get('format')!r})")
+        try:
+            index = json.loads((root / "index.json").read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{root} is not a readable interdist checkpoint: {type(e).__name__}: {e}") from None
+        if not isinstance(index, dict) or index.get("format") != FORMAT:
+            found = index.get("format") if isinstance(index, dict) else type(index).__name__
+            raise ValueError(f"{root} is not an interdist checkpoint (format {found!r})")
+        saved = index.get("variables")
+        if not isinstance(saved, dict):
+            raise ValueError(f"the checkpoint at {root} has no variables table in its index.json")
         variables = self._variables()
-        missing = sorted(set(variables) - set(index["variables"]))
+        missing = sorted(set(variables) - set(saved))
         if missing:
             raise ValueError(f"the checkpoint at {root} has no value for {missing}")
         values = {}
         for name, var in variables.items():
-            entry = index["variables"][name]
-            value = np.load(root / entry["file"], allow_pickle=False)
+            entry = saved[name]
+            file = _entry_file(root, name, entry)
+            digest = entry.get("sha256")
+            try:
+                if digest is not None and _sha256(file) != digest:
+                    raise ValueError("its bytes do not match the checksum in index.json (truncated or corrupted)")
+                value = np.load(file, allow_pickle=False)
+            except (OSError, ValueError, EOFError) as e:
+                raise ValueError(f"checkpoint value {name!r} ({file.name}) cannot be restored: {e}") from None
+            if "dtype" in entry and (value.dtype.str != entry["dtype"] or list(value.shape) != entry.get("shape")):
+                raise ValueError(
+                    f"checkpoint value {name!r} ({file.name}) holds shape {value.shape} and dtype {value.dtype}, "
+                    f"but index.json says shape {tuple(entry.get('shape') or ())} and dtype {entry['dtype']}"
+                )
             if value.shape != tuple(var.shape) or value.dtype != var.dtype:
                 raise ValueError(
                     f"checkpoint value {name!r} has shape {value.shape} and dtype {value.dtype}, but "

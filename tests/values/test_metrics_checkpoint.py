@@ -46,7 +46,12 @@ def test_checkpoint_restores_across_replica_counts(tmp_path: Path) -> None:
         w.assign(np.array([1.0, 2.0, 3.0], np.float32))
         s2.run(lambda: seen.assign_add(np.float32(idist.get_replica_context().replica_id_in_sync_group) + 1))
         path = idist.Checkpoint(w=w, seen=seen).save(tmp_path / "ckpt")
-    assert sorted(os.listdir(path)) == ["index.json", "seen.npy", "w.npy"]
+    # files are numbered in the order the variables were given; names live only in the index
+    assert sorted(os.listdir(path)) == ["index.json", "v000000.npy", "v000001.npy"]
+    import json
+
+    files = {k: e["file"] for k, e in json.loads((Path(path) / "index.json").read_text())["variables"].items()}
+    assert files == {"w": "v000000.npy", "seen": "v000001.npy"}
 
     with idist.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2", "CPU:3"]) as s4:
         w4, seen4 = build(s4)
@@ -117,3 +122,66 @@ def test_linear_regression_same_weights_every_step() -> None:
         many = train(idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]))
         for a, o in zip(many, one):
             np.testing.assert_allclose(a, o, atol=1e-6)
+
+
+def test_names_that_would_share_a_file_name_keep_their_own_values(tmp_path: Path) -> None:
+    # "x/y", "x_y" and "x y" once all became x_y.npy: the last write won and restore mixed them up
+    a, b, c = idist.Variable(np.float32(1.0)), idist.Variable(np.float32(2.0)), idist.Variable(np.float32(3.0))
+    ck = idist.Checkpoint(x={"y": a}, x_y=b, **{"x y": c})
+    path = ck.save(tmp_path / "ckpt")
+    for v in (a, b, c):
+        v.assign(0.0)
+    ck.restore(path)
+    assert [float(a), float(b), float(c)] == [1.0, 2.0, 3.0]
+
+
+def _saved(tmp_path: Path) -> tuple[idist.Checkpoint, idist.Variable, Path]:
+    import json
+
+    v = idist.Variable(np.arange(4, dtype=np.float32))
+    ck = idist.Checkpoint(w=v)
+    path = Path(ck.save(tmp_path / "ckpt"))
+    assert json.loads((path / "index.json").read_text())["variables"]["w"]["file"] == "v000000.npy"
+    return ck, v, path
+
+
+def test_restore_never_reads_outside_the_checkpoint(tmp_path: Path) -> None:
+    import json
+
+    ck, v, path = _saved(tmp_path)
+    np.save(tmp_path / "outside.npy", np.full(4, 9.0, np.float32))
+    index = json.loads((path / "index.json").read_text())
+    for bad in ("../outside.npy", str(tmp_path / "outside.npy"), "..", ""):
+        index["variables"]["w"]["file"] = bad
+        (path / "index.json").write_text(json.dumps(index))
+        with pytest.raises(ValueError, match="not a file of the checkpoint"):
+            ck.restore(path)
+    np.testing.assert_array_equal(np.asarray(v), np.arange(4, dtype=np.float32))  # nothing assigned
+
+
+def test_restore_refuses_a_corrupted_or_truncated_array(tmp_path: Path) -> None:
+    ck, v, path = _saved(tmp_path)
+    data = bytearray((path / "v000000.npy").read_bytes())
+    data[-1] ^= 0xFF  # one flipped bit of the last element
+    (path / "v000000.npy").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"'w' \(v000000.npy\) cannot be restored: .*checksum"):
+        ck.restore(path)
+    (path / "v000000.npy").write_bytes(bytes(data[:-8]))  # truncated
+    with pytest.raises(ValueError, match="cannot be restored"):
+        ck.restore(path)
+    np.testing.assert_array_equal(np.asarray(v), np.arange(4, dtype=np.float32))
+
+
+def test_restore_refuses_a_foreign_or_malformed_index(tmp_path: Path) -> None:
+    import json
+
+    ck, _, path = _saved(tmp_path)
+    (path / "index.json").write_text(json.dumps({"format": "interdist-checkpoint/1"}))
+    with pytest.raises(ValueError, match="no variables table"):
+        ck.restore(path)
+    (path / "index.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="is not an interdist checkpoint"):
+        ck.restore(path)
+    (path / "index.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not a readable interdist checkpoint"):
+        ck.restore(path)
