@@ -53,7 +53,9 @@ def as_array(x: Any, dtype: Any = None) -> np.ndarray:
     if dtype is None:
         leaves = _leaves(x)
         kinds = {_python_dtype(v) for v in leaves}
-        if None not in kinds and kinds:
+        if not leaves and isinstance(x, (list, tuple)):
+            dtype = np.float32  # TF: tf.constant([]) and tf.Variable([]) are float32 (NumPy's default is float64)
+        elif None not in kinds and kinds:
             if np.float32 in kinds:
                 dtype = np.float32
             elif np.int64 in kinds:
