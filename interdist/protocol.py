@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypedDict
 
+import cloudpickle
+
 if TYPE_CHECKING:
     from interdist.replica.replica import Replica
 
@@ -93,6 +95,19 @@ class Reply(TypedDict, total=False):
     warnings: list[str]
     events: list[dict[str, Any]]  # the events of the step, in their wire form (``Event.to_msg()``)
     created: list[CreatedVariable]
+
+
+def dump_exception(exc: BaseException) -> bytes | None:
+    """A failure reply's ``error``: the pickled exception, or None when it does not pickle back.
+
+    Some exceptions pickle but cannot be rebuilt; the notebook then raises from the reply's text.
+    """
+    try:
+        data: bytes = cloudpickle.dumps(exc)
+        cloudpickle.loads(data)
+        return data
+    except Exception:  # noqa: BLE001 - any failure to round-trip means: send the text only
+        return None
 
 
 def lost_reply(

@@ -38,6 +38,7 @@ from interdist.errors import InterdistError, NotADatasetError
 from interdist.input import distributed_dataset as _dd
 from interdist.input.dataset import Dataset
 from interdist.input.input_context import InputContext, InputOptions, check_options_for_datasets_from_function
+from interdist.protocol import dump_exception
 from interdist.replica import ps_step
 
 #: TF 2.21's messages for ``iter()`` of a ParameterServerStrategy dataset outside the coordinator.
@@ -249,11 +250,7 @@ def sync_resources(
                         slot.iterators[key] = WorkerIterator(slot, key, slot.specs[key], device)
                 except BaseException as exc:  # noqa: BLE001 - the coordinator re-raises it in the notebook
                     slot.store.pop(key, None)
-                    try:
-                        err: bytes | None = cloudpickle.dumps(exc)
-                        cloudpickle.loads(err)
-                    except Exception:  # noqa: BLE001 - an exception that does not pickle back: the coordinator gets its text
-                        err = None
+                    err = dump_exception(exc)
                     return {
                         "ok": False,
                         "key": key,

@@ -18,7 +18,7 @@ import numpy as np
 
 from interdist import _context, _reduction
 from interdist.collectives.local import local_group
-from interdist.protocol import GroupSpec
+from interdist.protocol import GroupSpec, dump_exception
 from interdist.reduce_op import resolve
 from interdist.replica.context import ReplicaContext
 from interdist.replica.ps_input import DistributedDataset, DistributedDatasetsFromFunction
@@ -42,11 +42,7 @@ def run_step(
             ctx.flush()
         return {"ok": True, "result": cloudpickle.dumps(result)}
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the coordinator
-        try:
-            err: bytes | None = cloudpickle.dumps(exc)
-            cloudpickle.loads(err)
-        except Exception:  # noqa: BLE001 - an exception that does not pickle back: the coordinator gets its text
-            err = None
+        err = dump_exception(exc)
         return {
             "ok": False,
             "error": err,

@@ -33,6 +33,7 @@ from interdist.protocol import (
     StoreRef,
     ValueMeta,
     VarRef,
+    dump_exception,
     resolving,
 )
 from interdist.replica.context import ReplicaContext
@@ -203,7 +204,7 @@ class Replica:
                 reply = {
                     "ok": False,
                     "secondary": secondary,
-                    "error": _dump_exception(exc),
+                    "error": dump_exception(exc),
                     "traceback": tb,
                     "type": type(exc).__name__,
                     "message": str(exc),
@@ -302,12 +303,3 @@ def dump_result(encoded: Any) -> bytes:
     except Exception:  # noqa: BLE001 - PicklingError, AttributeError, TypeError for local objects
         data: bytes = cloudpickle.dumps(encoded)
         return data
-
-
-def _dump_exception(exc: BaseException) -> bytes | None:
-    try:
-        data: bytes = cloudpickle.dumps(exc)
-        cloudpickle.loads(data)  # some exceptions pickle but cannot be rebuilt
-        return data
-    except Exception:  # noqa: BLE001 - then the notebook gets a ReplicaError with the text
-        return None
