@@ -8,17 +8,16 @@ messages). The program functions are what the notebook's strategy
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from interdist import _context, events
-from interdist._convert import apply_op, convert_for_variable, summarize
+from interdist import _context
+from interdist._convert import apply_op, convert_for_variable
 from interdist._gpu import to_host
 from interdist.protocol import VariableMeta
 from interdist.replica.central import central_state, reduce_to_holder
-from interdist.replica.variable import ReplicaVariable
+from interdist.replica.variable import ReplicaVariable, emit_created
 from interdist.values.distributed import DistributedValues
 
 if TYPE_CHECKING:
@@ -194,24 +193,7 @@ def create_central_variable(replica: Replica, var_id: int, meta: VariableMeta, v
     var = CentralReplicaVariable(replica, var_id, meta, value)
     replica.variables[var_id] = var
     if var._state.is_holder:
-        norm, checksum = summarize(var.raw)
-        replica.emit(
-            events.VariableCreated(
-                replica.group_id,
-                replica.step,
-                replica.rank,
-                time.time(),
-                var_id,
-                meta["name"],
-                tuple(var.shape),
-                var.dtype.name,
-                var.device,
-                meta["synchronization"],
-                meta["aggregation"],
-                norm,
-                checksum,
-            )
-        )
+        emit_created(replica, var)
 
 
 def assign_central_variable(replica: Replica, var_id: int, op: str, value: Any) -> None:

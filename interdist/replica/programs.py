@@ -6,16 +6,15 @@ step numbering, events, timeouts and abort handling as user code.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from interdist import _context, _gpu, _reduction, events
-from interdist._convert import as_array, is_array_like, summarize
+from interdist import _context, _gpu, _reduction
+from interdist._convert import as_array, is_array_like
 from interdist.protocol import VariableMeta
 from interdist.reduce_op import ReduceOp
-from interdist.replica.variable import ReplicaVariable
+from interdist.replica.variable import ReplicaVariable, emit_created
 
 if TYPE_CHECKING:
     from interdist.replica.replica import Replica
@@ -48,24 +47,7 @@ def convert_value(value: Any) -> Any:
 def create_variable(replica: Replica, var_id: int, meta: VariableMeta, value: np.ndarray) -> None:
     var = ReplicaVariable(replica, var_id, meta, _gpu.place(value, replica.device))
     replica.variables[var_id] = var
-    norm, checksum = summarize(var.raw)
-    replica.emit(
-        events.VariableCreated(
-            replica.group_id,
-            replica.step,
-            replica.rank,
-            time.time(),
-            var_id,
-            meta["name"],
-            tuple(var.raw.shape),
-            var.raw.dtype.name,
-            var.device,
-            meta["synchronization"],
-            meta["aggregation"],
-            norm,
-            checksum,
-        )
-    )
+    emit_created(replica, var)
 
 
 def delete_variables(replica: Replica, var_ids: list[int]) -> None:

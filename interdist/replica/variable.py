@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from interdist import _context, _gpu
-from interdist._convert import apply_op, as_array, convert_for_variable
+from interdist import _context, _gpu, events
+from interdist._convert import apply_op, as_array, convert_for_variable, summarize
 from interdist._reduction import reduce_arrays
 from interdist.protocol import VariableMeta, resolve_variable
 from interdist.reduce_op import ReduceOp
@@ -231,3 +232,25 @@ class ReplicaVariable(NDArrayOperatorsMixin):
 
 
 # -- programs the notebook runs for central variables ---------------------------------
+
+
+def emit_created(replica: Replica, var: ReplicaVariable) -> None:
+    """The ``VariableCreated`` event of a copy this replica holds (the dashboard's first row for it)."""
+    norm, checksum = summarize(var.raw)
+    replica.emit(
+        events.VariableCreated(
+            replica.group_id,
+            replica.step,
+            replica.rank,
+            time.time(),
+            var.var_id,
+            var.meta["name"],
+            tuple(var.raw.shape),
+            var.raw.dtype.name,
+            var.device,
+            var.meta["synchronization"],
+            var.meta["aggregation"],
+            norm,
+            checksum,
+        )
+    )
