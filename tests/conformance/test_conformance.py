@@ -1,8 +1,8 @@
 """interdist against values recorded from real TensorFlow 2.21.
 
 ``seed_examples.json`` (the given examples, see SEED_README.md) must all pass.
-``tf_cases.json``, ``tf_cases_2.json`` and ``tf_cases_3.json`` (our own recordings,
-made by recorder/record.py) must pass too, except the divergences listed below,
+every ``tf_cases*.json`` (our own recordings, one file per round, made by
+recorder/record.py) must pass too, except the divergences listed below,
 each with its reason. All these files live beside this one; ``runner.load`` fails
 loudly when one is missing or empty.
 """
@@ -28,7 +28,7 @@ def test_case_files_are_all_there() -> None:
     """The counts at the time of writing: a file that shrinks or vanishes shows up here."""
     assert len(SEEDS) >= 38
     counts = {p.name: len(load(p)) for p in RECORDED}
-    assert all(counts[name] >= n for name, n in
+    assert all(counts.get(name, 0) >= n for name, n in
                {"tf_cases.json": 335, "tf_cases_2.json": 245, "tf_cases_3.json": 167}.items()), counts
 
 

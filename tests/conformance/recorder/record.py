@@ -187,10 +187,16 @@ def main() -> int:
                     help="record the round-2 cases (cases2.py) into tf_cases_2.json / tf_raw_2.json")
     ap.add_argument("--round3", action="store_true",
                     help="record the round-3 cases (cases3.py) into tf_cases_3.json / tf_raw_3.json")
+    ap.add_argument("--round", type=int, default=None,
+                    help="record round N (casesN.py) into tf_cases_N.json / tf_raw_N.json")
     a = ap.parse_args()
 
     global OUT, RAW
-    if a.round3:
+    if a.round and a.round > 1:
+        OUT = HERE.parent / f"tf_cases_{a.round}.json"
+        RAW = HERE / f"tf_raw_{a.round}.json"
+        __import__(f"cases{a.round}")  # fills CASES
+    elif a.round3:
         OUT = HERE.parent / "tf_cases_3.json"
         RAW = HERE / "tf_raw_3.json"
         import cases3  # noqa: F401  (fills CASES)
