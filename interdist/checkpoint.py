@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,11 @@ class Checkpoint:
 
         def visit(prefix: str, obj: Any) -> None:
             if isinstance(obj, Variable):
+                if prefix in out:
+                    raise ValueError(
+                        f"two variables of this Checkpoint would both be saved as {prefix!r} "
+                        "(a name with '/' and a nested object spell the same path): rename one"
+                    )
                 out[prefix] = obj
             elif isinstance(obj, (list, tuple)):
                 for i, o in enumerate(obj):
@@ -178,3 +184,188 @@ def _cross_replica_value(var: Any) -> np.ndarray:
     if var.synchronization.name == "ON_READ" and var.aggregation.name == "NONE":
         return np.asarray(var.values[0]) if hasattr(var, "values") else np.asarray(var)
     return np.asarray(var.read_value())
+
+
+STATE_FILE = "checkpoint.json"
+STATE_FORMAT = "interdist-checkpoint-state/1"
+
+
+def _number(checkpoint_name: str, path: str) -> int | None:
+    """``n`` of a path ``.../{checkpoint_name}-{n}``, else None."""
+    name = Path(path).name
+    tail = name[len(checkpoint_name) + 1 :]
+    return int(tail) if name.startswith(checkpoint_name + "-") and tail.isdigit() else None
+
+
+def _read_state(directory: Path, checkpoint_name: str) -> tuple[list[tuple[str, float]], list[str], float]:
+    """The checkpoints a manager keeps in ``directory`` (path, time saved; the oldest first), those
+    preserved for ever, and when one was last preserved. Only checkpoints still on disk count; without
+    a state file, the directory's ``{checkpoint_name}-{n}`` checkpoints are adopted."""
+    state_path = directory / STATE_FILE
+    found: list[tuple[str, float]] = []
+    preserved: list[str] = []
+    last_preserved = 0.0
+    if state_path.is_file():
+        try:
+            state = json.loads(state_path.read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{state_path} is not a readable checkpoint list: {type(e).__name__}: {e}") from None
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ValueError(f"{state_path} is not an interdist checkpoint list (no format {STATE_FORMAT!r})")
+        for item in state.get("checkpoints", []):
+            name = item.get("name") if isinstance(item, dict) else None
+            if isinstance(name, str) and _number(checkpoint_name, name) is not None and Path(name).name == name:
+                found.append((str(directory / name), float(item.get("time", 0.0))))
+        preserved = [str(directory / n) for n in state.get("preserved", []) if isinstance(n, str) and Path(n).name == n]
+        last_preserved = float(state.get("last_preserved", 0.0))
+    elif directory.is_dir():
+        found = [
+            (str(child), child.stat().st_mtime)
+            for child in directory.iterdir()
+            if _number(checkpoint_name, child.name) is not None and (child / "index.json").is_file()
+        ]
+    kept = sorted(
+        ((p, t) for p, t in found if (Path(p) / "index.json").is_file()),
+        key=lambda pt: _number(checkpoint_name, pt[0]) or 0,
+    )
+    return kept, preserved, last_preserved
+
+
+class CheckpointManager:
+    """Keeps the last ``max_to_keep`` checkpoints of a ``Checkpoint`` in one directory, like
+    ``tf.train.CheckpointManager``.
+
+    Checkpoints are named ``{directory}/{checkpoint_name}-{n}``; ``n`` goes on from the highest
+    number already in the directory, so a restarted notebook neither overwrites nor loses one. The
+    list of checkpoints lives in ``checkpoint.json``, replaced atomically after each save, so a
+    crash leaves either the old list or the new one.
+
+    >>> import interdist as idist, numpy as np, tempfile
+    >>> v = idist.Variable(np.float32(0.0))
+    >>> manager = idist.CheckpointManager(idist.Checkpoint(v=v), tempfile.mkdtemp(), max_to_keep=2)
+    >>> for step in range(3):
+    ...     _ = v.assign(float(step)); _ = manager.save()
+    >>> [p.rsplit("/", 1)[1] for p in manager.checkpoints]
+    ['ckpt-2', 'ckpt-3']
+    >>> _ = v.assign(9.0); manager.restore_or_initialize() == manager.latest_checkpoint; float(v)
+    True
+    2.0
+    """
+
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        directory: str | os.PathLike[str],
+        max_to_keep: int | None,
+        keep_checkpoint_every_n_hours: float | None = None,
+        checkpoint_name: str = "ckpt",
+        init_fn: Any = None,
+    ) -> None:
+        if not isinstance(checkpoint, Checkpoint):
+            raise TypeError(f"CheckpointManager needs an interdist.Checkpoint, got {type(checkpoint).__name__}")
+        if max_to_keep is not None and (isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int)):
+            raise TypeError(f"max_to_keep must be a positive int or None, got {max_to_keep!r}")
+        if max_to_keep is not None and max_to_keep <= 0:
+            raise ValueError(f"Expected a positive integer or `None` for `max_to_keep`, got {max_to_keep}.")
+        if not checkpoint_name or Path(checkpoint_name).name != checkpoint_name or checkpoint_name in (".", ".."):
+            raise ValueError(f"checkpoint_name must be a plain file name, got {checkpoint_name!r}")
+        if init_fn is not None and not callable(init_fn):
+            raise TypeError(f"init_fn must be callable or None, got {type(init_fn).__name__}")
+        self._checkpoint = checkpoint
+        self._directory = Path(directory)
+        self._max_to_keep = max_to_keep
+        self._keep_seconds = None if keep_checkpoint_every_n_hours is None else keep_checkpoint_every_n_hours * 3600.0
+        self._name = checkpoint_name
+        self._init_fn = init_fn
+        # (path, time saved); the oldest first. Only checkpoints that are still there count.
+        self._kept: list[tuple[str, float]] = []
+        self._preserved: list[str] = []
+        self._last_preserved = 0.0
+        self._load_state()
+
+    def _number(self, path: str) -> int | None:
+        return _number(self._name, path)
+
+    def _load_state(self) -> None:
+        self._kept, self._preserved, self._last_preserved = _read_state(self._directory, self._name)
+
+    def _write_state(self) -> None:
+        state = {
+            "format": STATE_FORMAT,
+            "checkpoints": [{"name": Path(p).name, "time": t} for p, t in self._kept],
+            "preserved": [Path(p).name for p in self._preserved],
+            "last_preserved": self._last_preserved,
+        }
+        fd, tmp = tempfile.mkstemp(prefix=f".{STATE_FILE}.", dir=self._directory)
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f, indent=1)
+        os.replace(tmp, self._directory / STATE_FILE)
+
+    # -- public API --------------------------------------------------------------------------------
+    @property
+    def directory(self) -> str:
+        return str(self._directory)
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self._checkpoint
+
+    @property
+    def checkpoints(self) -> list[str]:
+        """The managed checkpoints, the oldest first (those kept for ever by
+        ``keep_checkpoint_every_n_hours`` are not in this list, as in TF)."""
+        return [p for p, _ in self._kept]
+
+    @property
+    def latest_checkpoint(self) -> str | None:
+        return self._kept[-1][0] if self._kept else None
+
+    def save(self, checkpoint_number: int | None = None) -> str:
+        """Write a new checkpoint, then drop the oldest beyond ``max_to_keep``; return its path."""
+        if checkpoint_number is None:
+            numbers = [self._number(p) or 0 for p, _ in self._kept] + [self._number(p) or 0 for p in self._preserved]
+            number = max(numbers, default=0) + 1
+        elif isinstance(checkpoint_number, bool) or not isinstance(checkpoint_number, (int, np.integer)):
+            raise TypeError(f"checkpoint_number must be an int, got {checkpoint_number!r}")
+        else:
+            number = int(checkpoint_number)
+        self._directory.mkdir(parents=True, exist_ok=True)
+        path = self._checkpoint.write(self._directory / f"{self._name}-{number}")
+        now = time.time()
+        self._kept = [(p, t) for p, t in self._kept if p != path] + [(path, now)]
+        doomed: list[str] = []
+        while self._max_to_keep is not None and len(self._kept) > self._max_to_keep:
+            old, saved_at = self._kept.pop(0)
+            if self._keep_seconds is not None and saved_at - self._last_preserved >= self._keep_seconds:
+                self._preserved.append(old)
+                self._last_preserved = saved_at
+            else:
+                doomed.append(old)
+        self._write_state()  # the list never names a checkpoint that is already gone
+        for old in doomed:
+            shutil.rmtree(old, ignore_errors=True)
+        return path
+
+    def restore_or_initialize(self) -> str | None:
+        """Restore the latest checkpoint and return its path; with none, call ``init_fn`` and return None."""
+        latest = self.latest_checkpoint
+        if latest is not None:
+            self._checkpoint.restore(latest)
+            return latest
+        if self._init_fn is not None:
+            self._init_fn()
+        return None
+
+    def __repr__(self) -> str:
+        return (
+            f"CheckpointManager(directory={self.directory!r}, max_to_keep={self._max_to_keep}, "
+            f"checkpoints={len(self._kept)}, latest={self.latest_checkpoint!r})"
+        )
+
+
+def latest_checkpoint(directory: str | os.PathLike[str], checkpoint_name: str = "ckpt") -> str | None:
+    """The newest checkpoint a ``CheckpointManager`` saved in ``directory``, or None.
+
+    As ``tf.train.latest_checkpoint``."""
+    kept, _, _ = _read_state(Path(directory), checkpoint_name)
+    return kept[-1][0] if kept else None
