@@ -27,7 +27,7 @@ from __future__ import annotations
 from importlib import metadata as _metadata
 
 from . import cluster_resolver, config, data, debug, experimental, metrics, optimizers
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, CheckpointManager
 from .collectives.cross_device_ops import CrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce, ReductionToOneDevice
 from .distribute_lib import (
     experimental_set_strategy,
@@ -67,6 +67,7 @@ except _metadata.PackageNotFoundError:  # a source tree on sys.path that was nev
 
 __all__ = [
     "Checkpoint",
+    "CheckpointManager",
     "CollectiveAbortedError",
     "CollectiveTimeoutError",
     "CrossDeviceOps",
