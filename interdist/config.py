@@ -39,6 +39,10 @@ class _Settings:
     # Programs go to replicas on the notebook's host over a Unix socket (control.py)
     # instead of Dask comms; 0 keeps every message on Dask comms.
     local_control: bool = os.environ.get("INTERDIST_LOCAL_CONTROL", "1") != "0"
+    # Embedded clusters speak TLS with credentials made for them alone (Dask's Security.temporary),
+    # so no other client on the host (another account on a shared server) can use their workers.
+    # 0 gives plain TCP on 127.0.0.1, as before.
+    embedded_tls: bool = os.environ.get("INTERDIST_EMBEDDED_TLS", "1") != "0"
 
 
 settings = _Settings()

@@ -11,6 +11,12 @@ address of its entry, connecting to the scheduler. Run one command per machine::
 
 Then, in the notebook: ``interdist.MultiWorkerMirroredStrategy()`` (with the same
 TF_CONFIG) or ``cluster="tcp://<chief address>"``.
+
+A cluster between machines should be locked down: give every task the same TLS certificate, key
+and CA (``--tls-ca-file ca.pem --tls-cert cert.pem --tls-key key.pem``; Dask's own ``dask
+scheduler`` flags), then it speaks ``tls://`` and refuses any client without them. The notebook
+connects with ``interdist.MultiWorkerMirroredStrategy(security=Security(...))`` or
+``cluster=distributed.Client("tls://...", security=...)``.
 """
 
 from __future__ import annotations
@@ -45,11 +51,15 @@ class Server:
     job_name, task_index : optional
         This task; may be left out when the cluster has one job / the job one task.
     protocol : str, optional
-        Dask's comm protocol (default ``"tcp"``; ``"grpc"``, TF's, means ``"tcp"``).
+        Dask's comm protocol (default ``"tcp"``, or ``"tls"`` with ``security``; ``"grpc"``, TF's,
+        means the default).
     config : dict, optional
         ``timeout`` (seconds to reach the scheduler, default 30), ``dashboard_address``.
     start : bool
         Start at once (default True).
+    security : distributed.security.Security, optional
+        TLS credentials for the scheduler and worker of this task (and the clients of the cluster).
+        With ``require_encryption`` the task speaks only ``tls://``.
 
     Raises
     ------
@@ -67,6 +77,7 @@ class Server:
         protocol: str | None = None,
         config: dict[str, Any] | None = None,
         start: bool = True,
+        security: Any = None,
     ) -> None:
         spec = (
             server_or_cluster_def
@@ -89,7 +100,13 @@ class Server:
         if task_index not in indices:
             raise ValueError(f"task_index {task_index} is out of range: job {job_name!r} has tasks {indices}")
         self.cluster_spec, self.job_name, self.task_index = spec, job_name, int(task_index)
-        self.protocol = "tcp" if protocol in (None, "grpc", "grpc+verbs") else str(protocol)
+        if security is not None and not hasattr(security, "get_connection_args"):
+            raise TypeError(f"security must be a distributed.security.Security, got {type(security).__name__}")
+        self.security = security
+        default = "tls" if getattr(security, "require_encryption", False) else "tcp"
+        self.protocol = default if protocol in (None, "grpc", "grpc+verbs") else str(protocol).removesuffix("://")
+        if self.protocol == "tcp" and getattr(security, "require_encryption", False):
+            raise ValueError("protocol 'tcp' cannot carry a Security that requires encryption: use 'tls'")
         self.config = dict(config or {})
         self.timeout = float(self.config.get("timeout", roles.DEFAULT_CONNECT_TIMEOUT))
         self.host, self.port = _split(spec.task_address(job_name, self.task_index))
@@ -106,14 +123,16 @@ class Server:
             self.start()
 
     @classmethod
-    def create_local_server(cls, config: dict[str, Any] | None = None, start: bool = True) -> Server:
+    def create_local_server(
+        cls, config: dict[str, Any] | None = None, start: bool = True, security: Any = None
+    ) -> Server:
         """A one-task server on a free local port (scheduler and one worker)."""
         import socket
 
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        return cls({"worker": [f"127.0.0.1:{port}"]}, "worker", 0, config=config, start=start)
+        return cls({"worker": [f"127.0.0.1:{port}"]}, "worker", 0, config=config, start=start, security=security)
 
     @property
     def target(self) -> str:
@@ -157,6 +176,7 @@ class Server:
                 protocol=self.protocol,
                 dashboard_address=dash,
                 dashboard=dash is not None,
+                security=self.security,
             )
             await scheduler
             self._nodes.append(scheduler)
@@ -172,6 +192,7 @@ class Server:
                 worker_port=port,
                 protocol=self.protocol,
                 memory_limit=0,
+                security=self.security,
                 death_timeout=self.timeout,
                 silence_logs=logging.ERROR,
                 env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
@@ -242,7 +263,31 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout", type=float, default=roles.DEFAULT_CONNECT_TIMEOUT, help="seconds to reach the scheduler"
     )
     parser.add_argument("--dashboard-address", default=None, help="the scheduler's dashboard (default host:0)")
+    tls = parser.add_argument_group("TLS (all three, the same files on every task: then only tls:// is spoken)")
+    tls.add_argument("--tls-ca-file", help="the CA certificate (PEM) that signed every task's and client's certificate")
+    tls.add_argument("--tls-cert", help="this task's certificate (PEM)")
+    tls.add_argument("--tls-key", help="this task's private key (PEM)")
     args = parser.parse_args(argv)
+    security = None
+    given = [args.tls_ca_file, args.tls_cert, args.tls_key]
+    if any(given):
+        if not all(given):
+            parser.error("TLS needs all of --tls-ca-file, --tls-cert and --tls-key")
+        for path in given:
+            if not os.path.isfile(path):
+                parser.error(f"TLS file {path!r} does not exist")
+        from distributed.security import Security
+
+        security = Security(  # type: ignore[no-untyped-call]  # distributed is untyped
+            require_encryption=True,
+            tls_ca_file=args.tls_ca_file,
+            tls_scheduler_cert=args.tls_cert,
+            tls_scheduler_key=args.tls_key,
+            tls_worker_cert=args.tls_cert,
+            tls_worker_key=args.tls_key,
+            tls_client_cert=args.tls_cert,
+            tls_client_key=args.tls_key,
+        )
     if args.tf_config is not None:
         os.environ["TF_CONFIG"] = args.tf_config
     if not os.environ.get("TF_CONFIG"):
@@ -254,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     config: dict[str, Any] = {"timeout": args.timeout}
     if args.dashboard_address:
         config["dashboard_address"] = args.dashboard_address
-    server = Server(spec, resolver.task_type, resolver.task_id, config=config)
+    server = Server(spec, resolver.task_type, resolver.task_id, config=config, security=security)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: threading.Thread(target=server.stop, daemon=True).start())
     print(

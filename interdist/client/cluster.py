@@ -1,6 +1,10 @@
 """Where replicas run: an embedded local cluster, or any existing Dask cluster.
 
-Embedded clusters bind to 127.0.0.1, one single-threaded worker process per
+Embedded clusters bind to 127.0.0.1 and speak TLS with credentials made for them
+alone (``Security.temporary()``: kept in this process's memory and handed to each
+worker over its private socket pair, never on a command line or in a file), so
+another account's ``distributed.Client`` on the same host is refused; one
+single-threaded worker process per
 device (``worker_process.py``: its own session, no ``multiprocessing``, gone with
 the notebook). They are pooled: a closed strategy hands its cluster back and the next
 strategy with as many devices reuses it (starting worker processes takes seconds
@@ -89,6 +93,16 @@ def _start_local_cpu(n: int) -> Lease:
     return lease
 
 
+def embedded_security() -> Any:
+    """The ``Security`` of a new embedded cluster: fresh temporary TLS credentials, or None for plain TCP
+    (``INTERDIST_EMBEDDED_TLS=0``)."""
+    if not settings.embedded_tls:
+        return None
+    from distributed.security import Security
+
+    return Security.temporary()  # type: ignore[no-untyped-call]  # distributed is untyped
+
+
 def _local_cluster(n: int, LocalCluster: Any) -> Any:  # noqa: N803 - the class, imported lazily
     return LocalCluster(
         n_workers=n,
@@ -98,6 +112,7 @@ def _local_cluster(n: int, LocalCluster: Any) -> Any:  # noqa: N803 - the class,
         # kernel's process group (Kernel > Interrupt does not kill them), gone with the notebook.
         worker_class=WorkerProcess,
         host="127.0.0.1",
+        security=embedded_security(),
         dashboard_address="127.0.0.1:0",
         silence_logs=logging.ERROR,
         memory_limit=0,

@@ -21,6 +21,10 @@ where a notebook or a script needs it to:
   process holds: when it is closed (``close``) or this process dies, however it dies, the worker
   closes and its process exits.
 
+When the cluster speaks TLS, the worker's credentials (``Security.temporary()``'s certificate and key)
+go to the child as the first line on that socket pair: not on its command line, in its environment or
+in a file, where another account on the host could read them.
+
 Its stdout and stderr are the notebook's (a replica's ``print`` shows in the cell, as before).
 """
 
@@ -76,6 +80,8 @@ class WorkerProcess(ProcessInterface):
         host: str | None = "127.0.0.1",
         env: dict[str, Any] | None = None,
         silence_logs: Any = logging.ERROR,
+        security: Any = None,
+        protocol: str | None = None,
         **_other: Any,  # what LocalCluster passes to a Nanny and an embedded worker does not use
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # distributed is untyped
@@ -87,6 +93,9 @@ class WorkerProcess(ProcessInterface):
             "host": host,
             "dashboard": False,
         }
+        if protocol:
+            self.options["protocol"] = protocol
+        self.credentials = _credentials(security)
         self.log_levels = {"distributed": int(silence_logs)} if silence_logs else {}
         self.env = {
             **os.environ,
@@ -119,6 +128,7 @@ class WorkerProcess(ProcessInterface):
             "log_levels": self.log_levels,
             "fd": theirs.fileno(),
             "sys_path": sys.path,
+            "credentials": self.credentials is not None,  # they follow on the socket, never in argv
         }
         try:
             self.process = subprocess.Popen(
@@ -133,6 +143,11 @@ class WorkerProcess(ProcessInterface):
             raise
         finally:
             theirs.close()
+        if self.credentials is not None:
+            try:
+                ours.sendall(json.dumps(self.credentials).encode() + b"\n")
+            except OSError:
+                pass  # the child is gone already: reading its first line says so
         ours.setblocking(False)
         self._sock = ours
         try:
@@ -197,6 +212,27 @@ class WorkerProcess(ProcessInterface):
 
     def __repr__(self) -> str:
         return f"<interdist WorkerProcess {self.name!r} pid={self.pid} {self.address}: status={self.status.name}>"
+
+
+_CREDENTIAL_FIELDS = (
+    "require_encryption",
+    "tls_ca_file",
+    "tls_ciphers",
+    "tls_min_version",
+    "tls_max_version",
+    "tls_worker_cert",
+    "tls_worker_key",
+    "tls_client_cert",
+    "tls_client_key",
+)
+
+
+def _credentials(security: Any) -> dict[str, Any] | None:
+    """What a worker needs of the cluster's ``Security`` (its worker and client certificates), or None
+    when the cluster has no TLS. PEM contents or file paths, as the ``Security`` holds them."""
+    if security is None or not getattr(security, "tls_ca_file", None):
+        return None
+    return {f: getattr(security, f, None) for f in _CREDENTIAL_FIELDS if getattr(security, f, None) is not None}
 
 
 def _config_env(key: str) -> dict[str, str]:

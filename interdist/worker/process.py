@@ -5,6 +5,7 @@
 again here) in a session of its own (so the kernel's or terminal's SIGINT does not reach it). It gets
 one end of a socket pair from its parent and:
 
+- first reads the cluster's TLS credentials from it, when ``spec["credentials"]`` says they follow;
 - writes one JSON line on it when the worker is up (``{"address": ...}``) or could not start
   (``{"error": ...}``);
 - reads it to its end: the end comes when the parent closes it (it shuts the worker down) or dies
@@ -40,6 +41,8 @@ def main(spec: dict[str, Any]) -> None:
     """Run the worker described by ``spec`` (see ``client/worker_process.py``) until it closes."""
     sock = socket.socket(fileno=int(spec["fd"]))
     sock.set_inheritable(False)
+    if spec.get("credentials"):
+        spec = {**spec, "options": {**spec.get("options", {}), "security": _read_security(sock)}}
     for name, level in spec.get("log_levels", {}).items():
         logging.getLogger(name).setLevel(level)
     stop = threading.Event()
@@ -52,6 +55,24 @@ def main(spec: dict[str, Any]) -> None:
     thread.serve_main_thread()  # until the worker closes (stop_main_thread)
     loop_thread.join(_EXIT_GRACE)
     _exit(code[0])
+
+
+def _read_security(sock: socket.socket, timeout: float = 30.0) -> Any:
+    """The ``Security`` of a TLS cluster, from the first line the parent writes on the socket."""
+    from distributed.security import Security
+
+    sock.settimeout(timeout)
+    data = b""
+    while b"\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise SystemExit("interdist: the parent closed the socket before sending the cluster's credentials")
+        data += chunk
+    sock.settimeout(None)
+    line, rest = data.split(b"\n", 1)
+    if rest:
+        raise SystemExit("interdist: unexpected data after the cluster's credentials")
+    return Security(**json.loads(line))  # type: ignore[no-untyped-call]  # distributed is untyped
 
 
 def _run_loop(spec: dict[str, Any], sock: socket.socket, stop: threading.Event, code: list[int]) -> None:
