@@ -4,9 +4,13 @@ Each embedded cluster interdist starts is written as ``<pid>-<id>.json`` in a
 per-user directory (``jupyter_runtime_dir()/interdist``, or
 ``~/.cache/interdist/runtime`` without jupyter_core; ``INTERDIST_REGISTRY_DIR``
 overrides both) and removed when the cluster closes. The Jupyter server
-extension lists them for the JupyterLab sidebar, skipping files whose process
-is gone. Only JSON is read. Nothing here ever raises into the caller that
-registers: an unwritable directory just means the cluster is not listed.
+extension lists them for the JupyterLab sidebar. The file of a notebook that
+died without closing its cluster (killed, its kernel restarted) names a process
+that is gone, or a process id since reused by a process started after the file
+was written: listing removes such files, and so does every new registration, so
+they do not stay for ever. Only JSON is read, and only well-formed files named
+``<pid>-<id>.json`` are ever removed. Nothing here ever raises into the caller
+that registers: an unwritable directory just means the cluster is not listed.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ def register(
     try:
         d = registry_dir() if directory is None else Path(directory)
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        live_clusters(d)  # removes the files of notebooks that died without closing their clusters
         path = d / f"{os.getpid()}-{cluster_id}.json"
         tmp = d / f".{path.name}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -98,6 +103,19 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def same_process(pid: int, created: float) -> bool:
+    """Whether ``pid`` is alive and is the process that wrote a file at time ``created`` (not a later
+    process that was given the same id)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        import psutil  # distributed's dependency
+
+        return bool(psutil.Process(pid).create_time() <= created + 1.0)
+    except Exception:  # noqa: BLE001 - cannot tell (gone meanwhile, no access): trust pid_alive
+        return pid_alive(pid)
+
+
 def _valid(record: Any) -> bool:
     return isinstance(record, dict) and all(
         k in record and isinstance(record[k], t) and not isinstance(record[k], bool) for k, t in FIELDS.items()
@@ -105,7 +123,8 @@ def _valid(record: Any) -> bool:
 
 
 def live_clusters(directory: Path | None = None) -> list[dict[str, Any]]:
-    """The registered clusters whose process is alive, oldest first (malformed files skipped)."""
+    """The registered clusters whose process is alive, oldest first (malformed files skipped; files of
+    processes that are gone removed)."""
     d = registry_dir() if directory is None else directory
     try:
         files = sorted(d.glob("*.json"))
@@ -120,7 +139,9 @@ def live_clusters(directory: Path | None = None) -> list[dict[str, Any]]:
             continue
         if not _valid(record):
             continue
-        if not pid_alive(record["pid"]):
+        if not same_process(record["pid"], record["created"]):
+            if path.name == f"{record['pid']}-{record['id']}.json":
+                unregister(path)  # a notebook that died without closing its cluster
             continue
         found.append({k: record[k] for k in FIELDS})
     return sorted(found, key=lambda r: r["created"])

@@ -42,8 +42,31 @@ def test_dead_pids_and_malformed_files_are_skipped(tmp_path: Path) -> None:
     (tmp_path / "other.txt").write_text(json.dumps({**record, "pid": os.getpid()}))
     alive = registry.register("tcp://127.0.0.1:2", None, 1, directory=tmp_path)
     assert [c["scheduler_address"] for c in registry.live_clusters(tmp_path)] == ["tcp://127.0.0.1:2"]
-    assert alive is not None and (tmp_path / f"{dead}-a.json").exists()  # listing never deletes
+    assert alive is not None
+    # the dead notebook's file is removed; files that are not well-formed registrations are left alone
+    assert not (tmp_path / f"{dead}-a.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p != alive) == ["broken.json", "list.json", "other.txt",
+                                                                       "wrong.json"]
     assert registry.live_clusters(tmp_path / "missing") == []
+
+
+def test_a_reused_pid_does_not_keep_a_dead_notebooks_file(tmp_path: Path) -> None:
+    """The pid is alive (this process) but it started after the file was written: another process."""
+    record = {"id": "b", "pid": os.getpid(), "scheduler_address": "tcp://127.0.0.1:1", "dashboard_link": None,
+              "n_workers": 1, "created": 1.0}  # written in 1970, long before this process started
+    (tmp_path / f"{os.getpid()}-b.json").write_text(json.dumps(record))
+    assert registry.live_clusters(tmp_path) == []
+    assert not (tmp_path / f"{os.getpid()}-b.json").exists()
+
+
+def test_registering_sweeps_the_files_of_dead_notebooks(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead = int(done.stdout)
+    record = {"id": "c", "pid": dead, "scheduler_address": "tcp://127.0.0.1:1", "dashboard_link": None,
+              "n_workers": 1, "created": 1.0}
+    (tmp_path / f"{dead}-c.json").write_text(json.dumps(record))
+    mine = registry.register("tcp://127.0.0.1:3", None, 1, directory=tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [mine.name]  # type: ignore[union-attr]
 
 
 def test_unwritable_directory_never_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
