@@ -36,6 +36,7 @@ bench: $(STAMP)
 	cd benchmarks && ../$(PY) bench_central_storage.py
 	cd benchmarks && ../$(PY) bench_ps.py
 	cd benchmarks && ../$(PY) bench_dashboard.py
+	cd benchmarks && ../$(PY) bench_soak.py
 	cd benchmarks && ../$(PY) bench_gpu_allreduce.py  # says "skipped" and exits 0 without CuPy and a GPU
 
 clean:
