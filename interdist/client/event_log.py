@@ -6,6 +6,8 @@ dataclasses only when read, unless a listener (the inline dashboard) wants them 
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -65,6 +67,15 @@ class EventLog:
             self._events.append(event)
             self._cond.notify_all()
         _tell(list(self.listeners), [event])
+
+    def to_chrome_trace(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """The events kept as a Chrome trace for Perfetto (``events.to_chrome_trace``); written to ``path``
+        (JSON) when given. Open it at https://ui.perfetto.dev or in ``chrome://tracing``."""
+        trace = events.to_chrome_trace(list(self.events))
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(trace, f)
+        return trace
 
     def wait_for(self, predicate: Callable[[list[Event]], bool], timeout: float = 10.0) -> list[Event]:
         def ready() -> bool:
