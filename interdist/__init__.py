@@ -22,8 +22,6 @@ top                   this module, ``experimental``, ``server``, ``demo``
 ====================  ===========================================================================
 """
 
-from __future__ import annotations
-
 from importlib import metadata as _metadata
 
 from . import cluster_resolver, config, data, debug, experimental, metrics, optimizers
@@ -31,7 +29,6 @@ from .checkpoint import Checkpoint, CheckpointManager
 from .collectives.cross_device_ops import CrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce, ReductionToOneDevice
 from .distribute_lib import (
     experimental_set_strategy,
-    get_cross_replica_context,
     get_replica_context,
     get_strategy,
     has_strategy,
@@ -45,16 +42,20 @@ from .errors import (
     ReplicaError,
     WorkerLostError,
 )
+from .input.distributed_dataset import DistributedDataset, DistributedIterator
 from .input.input_context import InputContext, InputOptions, InputReplicationMode
 from .reduce_op import ReduceOp
 from .replica.context import ReplicaContext
 from .replica.programs import ValueContext
 from .server import Server
+from .strategy import coordinator
 from .strategy.base import RunOptions, Strategy
 from .strategy.extended import StrategyExtended
 from .strategy.mirrored import MirroredStrategy
 from .strategy.multi_worker import MultiWorkerMirroredStrategy
 from .strategy.one_device import OneDeviceStrategy
+from .strategy.parameter_server import ParameterServerStrategy
+from .strategy.tpu import TPUStrategy
 from .values.distributed import DistributedValues, Mirrored, PerReplica
 from .values.distributed_variable import MirroredVariable, SyncOnReadVariable
 from .values.tensor import RemoteValue, Tensor
@@ -71,6 +72,8 @@ __all__ = [
     "CollectiveAbortedError",
     "CollectiveTimeoutError",
     "CrossDeviceOps",
+    "DistributedDataset",
+    "DistributedIterator",
     "DistributedValues",
     "HierarchicalCopyAllReduce",
     "InputContext",
@@ -84,6 +87,7 @@ __all__ = [
     "NcclAllReduce",
     "NoGPUError",
     "OneDeviceStrategy",
+    "ParameterServerStrategy",
     "PerReplica",
     "ReduceOp",
     "ReductionToOneDevice",
@@ -95,6 +99,7 @@ __all__ = [
     "Strategy",
     "StrategyExtended",
     "SyncOnReadVariable",
+    "TPUStrategy",
     "Tensor",
     "ValueContext",
     "Variable",
@@ -104,11 +109,11 @@ __all__ = [
     "__version__",
     "cluster_resolver",
     "config",
+    "coordinator",
     "data",
     "debug",
     "experimental",
     "experimental_set_strategy",
-    "get_cross_replica_context",
     "get_replica_context",
     "get_strategy",
     "has_strategy",

@@ -5,7 +5,7 @@ Bottom layer: stdlib only. Leaves are anything that is not a tuple, list or dict
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 
@@ -91,3 +91,27 @@ def assert_same_structure(a: Any, b: Any) -> None:
             raise ValueError(f"The two structures don't have the same number of elements: {len(a)} and {len(b)}")
         for x, y in zip(a, b, strict=True):
             assert_same_structure(x, y)
+
+
+def check_call_args(fn: Any, args: Any, kwargs: Any, positional: bool = True) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` and ``kwargs`` for ``fn(*args, **kwargs)``, checked as TF's ``run`` and ``merge_call`` check them.
+
+    ``run`` (``positional``) takes a list or tuple (else ``ValueError``, TF's "positional args must be
+    a list or tuple"); ``merge_call`` takes any iterable (``TypeError`` otherwise, as Python's ``*``).
+    ``kwargs``: ``None`` or a mapping (``TypeError``, Python's "argument after ** must be a mapping").
+    """
+    if positional:
+        if not isinstance(args, (list, tuple)):
+            raise ValueError(f"positional args must be a list or tuple, got {type(args)}")
+        args = tuple(args)
+    else:
+        try:
+            args = tuple(args)
+        except TypeError:
+            raise TypeError(f"Value after * must be an iterable, not {type(args).__name__}") from None
+    if kwargs is None:
+        kwargs = {}
+    elif not isinstance(kwargs, Mapping):
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        raise TypeError(f"{name}() argument after ** must be a mapping, not {type(kwargs).__name__}")
+    return args, dict(kwargs)

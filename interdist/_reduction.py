@@ -13,7 +13,11 @@ import numpy as np
 
 from interdist._convert import as_array
 from interdist._gpu import any_cupy, same_place, xp_of
+from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
+
+#: ``Strategy.reduce``'s axis: None (across replicas only), one dimension, or several (TF's reduce_sum axis).
+Axis = int | tuple[int, ...] | None
 
 
 def check_axis(a: np.ndarray, axis: int) -> int:
@@ -23,35 +27,61 @@ def check_axis(a: np.ndarray, axis: int) -> int:
     return axis % rank
 
 
-def local_numer_denom(value: Any, op: ReduceOp, axis: int | None) -> tuple[np.ndarray, int]:
-    """What one replica contributes: its value summed over ``axis`` and how many elements that was."""
+def reduce_axes(a: np.ndarray, axis: Any) -> tuple[int, ...]:
+    """``Strategy.reduce``'s ``axis``: an int or a tuple of ints (TF's ``reduce_sum`` axis), as dimensions of ``a``.
+
+    As TF 2.21: a list is a ``TypeError`` (TF hashes it: "unhashable type: 'list'"), so is a float or
+    a string; a dimension out of range, or named twice, is a ``ValueError``.
+    """
+    if isinstance(axis, list):
+        raise TypeError(f"unhashable type: 'list': give several axes as a tuple, e.g. axis={tuple(axis)!r}")
+    items = axis if isinstance(axis, tuple) else (axis,)
+    for x in items:
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+            raise TypeError(f"axis must be an int or a tuple of ints, but got {axis!r}")
+    axes = tuple(check_axis(a, int(x)) for x in items)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"Invalid reduction arguments: axis {axis!r} names a dimension twice")
+    return axes
+
+
+def local_numer_denom(value: Any, op: ReduceOp, axis: Axis) -> tuple[np.ndarray, int]:
+    """What one replica contributes: its value summed over ``axis`` (an int or a tuple), and over how many elements."""
     a = as_array(value)
     if axis is None:
         return a, 1
-    ax = check_axis(a, axis)
-    return np.sum(a, axis=ax, dtype=a.dtype if a.dtype.kind == "f" else None).astype(
+    axes = reduce_axes(a, axis)
+    return np.sum(a, axis=axes, dtype=a.dtype if a.dtype.kind == "f" else None).astype(
         _sum_dtype(a.dtype), copy=False
-    ), a.shape[ax]
+    ), int(np.prod([a.shape[i] for i in axes], dtype=np.int64))
 
 
 def _sum_dtype(dtype: np.dtype[Any]) -> Any:
     return dtype
 
 
-def combine(op: ReduceOp, parts: list[tuple[np.ndarray, int]], axis: int | None) -> np.ndarray:
+def combine(op: ReduceOp, parts: list[tuple[np.ndarray, int]], axis: Axis) -> np.ndarray:
     """Reduce the replicas' contributions (in rank order)."""
     numers = [p[0] for p in parts]
+    if len(numers) > 1:
+        check_dtypes([as_array(n).dtype for n in numers])
+        kind = as_array(numers[0]).dtype.kind
+        if kind not in "iufc":
+            raise ValueError(
+                f"Cannot {op.value} values of dtype {as_array(numers[0]).dtype.name} across replicas (TF has no "
+                f"{op.value} kernel for it); cast them to a number first"
+            )
     if axis is None or op == ReduceOp.SUM:
         return reduce_arrays(numers, op if axis is None else ReduceOp.SUM)
     numer = reduce_arrays(numers, ReduceOp.SUM)
     denom = sum(p[1] for p in parts)
     xp = xp_of(numer)  # numpy, or cupy for a GPU replica's values
-    if numer.dtype.kind == "f":
+    if numer.dtype.kind in "fc":  # complex keeps its dtype (and its imaginary part), as floats do
         return cast("np.ndarray", xp.asarray(numer / xp.asarray(denom, dtype=numer.dtype), dtype=numer.dtype))
     return cast("np.ndarray", xp.asarray(numer / denom, dtype=xp.float64))  # TF's truediv of integers
 
 
-def reduce_components(op: ReduceOp, components: list[Any], axis: int | None) -> np.ndarray:
+def reduce_components(op: ReduceOp, components: list[Any], axis: Axis) -> np.ndarray:
     return combine(op, [local_numer_denom(c, op, axis) for c in components], axis)
 
 
@@ -68,6 +98,7 @@ def reduce_non_distributed(op: ReduceOp, value: Any, num_replicas: int) -> Any:
 def gather_components(components: list[Any], axis: int) -> np.ndarray:
     """``Strategy.gather``: concatenate along ``axis`` (shapes must agree elsewhere)."""
     arrays = same_place([as_array(c) for c in components])  # all on the GPU if one is
+    check_dtypes([a.dtype for a in arrays], "gather")
     if any(a.ndim == 0 for a in arrays):
         raise ValueError("gather requires values of rank >= 1; got a scalar")
     ax = check_axis(arrays[0], axis)
@@ -86,8 +117,9 @@ def reduce_arrays(values: list[Any], op: ReduceOp) -> np.ndarray:
         arrays, xp = same_place(list(values)), xp_of(*values)
     else:
         arrays, xp = [np.asarray(v) for v in values], np
+    check_dtypes([a.dtype for a in arrays])
     check_shapes([tuple(a.shape) for a in arrays])
-    dtype = np.result_type(*[a.dtype for a in arrays])
+    dtype = arrays[0].dtype
     total = xp.array(arrays[0], dtype=dtype, copy=True)
     for a in arrays[1:]:
         total = total + a
@@ -97,9 +129,26 @@ def reduce_arrays(values: list[Any], op: ReduceOp) -> np.ndarray:
     return total
 
 
-def check_shapes(shapes: list[tuple[int, ...]]) -> None:
+def _by_replica(items: list[Any]) -> str:
+    return ", ".join(f"replica {r}: {x}" for r, x in enumerate(items))
+
+
+def check_dtypes(dtypes: list[Any], what: str = "reduce") -> None:
+    """Every replica's value has the same dtype (TF never casts across replicas: it fails)."""
+    names = [np.dtype(d).name for d in dtypes]
+    if len(set(names)) > 1:
+        raise ReplicaMismatchError(
+            f"Cannot {what} values of different dtypes across replicas ({_by_replica(names)}); "
+            "give every replica the same dtype, e.g. with np.asarray(x, dtype=np.float32)"
+        )
+
+
+def check_shapes(shapes: list[tuple[int, ...]], what: str = "reduce") -> None:
     if len(set(shapes)) > 1:
-        raise ValueError(f"Cannot reduce values of different shapes across replicas: {list(shapes)}")
+        raise ReplicaMismatchError(
+            f"Cannot {what} values of different shapes across replicas ({_by_replica(list(shapes))}); "
+            "give every replica a value of the same shape"
+        )
 
 
 def mean_of_sum(total: np.ndarray, n: int) -> np.ndarray:

@@ -33,6 +33,15 @@ class WorkerLostError(InterdistError):
     """The Dask worker that ran a replica is gone."""
 
 
+class OutOfRangeError(Exception):
+    """An iterator was asked for its next element past the end of its data.
+
+    ``tf.errors.OutOfRangeError`` ("End of sequence") in TF: ``DistributedIterator.get_next()``
+    raises it at the end, where ``next(iterator)`` raises ``StopIteration``. Not a
+    ``StopIteration`` itself, so that it never ends a generator or a ``for`` loop silently.
+    """
+
+
 class NotADatasetError(TypeError, AttributeError):
     """Something that is not a Dataset was given where one is needed.
 
@@ -51,4 +60,18 @@ class CancelledError(InterdistError):
     ``tf.errors.CancelledError`` in TF: ``ClusterCoordinator`` cancels the functions
     still queued when it raises a function's error (from ``join``, ``done`` or
     ``schedule``); their ``RemoteValue.fetch`` raises this.
+    """
+
+
+class InternalError(Exception):
+    """``tf.errors.InternalError``: TF raises it when a collective op is aborted, for example by
+    replicas that passed different dtypes to one all-reduce."""
+
+
+class ReplicaMismatchError(InternalError, ValueError):
+    """Replicas passed values that cannot be combined (different dtypes or shapes) to one collective.
+
+    TF fails these with ``InvalidArgumentError`` (a ``ValueError`` here) on one code path and with
+    ``InternalError`` (an aborted collective) on another, depending on the dtype and the reduce
+    path; this error is both, so code that catches either of TF's classes catches it.
     """

@@ -1,7 +1,5 @@
 """The ``tf.distribute.experimental`` namespace (re-exports only)."""
 
-from __future__ import annotations
-
 from interdist import partitioners
 from interdist.input.input_context import InputContext, InputOptions, InputReplicationMode
 from interdist.replica.programs import ValueContext
@@ -10,6 +8,7 @@ from interdist.strategy.central_storage import CentralStorageStrategy
 from interdist.strategy.multi_worker import CollectiveCommunication, CommunicationImplementation, CommunicationOptions
 from interdist.strategy.multi_worker import ExperimentalMultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy
 from interdist.strategy.parameter_server import ParameterServerStrategy
+from interdist.strategy.tpu import TPUStrategy
 
 __all__ = [
     "CentralStorageStrategy",
@@ -21,6 +20,7 @@ __all__ = [
     "InputReplicationMode",
     "MultiWorkerMirroredStrategy",
     "ParameterServerStrategy",
+    "TPUStrategy",
     "ValueContext",
     "coordinator",
     "partitioners",

@@ -50,6 +50,13 @@ class GroupSpec(TypedDict, total=False):
     # and the transport backend's name in collectives.registry (config.settings.collectives_backend).
     all_reduce: dict[str, Any]
     collectives_backend: str
+    # The notebook strategy's class and its extended's, as [module, qualname] pairs along their MROs
+    # (``__main__`` classes left out): what the replica's view reports as its class (replica/view.py).
+    strategy_class: list[list[str]]
+    strategy_class_pickle: bytes | None  # the class itself (cloudpickle: by value for a notebook's class)
+    strategy_name: str
+    extended_class: list[list[str]]
+    extended_name: str
 
 
 class VariableMeta(TypedDict, total=False):
@@ -95,6 +102,7 @@ class Reply(TypedDict, total=False):
     warnings: list[str]
     events: list[dict[str, Any]]  # the events of the step, in their wire form (``Event.to_msg()``)
     created: list[CreatedVariable]
+    plain_updates: bytes  # pickled [(key, op, value)]: writes to plain variables (values/variables.py)
 
 
 def dump_exception(exc: BaseException) -> bytes | None:
@@ -276,3 +284,50 @@ def resolve_variable(group_id: str, var_id: int, snapshot: Any = None) -> Any:
         return _client_variables[(group_id, var_id)]
     except KeyError:
         raise ValueError(f"variable {var_id} of group {group_id} no longer exists") from None
+
+
+# -- pickling for a replica group ----------------------------------------------------
+#
+# While the notebook pickles a program for a group, handles that belong elsewhere (a plain
+# variable, another strategy's variable) pickle as snapshots the replicas can use
+# (values/variables.py, values/distributed_variable.py).
+_pickling = threading.local()
+
+
+@contextmanager
+def pickling_for(group_id: str, world_size: int) -> Iterator[None]:
+    prev = getattr(_pickling, "target", None)
+    _pickling.target = (group_id, world_size)
+    try:
+        yield
+    finally:
+        _pickling.target = prev
+
+
+def pickling_target() -> tuple[str, int] | None:
+    """(group id, number of replicas) of the group a program is being pickled for, else None."""
+    target: tuple[str, int] | None = getattr(_pickling, "target", None)
+    return target
+
+
+# key -> the notebook's plain variable (or OneDevice handle) a program shipped to replicas
+_client_plain: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def register_plain(key: int, variable: Any) -> None:
+    _client_plain[key] = variable
+
+
+def registered_plain(key: int) -> Any:
+    return _client_plain.get(key)
+
+
+def apply_plain_updates(replies: list[Any]) -> None:
+    """Apply the writes replicas made to plain variables, replica by replica, in rank order (as TF's
+    replica threads, which run one after the other, leave them)."""
+    for reply in replies:
+        data = reply.get("plain_updates")
+        for key, op, value in cloudpickle.loads(data) if data else ():
+            variable = _client_plain.get(key)
+            if variable is not None:
+                variable._apply(op, value)

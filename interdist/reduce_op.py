@@ -46,5 +46,28 @@ def resolve(reduce_op: Any) -> ReduceOp:
         return ReduceOp(reduce_op.name)
     choices = ", ".join(repr(op.value) for op in ReduceOp)
     raise ValueError(
-        f"reduce_op must be a tf.distribute.ReduceOp or one of the strings {choices} (any case), but got {reduce_op!r}"
+        f"{reduce_op!r} is not a valid ReduceOp: reduce_op must be a tf.distribute.ReduceOp or one of the "
+        f"strings {choices} (any case)"
     )
+
+
+def check_reduce_op(reduce_op: Any, where: str, kind: str = "") -> ReduceOp:
+    """``reduce_op`` as ``Strategy.reduce``, ``extended.reduce_to``/``batch_reduce_to`` and ``all_reduce`` take it.
+
+    As TF 2.21: a ``ReduceOp``, or its name in any case ("sum", "Mean"); another string is a
+    ``ValueError`` ("'BOGUS' is not a valid ReduceOp"). Anything else (an int, ``None``, a
+    ``VariableAggregation``, another enum) fails TF's internal ``assert isinstance(reduce_op, ReduceOp)``
+    with an ``AssertionError``; under CentralStorageStrategy ``all_reduce`` and ``batch_reduce_to``
+    raise ``ValueError`` instead ("`reduce_op` must be Reduce.SUM or Reduce.MEAN."), as TF does.
+    (TF's MirroredStrategy silently sums with such an op in ``all_reduce``/``batch_reduce_to``,
+    whatever it is, ``VariableAggregation.MEAN`` included; interdist refuses it, as TF's other paths do.)
+    """
+    if isinstance(reduce_op, (ReduceOp, str)):
+        return resolve(reduce_op)
+    message = (
+        f"{where}: reduce_op must be a tf.distribute.ReduceOp (ReduceOp.SUM or ReduceOp.MEAN) or its name "
+        f"as a string, but got {reduce_op!r} of type {type(reduce_op).__name__}"
+    )
+    if kind == "central_storage" and where in ("all_reduce", "batch_reduce_to"):
+        raise ValueError(f"`reduce_op` must be Reduce.SUM or Reduce.MEAN. ({message})")
+    raise AssertionError(message)

@@ -6,16 +6,63 @@ import interdist as idist
 
 
 def test_all_is_pinned() -> None:
-    assert sorted(idist.__all__) == sorted([
-        "Checkpoint", "CollectiveAbortedError", "CollectiveTimeoutError", "CrossDeviceOps", "DistributedValues",
-        "HierarchicalCopyAllReduce", "InputContext", "InputOptions", "InputReplicationMode", "InterdistError",
-        "Mirrored", "MirroredStrategy", "MirroredVariable", "MultiWorkerMirroredStrategy", "NcclAllReduce", "NoGPUError", "OneDeviceStrategy",
-        "PerReplica", "ReduceOp", "ReductionToOneDevice", "RemoteValue", "ReplicaContext", "ReplicaError",
-        "RunOptions", "Server", "Strategy", "StrategyExtended", "SyncOnReadVariable", "Tensor", "ValueContext", "Variable",
-        "VariableAggregation", "VariableSynchronization", "WorkerLostError", "__version__", "cluster_resolver",
-        "config", "data", "debug", "experimental", "experimental_set_strategy", "get_cross_replica_context",
-        "get_replica_context", "get_strategy", "has_strategy", "in_cross_replica_context", "metrics", "optimizers",
-    ])
+    assert sorted(idist.__all__) == sorted(
+        [
+            "Checkpoint",
+            "CheckpointManager",
+            "CollectiveAbortedError",
+            "CollectiveTimeoutError",
+            "CrossDeviceOps",
+            "DistributedDataset",
+            "DistributedIterator",
+            "DistributedValues",
+            "ParameterServerStrategy",
+            "TPUStrategy",
+            "coordinator",
+            "HierarchicalCopyAllReduce",
+            "InputContext",
+            "InputOptions",
+            "InputReplicationMode",
+            "InterdistError",
+            "Mirrored",
+            "MirroredStrategy",
+            "MirroredVariable",
+            "MultiWorkerMirroredStrategy",
+            "NcclAllReduce",
+            "NoGPUError",
+            "OneDeviceStrategy",
+            "PerReplica",
+            "ReduceOp",
+            "ReductionToOneDevice",
+            "RemoteValue",
+            "ReplicaContext",
+            "ReplicaError",
+            "RunOptions",
+            "Server",
+            "Strategy",
+            "StrategyExtended",
+            "SyncOnReadVariable",
+            "Tensor",
+            "ValueContext",
+            "Variable",
+            "VariableAggregation",
+            "VariableSynchronization",
+            "WorkerLostError",
+            "__version__",
+            "cluster_resolver",
+            "config",
+            "data",
+            "debug",
+            "experimental",
+            "experimental_set_strategy",
+            "get_replica_context",
+            "get_strategy",
+            "has_strategy",
+            "in_cross_replica_context",
+            "metrics",
+            "optimizers",
+        ]
+    )
     for name in idist.__all__:
         assert hasattr(idist, name), name
 
@@ -44,20 +91,54 @@ def test_device_strings() -> None:
         canonicalize("TPU-ish")
 
 
-# tf.distribute's own index (TF 2.21 API docs, "Module: tf.distribute"): classes, functions, modules.
+# dir(tf.distribute) in TF 2.21 (checked), by kind: interdist exports every one of them.
 TF_DISTRIBUTE = {
-    "classes": ["CrossDeviceOps", "DistributedValues", "HierarchicalCopyAllReduce", "InputContext",
-                "InputReplicationMode", "MirroredStrategy", "NcclAllReduce", "OneDeviceStrategy", "ReduceOp",
-                "ReductionToOneDevice", "ReplicaContext", "RunOptions", "Server", "Strategy", "StrategyExtended"],
-    "functions": ["experimental_set_strategy", "get_replica_context", "get_strategy", "has_strategy",
-                  "in_cross_replica_context"],
-    "modules": ["cluster_resolver", "experimental"],
+    "classes": [
+        "CrossDeviceOps",
+        "DistributedDataset",
+        "DistributedIterator",
+        "DistributedValues",
+        "HierarchicalCopyAllReduce",
+        "InputContext",
+        "InputOptions",
+        "InputReplicationMode",
+        "MirroredStrategy",
+        "MultiWorkerMirroredStrategy",
+        "NcclAllReduce",
+        "OneDeviceStrategy",
+        "ParameterServerStrategy",
+        "ReduceOp",
+        "ReductionToOneDevice",
+        "ReplicaContext",
+        "RunOptions",
+        "Server",
+        "Strategy",
+        "StrategyExtended",
+        "TPUStrategy",
+    ],
+    "functions": [
+        "experimental_set_strategy",
+        "get_replica_context",
+        "get_strategy",
+        "has_strategy",
+        "in_cross_replica_context",
+    ],
+    "modules": ["cluster_resolver", "coordinator", "experimental"],
 }
-# tf.distribute.experimental names interdist implements (TF also has TPUStrategy, CollectiveHints,
+# tf.distribute.experimental names interdist implements (TF also has CollectiveHints,
 # PreemptionCheckpointHandler, PreemptionWatcher, TerminationConfig and rpc, which interdist does not).
-TF_EXPERIMENTAL = ["CentralStorageStrategy", "CollectiveCommunication", "CommunicationImplementation",
-                   "CommunicationOptions", "MultiWorkerMirroredStrategy", "ParameterServerStrategy", "ValueContext",
-                   "coordinator", "partitioners"]
+TF_EXPERIMENTAL = [
+    "CentralStorageStrategy",
+    "CollectiveCommunication",
+    "CommunicationImplementation",
+    "CommunicationOptions",
+    "MultiWorkerMirroredStrategy",
+    "ParameterServerStrategy",
+    "TPUStrategy",
+    "ValueContext",
+    "coordinator",
+    "partitioners",
+]
 
 
 def test_tf_distribute_names_are_public_with_their_kind() -> None:
@@ -92,3 +173,44 @@ def test_public_modules_only_re_export() -> None:
         tree = ast.parse((Path(idist.__file__).parent / module).read_text())
         defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))]
         assert defined == [], (module, defined)
+
+
+def test_no_leaked_names_at_the_top() -> None:
+    """``annotations`` (a __future__ import) and helpers TF does not expose stay out of the top level."""
+    assert not hasattr(idist, "annotations")
+    assert "get_cross_replica_context" not in idist.__all__ and not hasattr(idist, "get_cross_replica_context")
+    from interdist.distribute_lib import get_cross_replica_context  # still importable from its module
+
+    assert callable(get_cross_replica_context)
+
+
+def test_tpu_strategy_is_refused_clearly() -> None:
+    import pytest
+
+    for cls in (idist.TPUStrategy, idist.experimental.TPUStrategy):
+        assert issubclass(cls, idist.Strategy)
+        with pytest.raises(NotImplementedError, match="no TPU support"):
+            cls()
+
+
+def test_reduce_op_kinds_are_checked_as_tf() -> None:
+    """``check_reduce_op``: names in any case; another string ValueError; anything else AssertionError."""
+    import enum
+
+    import pytest
+
+    from interdist.reduce_op import check_reduce_op
+
+    assert check_reduce_op("sum", "reduce") is idist.ReduceOp.SUM
+    assert check_reduce_op("Mean", "all_reduce") is idist.ReduceOp.MEAN
+    with pytest.raises(ValueError, match="'BOGUS' is not a valid ReduceOp"):
+        check_reduce_op("BOGUS", "reduce")
+
+    class E(enum.Enum):
+        SUM = "SUM"
+
+    for bad in (1, None, object(), E.SUM, idist.VariableAggregation.SUM):
+        with pytest.raises(AssertionError, match=r"reduce_op must be a tf\.distribute\.ReduceOp"):
+            check_reduce_op(bad, "reduce")
+        with pytest.raises(ValueError, match=r"must be Reduce\.SUM or Reduce\.MEAN"):
+            check_reduce_op(bad, "all_reduce", kind="central_storage")

@@ -21,7 +21,15 @@ from interdist.client.fn_pickle import dumps_fn
 from interdist.client.replies import StepReplies, raise_for
 from interdist.config import settings
 from interdist.errors import WorkerLostError
-from interdist.protocol import CreatedVariable, GroupSpec, Reply, VariableMeta, lost_reply
+from interdist.protocol import (
+    CreatedVariable,
+    GroupSpec,
+    Reply,
+    VariableMeta,
+    apply_plain_updates,
+    lost_reply,
+    pickling_for,
+)
 from interdist.worker.plugin import PLUGIN_NAME, ReplicaRuntime
 
 _registered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
@@ -181,7 +189,8 @@ class DaskGroup:
                 self.runs += 1
             step = self.step + 1
             self.step += steps  # a fused program numbers its inner steps step .. step + steps - 1
-            fn_bytes = dumps_fn(fn)
+            with pickling_for(self.group_id, self.world_size):  # plain/foreign variables as snapshots
+                fn_bytes = dumps_fn(fn)
             conns = self._control_connections()
             # Over the sockets, arrays travel out of band (pickle protocol 5): their memory is written
             # to the socket as it is and read into a buffer the worker's array then uses, one copy
@@ -189,9 +198,10 @@ class DaskGroup:
             dump: Callable[[Any], Any] = _dump_out_of_band if conns is not None else cloudpickle.dumps
             first = per_rank_args[0]
             same = all(a is first for a in per_rank_args)
-            shared = dump(first) if same else None
-            # The pickles for the Dask path, (pickle, out-of-band buffers) pairs for the control sockets.
-            args_payload: list[Any] = [shared if same else dump(a) for a in per_rank_args]
+            with pickling_for(self.group_id, self.world_size):
+                shared = dump(first) if same else None
+                # The pickles for the Dask path, (pickle, out-of-band buffers) pairs for the control sockets.
+                args_payload: list[Any] = [shared if same else dump(a) for a in per_rank_args]
             release = {r: self._release[r] for r in range(self.world_size)}
             self._release = {r: [] for r in range(self.world_size)}
             try:
@@ -210,6 +220,7 @@ class DaskGroup:
                 self.on_events(reply.get("events", ()))
         if self.on_created is not None and replies[0].get("created"):
             self.on_created(replies[0]["created"])  # before results (which may be those variables) decode
+        apply_plain_updates(replies)  # writes to plain variables, made before any failure too
         raise_for(replies, step, what, self.spec["devices"], self.addresses, self.lost)
         for r in replies:
             for w in r.get("warnings", ()):

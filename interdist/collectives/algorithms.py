@@ -21,8 +21,9 @@ the group spec, from the strategy's ``cross_device_ops``: ``cross_device_ops.py`
 ``AUTO`` chooses by the thresholds below, from the shapes and whether the group
 spans hosts only (the same on every rank whenever the call is valid); any other
 value forces that algorithm at every size. The first message carries every rank's
-shapes, so a shape mismatch raises the same ``ValueError`` on every rank in every
-algorithm.
+shapes and dtypes, so a shape or dtype mismatch raises the same ``ReplicaMismatchError`` (a
+``ValueError``) on every rank in every algorithm, naming each replica's shape or dtype: TF never
+casts across replicas, it fails.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from interdist._gpu import any_cupy, to_device, to_host
-from interdist._reduction import check_shapes, mean_of_sum, reduce_arrays
+from interdist._reduction import check_dtypes, check_shapes, mean_of_sum, reduce_arrays
 from interdist.collectives.base import Packet, Timing, Transport, pack, unpack
+from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
 # Batches of at least this many elements (all arrays together) are reduce-scattered when the
@@ -218,21 +220,37 @@ class Collectives:
         """The algorithm a group of one reports (nothing moves): the forced one, else all-gather-reduce."""
         return AG if self.algorithm == AUTO else self.algorithm
 
-    def _check(self, shapes: list[tuple[int, ...]], metas: dict[int, Any]) -> None:
-        """Every rank's shapes agree (else the same ValueError on every rank)."""
-        all_shapes = [shapes if r == self.rank else metas[r] for r in range(self.world_size)]
-        if len({len(s) for s in all_shapes}) > 1:
-            raise ValueError(
-                f"Cannot reduce batches of different lengths across replicas: {[len(s) for s in all_shapes]}"
+    def _check(self, mine: tuple[list[tuple[int, ...]], list[str], str], metas: dict[int, Any]) -> None:
+        """Every rank's (shapes, dtypes, reduce op) agree (else the same error on every rank)."""
+        all_metas = [mine if r == self.rank else metas[r] for r in range(self.world_size)]
+        ops = [m[2] for m in all_metas]
+        if len(set(ops)) > 1:
+            raise ReplicaMismatchError(
+                "Replicas passed different reduce ops to one all_reduce ("
+                + ", ".join(f"replica {r}: {o}" for r, o in enumerate(ops))
+                + "); every replica must pass the same reduce_op"
             )
-        for i in range(len(shapes)):
-            check_shapes([tuple(s[i]) for s in all_shapes])
+        if len({len(m[0]) for m in all_metas}) > 1:
+            raise ReplicaMismatchError(
+                "Cannot all_reduce batches of different lengths across replicas: "
+                f"{[len(m[0]) for m in all_metas]}; give every replica the same structure"
+            )
+        for i in range(len(mine[0])):
+            check_dtypes([m[1][i] for m in all_metas], "all_reduce")
+            check_shapes([tuple(m[0][i]) for m in all_metas], "all_reduce")
+            kind = np.dtype(mine[1][i]).kind
+            if kind not in "biuf":  # TF's collective all-reduce has no complex, string or object kernel
+                raise ValueError(
+                    f"all_reduce cannot {mine[2]} values of dtype {np.dtype(mine[1][i]).name} (TF has no "
+                    f"{mine[2]} kernel for it); pass numbers"
+                )
 
     def _all_gather_reduce(
         self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]], op: ReduceOp, what: str
     ) -> list[np.ndarray]:
         t0 = time.perf_counter()
-        packet = pack((shapes, arrays))
+        meta = (shapes, _dtypes(arrays), op.value)
+        packet = pack((meta, arrays))
         self.transport.send_packet(self._peers(), step, seq, packet)
         got, wait = self._take(step, seq, self._peers(), what)
         recv: Any = None
@@ -240,7 +258,7 @@ class Collectives:
         try:
             # Reduce straight from the received buffers (shared memory: no copy in between).
             recv = {r: unpack(p, self.transport.view(p)) for r, p in got.items()}
-            self._check(shapes, {r: m for r, (m, _) in recv.items()})
+            self._check(meta, {r: m for r, (m, _) in recv.items()})
             parts = [arrays if r == self.rank else recv[r][1] for r in range(self.world_size)]
             out = [_reduce_owned([p[i] for p in parts], op) for i in range(len(arrays))]
         finally:
@@ -258,8 +276,9 @@ class Collectives:
         same ``ValueError`` to every rank."""
         t0 = time.perf_counter()
         root, peers = self.root, self._peers()
+        meta = (shapes, _dtypes(arrays), op.value)
         if self.rank != root:
-            packet = pack((shapes, arrays))
+            packet = pack((meta, arrays))
             self.transport.send_packet([root], step, seq, packet)
             got, wait = self._take(step, _phase2(seq), [root], what)
             try:
@@ -269,7 +288,7 @@ class Collectives:
             self.transport.flush(self.timeout())
             self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, packet.nbytes, RB)
             if kind == "error":
-                raise ValueError(body)
+                raise ReplicaMismatchError(body)
             return list(body)
         got, wait = self._take(step, seq, peers, what)
         recv: Any = None
@@ -279,7 +298,7 @@ class Collectives:
         try:
             recv = {r: unpack(p, self.transport.view(p)) for r, p in got.items()}
             try:
-                self._check(shapes, {r: m for r, (m, _) in recv.items()})
+                self._check(meta, {r: m for r, (m, _) in recv.items()})
             except ValueError as e:
                 error = e
             else:
@@ -308,8 +327,9 @@ class Collectives:
             return flats[i][bounds[i][j] : bounds[i][j + 1]]
 
         sent = 0
+        meta = (shapes, _dtypes(arrays), op.value)
         for j in peers:  # round 1: chunk j of every array to its owner j
-            packet = pack((shapes, [chunk(i, j) for i in range(len(arrays))]))
+            packet = pack((meta, [chunk(i, j) for i in range(len(arrays))]))
             sent += packet.nbytes
             self.transport.send_packet([j], step, seq, packet)
         got, wait = self._take(step, seq, peers, what)
@@ -317,7 +337,7 @@ class Collectives:
         parts: Any = None
         try:
             recv = {r: unpack(p, self.transport.view(p)) for r, p in got.items()}
-            self._check(shapes, {r: m for r, (m, _) in recv.items()})
+            self._check(meta, {r: m for r, (m, _) in recv.items()})
             parts = [[chunk(i, me) for i in range(len(arrays))] if r == me else recv[r][1] for r in range(n)]
             mine = [_reduce_owned([p[i] for p in parts], op) for i in range(len(arrays))]
         finally:
@@ -344,6 +364,11 @@ class Collectives:
         wait += wait2
         self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, sent, RS)
         return [o.reshape(s) for o, s in zip(outs, shapes, strict=True)]
+
+
+def _dtypes(arrays: list[np.ndarray]) -> list[str]:
+    """The dtypes a rank announces with its shapes (a few bytes in the first message)."""
+    return [a.dtype.str for a in arrays]
 
 
 def _reduce_owned(values: list[Any], op: ReduceOp) -> np.ndarray:

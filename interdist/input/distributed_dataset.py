@@ -3,8 +3,10 @@
 ``experimental_distribute_dataset`` reads the global batches in the notebook,
 splits each as TF does and hands every replica its part with the next ``run``
 (one message per step, no extra round trip). ``distribute_datasets_from_function``
-calls ``dataset_fn`` on each replica's worker: its batches never pass through
-the notebook.
+calls ``dataset_fn`` in the notebook once per input pipeline, as TF does (once on one
+host; once per replica with ``PER_REPLICA``; on each worker's host across hosts), and
+sends the pipeline it returns to the workers: its batches are read there and never
+pass through the notebook.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from interdist import _nest
 from interdist import device as device_lib
-from interdist.errors import NotADatasetError
+from interdist.errors import NotADatasetError, OutOfRangeError
 from interdist.input import _dask, _values
 from interdist.input import plan as row_plan
 from interdist.input._transforms import UnbatchDataset
@@ -28,6 +30,7 @@ from interdist.input.input_context import (
     check_options_for_datasets_from_function,
     check_options_for_distribute_dataset,
 )
+from interdist.input.optional import Optional
 from interdist.input.options import AutoShardPolicy
 from interdist.input.rebatch import (
     rebatch_element_spec,
@@ -244,10 +247,21 @@ class DistributedIterator(_NoTransformations):
         return next(self._steps)
 
     def get_next(self) -> Any:
+        """The next step's values; ``OutOfRangeError`` at the end (TF's class), where ``next`` stops."""
         try:
             return next(self)
         except StopIteration:
-            raise StopIteration("the distributed iterator is exhausted (End of sequence)") from None
+            raise OutOfRangeError(
+                "End of sequence: the distributed iterator is exhausted (use get_next_as_optional() "
+                "or a for loop to stop at the end of the data)"
+            ) from None
+
+    def get_next_as_optional(self) -> Optional:
+        """The next step's values as an ``Optional``: ``has_value()`` is False at the end of the data."""
+        try:
+            return Optional(next(self), self.element_spec)
+        except StopIteration:
+            return Optional.empty(self.element_spec)
 
 
 _ids = itertools.count(1)
@@ -263,11 +277,35 @@ class DistributedDatasetsFromFunction(_NoTransformations):
             raise TypeError(f"dataset_fn must be callable, but got {type(dataset_fn).__name__}")
         if options is not None and not isinstance(options, InputOptions):
             raise TypeError(f"options must be a tf.distribute.InputOptions, but got {type(options).__name__}")
-        check_options_for_datasets_from_function(options, per_replica_supported=strategy._kind == "mirrored")
+        kind = strategy._kind
+        check_options_for_datasets_from_function(options, per_replica_supported=kind in ("mirrored", "central_storage"))
         self._strategy = strategy
         self._key = f"dataset:{next(_ids)}"
         per_replica = options is not None and options.experimental_replication_mode == InputReplicationMode.PER_REPLICA
-        specs = strategy._system(_make_dataset, self._key, dataset_fn, per_replica)
+        if per_replica and kind == "central_storage":
+            assert options is not None
+            if options.experimental_fetch_to_device is False:
+                # TF 2.21 then gives each step one batch that is not per-replica (checked): a silent error.
+                raise NotImplementedError(
+                    "InputReplicationMode.PER_REPLICA with experimental_fetch_to_device=False is not supported "
+                    "by CentralStorageStrategy: use the default InputOptions (one input pipeline for all replicas)"
+                )
+            per_replica = False  # TF's CentralStorageStrategy reads one pipeline for all its replicas here
+        if getattr(strategy, "_input_split_by_worker", False):
+            # Several hosts: dataset_fn runs on each worker's host, as TF runs it in each worker's process.
+            specs = strategy._system(_make_dataset, self._key, dataset_fn, per_replica)
+        else:
+            # One host: TF calls dataset_fn in this process, once per input pipeline: once for all
+            # the replicas (PER_WORKER), or once per replica (PER_REPLICA). The pipelines travel to
+            # the workers as descriptions; their data is read there.
+            n = strategy.num_replicas_in_sync
+            if per_replica:
+                made = [_call_dataset_fn(dataset_fn, InputContext(n, r, n)) for r in range(n)]
+                per_rank = [(self._key, made[r], 1, 0) for r in range(n)]
+            else:
+                made = [_call_dataset_fn(dataset_fn, InputContext(1, 0, n))]
+                per_rank = [(self._key, made[0], n, r) for r in range(n)]
+            specs = strategy._system(_place_dataset, per_rank=per_rank)
         self._element_spec = strategy._regroup([specs[0]])
 
     @property
@@ -280,7 +318,7 @@ class DistributedDatasetsFromFunction(_NoTransformations):
     def __iter__(self) -> Iterator[Any]:
         it_key = f"{self._key}:iter:{next(_ids)}"
         self._strategy._system(_start_iterator, self._key, it_key)
-        return _RemoteIterator(self._strategy, it_key, self._element_spec)
+        return _RemoteIterator(self._strategy, it_key, self.element_spec)
 
 
 class _RemoteIterator(DistributedIterator):
@@ -319,6 +357,25 @@ def _fill_empty(template: Any, results: list[Any], strategy: Any) -> Any:
     )
     per_rank = [strategy._regroup([r]) if r is not None else empties for r in results]
     return _nest.map_structure(lambda *xs: PerReplica(list(xs), strategy), *per_rank)
+
+
+def _call_dataset_fn(dataset_fn: Callable[[InputContext], Any], ctx: InputContext) -> Dataset:
+    dataset = dataset_fn(ctx)
+    if not isinstance(dataset, Dataset):
+        raise NotADatasetError(
+            f"dataset_fn must return an interdist.data.Dataset, but it returned {type(dataset).__name__}"
+        )
+    return dataset
+
+
+def _place_dataset(replica: Any, key: str, dataset: Dataset, shards: int, index: int) -> Any:
+    """Keep ``dataset`` (made in the notebook) on this replica: every ``shards``-th batch from ``index``."""
+    if getattr(replica, "worker", None) is not None:
+        _dask.bind_worker(replica.worker)  # Dask sources in the pipeline read with this worker's client
+    if shards > 1:
+        dataset = dataset.shard(shards, index)
+    replica.store[key] = dataset
+    return dataset.element_spec
 
 
 def _make_dataset(replica: Any, key: str, dataset_fn: Callable[[InputContext], Any], per_replica: bool) -> Any:

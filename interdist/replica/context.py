@@ -18,7 +18,7 @@ import numpy as np
 
 from interdist import _context, _nest, _reduction
 from interdist._convert import as_array, same_object_across
-from interdist.reduce_op import resolve
+from interdist.reduce_op import check_reduce_op
 from interdist.replica.central import central_sync
 from interdist.replica.variable import ReplicaVariable
 from interdist.values.distributed import DistributedValues, PerReplica
@@ -39,47 +39,95 @@ def _nbytes(leaves: list[Any]) -> int:
 
 
 class ReplicaContext:
-    """``tf.distribute.ReplicaContext`` on a replica."""
+    """``tf.distribute.ReplicaContext``: on a replica, or made directly as in TF.
 
-    def __init__(self, replica: Replica) -> None:
-        self._replica = replica
+    The strategy makes one per replica (``_for_replica``). ``ReplicaContext(strategy,
+    replica_id_in_sync_group)`` makes one in the notebook, as TF allows: it knows its strategy and
+    id, and ``with ctx:`` makes it the current replica context of ``strategy`` (``merge_call`` then
+    runs ``merge_fn`` on the arguments as they are; ``all_reduce`` reduces them as one value).
+    """
+
+    _replica: Replica | None
+
+    def __init__(self, strategy: Any, replica_id_in_sync_group: Any) -> None:
+        rid = replica_id_in_sync_group
+        if not (rid is None or isinstance(rid, (int, np.integer)) or _is_int_tensor(rid)):
+            raise ValueError("replica_id_in_sync_group can only be an integer, a Tensor or None.")
+        self._replica = None
+        self._strategy = strategy
+        self._id = rid
+        self._cms: list[Any] = []
+
+    @classmethod
+    def _for_replica(cls, replica: Replica) -> ReplicaContext:
+        """The context of one replica of a group (what ``get_replica_context()`` gives inside ``run``)."""
+        ctx = cls.__new__(cls)
+        ctx._replica = replica
+        ctx._strategy = None
+        ctx._id = replica.rank
+        ctx._cms = []
+        return ctx
+
+    @property
+    def _r(self) -> Replica:
+        if self._replica is None:
+            raise RuntimeError(
+                "this ReplicaContext was made with ReplicaContext(strategy, id), not by strategy.run: "
+                "it has no replica to communicate with"
+            )
+        return self._replica
 
     @property
     def replica_id_in_sync_group(self) -> Any:
         # TF returns an int32 scalar tensor here (a Python int only in the default context).
-        return np.int32(self._replica.rank)
+        return None if self._id is None else np.int32(self._id)
 
     @property
     def num_replicas_in_sync(self) -> int:
+        if self._replica is None:
+            return int(self._strategy.num_replicas_in_sync)
         return self._replica.world_size
 
     @property
     def strategy(self) -> Any:
-        return self._replica.view
+        return self._strategy if self._replica is None else self._replica.view
 
     @property
     def devices(self) -> tuple[tuple[str, ...], ...]:
+        if self._replica is None:
+            self._require_replica_context("devices")
+            devices = tuple(self._strategy.extended.worker_devices)
+            return ((devices[int(self._id)] if self._id is not None and 0 <= int(self._id) < len(devices) else "",),)
         # TF 2.21 nests it: one tuple of devices per replica on this worker.
         return ((self._replica.device,),)
 
-    def __enter__(self) -> ReplicaContext:
-        self._cm = _context.enter(self._replica.view, self)
-        self._cm.__enter__()
-        return self
+    def __enter__(self) -> None:
+        cm = _context.enter(self.strategy, self)
+        cm.__enter__()
+        self._cms.append(cm)
+        # TF's ``with ctx as c`` binds None (checked, for a replica's context and one made directly).
 
     def __exit__(self, *exc: Any) -> None:
-        self._cm.__exit__(*exc)
+        self._cms.pop().__exit__(*exc)
 
     def _require_replica_context(self, what: str) -> None:
         if _context.get_replica_context() is not self:
+            if self._replica is None:
+                # TF: "Mismatching tf.distribute.Strategy objects: ... is not ..."
+                raise RuntimeError(
+                    f"{what} requires this ReplicaContext to be the current one: use it inside `with ctx:`"
+                )
             raise RuntimeError(f"{what} must be called in this replica's context (inside strategy.run)")
 
     def all_reduce(self, reduce_op: Any, value: Any, options: Any = None) -> Any:
         """Reduce ``value`` (a nested structure) across replicas; every replica gets the result."""
-        op = resolve(reduce_op)
+        op = check_reduce_op(reduce_op, where="all_reduce", kind=self._kind())
         self._require_replica_context("all_reduce")
+        if self._replica is None:
+            # As TF: a merge_call whose batch_reduce_to hands each (non-distributed) value back.
+            return self.merge_call(lambda s, v: _nest.map_structure(lambda x: x, v), args=(value,))
         raw = [_unwrap(v) for v in _nest.flatten(value)]
-        if self._replica.world_size > 1:
+        if self._r.world_size > 1:
             for v in raw:
                 if isinstance(v, (bool, int, float, complex)) and not isinstance(v, np.generic):
                     # TF 2.21 needs tensors here: a Python number fails with this AttributeError.
@@ -87,50 +135,69 @@ class ReplicaContext:
                         f"'{type(v).__name__}' object has no attribute 'dtype' (all_reduce needs "
                         "arrays, e.g. np.float32(x), not Python numbers)"
                     )
-        _check_cross_device_ops(self._replica)
+        _check_cross_device_ops(self._r)
         leaves = [as_array(v) for v in raw]
-        if self._replica.world_size > 1 and any(a.dtype == np.bool_ for a in leaves):
+        if self._r.world_size > 1 and any(a.dtype == np.bool_ for a in leaves):
             raise ValueError(
                 f"all_reduce cannot {op.value} boolean values (TF has no {op.value} kernel for bool); "
                 "cast them to a number first"
             )
-        out = self._replica.collective(
-            "all_reduce", _nbytes(leaves), lambda s, q, w: self._replica.collectives.all_reduce(s, q, leaves, op, w)
+        out = self._r.collective(
+            "all_reduce", _nbytes(leaves), lambda s, q, w: self._r.collectives.all_reduce(s, q, leaves, op, w)
         )
-        central_sync(self._replica)
+        central_sync(self._r)
         return _nest.pack_sequence_as(value, out)
 
     def all_gather(self, value: Any, axis: int, options: Any = None) -> Any:
         """Concatenate every replica's ``value`` along ``axis`` (nested structures leaf by leaf)."""
         self._require_replica_context("all_gather")
+        if self._replica is None:
+            raise NotImplementedError(
+                "all_gather on a ReplicaContext made directly (not by strategy.run) is not supported; "
+                "call it inside strategy.run"
+            )
         if axis < 0:
             raise ValueError(f"all_gather requires 0 <= axis < rank of the value, but got axis={axis}")
         leaves = [as_array(_unwrap(v)) for v in _nest.flatten(value)]
-        gathered = self._replica.exchange("all_gather", leaves, _nbytes(leaves))
-        central_sync(self._replica)
+        gathered = self._r.exchange("all_gather", leaves, _nbytes(leaves))
+        central_sync(self._r)
         out = [_reduction.gather_components([g[i] for g in gathered], axis) for i in range(len(leaves))]
         return _nest.pack_sequence_as(value, out)
 
     def merge_call(self, merge_fn: Callable[..., Any], args: Any = (), kwargs: Any = None) -> Any:
         """Enter the cross-replica context, run ``merge_fn`` on all replicas' values, come back."""
         self._require_replica_context("merge_call")
-        kwargs = dict(kwargs or {})
-        gathered = self._replica.exchange("merge_call", (tuple(args), kwargs))
-        central_sync(self._replica)  # every replica is here: values older than now are not needed
-        merged = _regroup_local([g for g in gathered], self._replica.world_size)
+        args, kwargs = _nest.check_call_args(merge_fn, args, kwargs, positional=False)
+        if self._replica is None:
+            with _context.enter(self._strategy, None):
+                return merge_fn(self._strategy, *args, **kwargs)
+        gathered = self._r.exchange("merge_call", (tuple(args), kwargs))
+        central_sync(self._r)  # every replica is here: values older than now are not needed
+        merged = _regroup_local([g for g in gathered], self._r.world_size)
         m_args, m_kwargs = merged
-        with _context.enter(self._replica.view, None):
-            result = merge_fn(self._replica.view, *m_args, **m_kwargs)
-        out = _select(result, self._replica.rank)
+        with _context.enter(self._r.view, None):
+            result = merge_fn(self._r.view, *m_args, **m_kwargs)
+        out = _select(result, self._r.rank)
         # A value merge_fn returns as such is, in TF, the very same object on every replica:
         # remember it, so that run() can hand it back as one value.
         for leaf in _nest.flatten(result):
             if leaf is not None and not isinstance(leaf, DistributedValues):
-                self._replica.shared_results[id(leaf)] = leaf
+                self._r.shared_results[id(leaf)] = leaf
         return out
+
+    def _kind(self) -> str:
+        if self._replica is not None:
+            return str(self._replica.spec.get("kind", ""))
+        return str(getattr(self._strategy, "_kind", ""))
 
     def __repr__(self) -> str:
         return f"ReplicaContext(replica_id_in_sync_group={self.replica_id_in_sync_group})"
+
+
+def _is_int_tensor(x: Any) -> bool:
+    """An interdist tensor (NumPy scalar/array, or a value with a dtype) of integers, standing for TF's int tensor."""
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and np.dtype(dtype).kind in "iu"
 
 
 def _check_cross_device_ops(replica: Replica) -> None:

@@ -73,7 +73,7 @@ def read_copy(replica: Replica, var_id: int) -> Any:
     return _gpu.host_copy(replica.variables[var_id].raw)
 
 
-def reduce_values(replica: Replica, op: ReduceOp, axis: int | None, value: Any) -> Any:
+def reduce_values(replica: Replica, op: ReduceOp, axis: _reduction.Axis, value: Any) -> Any:
     """``Strategy.reduce``: contributions gathered on replica 0, which alone replies."""
     part = _reduction.local_numer_denom(_read(value), op, axis)
     parts = replica.exchange("reduce", part, int(getattr(part[0], "nbytes", 0)))

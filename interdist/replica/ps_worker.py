@@ -67,7 +67,7 @@ class PSWorkerView:
         spec: GroupSpec = {"world_size": 1, "devices": [device], "kind": "parameter_server"}
         self._replica = Replica(f"ps-{store}", 0, spec, local_group(1)[0], lambda e: None, lambda s, r: None)
         self._replica.view = self  # type: ignore[assignment]  # this view stands in for ReplicaStrategyView
-        self._replica_context = ReplicaContext(self._replica)
+        self._replica_context = ReplicaContext._for_replica(self._replica)
         self.extended = self  # the few StrategyExtended members a step needs live here
         self.worker_devices = (device,)
 

@@ -39,7 +39,8 @@ from interdist.protocol import (
 from interdist.replica.context import ReplicaContext
 from interdist.replica.user_code import call_user
 from interdist.replica.variable import ReplicaVariable
-from interdist.replica.view import ReplicaStrategyView
+from interdist.replica.view import make_view
+from interdist.values.variables import PlainVariableProxy, plain_updates
 
 if TYPE_CHECKING:
     from interdist.replica.central import CentralState
@@ -97,8 +98,8 @@ class Replica:
         # per-program read caches and update counts: replica/variable.py).
         self.program_hooks: list[Callable[[bool], None]] = []
 
-        self.view = ReplicaStrategyView(self)
-        self.context = ReplicaContext(self)
+        self.view = make_view(self)
+        self.context = ReplicaContext._for_replica(self)
 
     def emit(self, event: events.Event) -> None:
         """Record an event: it travels back with this step's reply, and to the sink (Dask's event log)."""
@@ -167,6 +168,7 @@ class Replica:
             self.warnings = []
             self.shared_results = {}
             self.created: list[CreatedVariable] = []  # variables this step's program created (view.py)
+            self.plain_proxies: dict[int, PlainVariableProxy] = {}  # plain variables the program uses
             self.transport.mailbox.begin_step(step)
             for hook in self.program_hooks:
                 hook(True)
@@ -230,6 +232,9 @@ class Replica:
             reply["events"], self.step_events = self.step_events, []
             if self.created:
                 reply["created"] = self.created
+            updates = plain_updates(self.plain_proxies)
+            if updates:
+                reply["plain_updates"] = cloudpickle.dumps(updates)  # arrays: not msgpack-able
             return reply
 
     def _deref(self, x: Any) -> Any:
@@ -270,8 +275,9 @@ class Replica:
                     small,
                     shared=id(x) in self.shared_results,
                 )
-            # Python values travel as they are (TF leaves them unconverted)
-            return ValueMeta(key, None, None, x, True)
+            # Python values travel as they are (TF leaves them unconverted); one merge_fn returned
+            # (a float, a string) is one object in TF, handed back as such (not a PerReplica)
+            return ValueMeta(key, None, None, x, True, shared=id(x) in self.shared_results)
 
         return _nest.map_structure(leaf, result)
 

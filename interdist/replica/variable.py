@@ -146,7 +146,7 @@ class ReplicaVariable(NDArrayOperatorsMixin):
             if isinstance(value, DistributedValues):
                 value = value._component(rank)  # TF 2.21: each copy gets its replica's component
             if entry.update_replica_id is not None:
-                return self._local(op, value)
+                return UnreadVariable(self._local(op, value))
             if self._sync_on_read:
                 return self._sync_on_read_cross_replica(op, value)
             return self._local(op, value)
@@ -205,6 +205,27 @@ class ReplicaVariable(NDArrayOperatorsMixin):
             f"<interdist.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}, "
             f"numpy={np.array2string(_gpu.to_host(self.raw), separator=', ') if self.raw.ndim else self.raw.item()!r}>"
         )
+
+
+class UnreadVariable(ReplicaVariable):
+    """What an assign inside ``extended.update`` returns (TF's ``_UnreadVariable``): the same copy,
+    read when used, but not the variable object itself, so that ``update`` can tell ``fn``
+    returning ``v.assign(...)`` (TF: its value) from ``fn`` returning ``v`` (TF: the variable)."""
+
+    def __init__(self, var: ReplicaVariable) -> None:
+        self._var = var
+        self._replica = var._replica
+        self.var_id = var.var_id
+        self.meta = var.meta
+        self.group_id = var.group_id
+
+    @property
+    def raw(self) -> np.ndarray:
+        return self._var.raw
+
+    @raw.setter
+    def raw(self, value: np.ndarray) -> None:
+        self._var.raw = value
 
 
 # -- central storage ------------------------------------------------------------

@@ -6,10 +6,12 @@ What ``get_strategy()`` returns on a replica, inside the replica function and in
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+import cloudpickle
 import numpy as np
 
 from interdist import _context, _nest, _reduction
@@ -17,14 +19,14 @@ from interdist._convert import as_array
 from interdist._gpu import to_host
 from interdist.input.distributed_dataset import DistributedDataset
 from interdist.protocol import VariableMeta, resolve_strategy
-from interdist.reduce_op import ReduceOp, resolve
+from interdist.reduce_op import ReduceOp, check_reduce_op
 from interdist.replica import programs
 from interdist.replica.central import reduce_to_holder
 from interdist.replica.central_variable import CentralReplicaVariable
 from interdist.replica.context import _regroup_local, _select, _unwrap
 from interdist.replica.programs import ValueContext, convert_value
 from interdist.replica.variable import ReplicaVariable
-from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
+from interdist.values.distributed import DistributedValues, Mirrored, PerReplica, regroup
 from interdist.values.distributed_variable import variable_kind
 from interdist.values.variables import (
     VariableAggregation,
@@ -37,20 +39,102 @@ from interdist.values.variables import (
 if TYPE_CHECKING:
     from interdist.replica.replica import Replica
 
+_T = TypeVar("_T")
+
 
 def _is_central(x: Any) -> bool:
 
     return isinstance(x, CentralReplicaVariable)
 
 
-class ReplicaStrategyView:
+def _per_replica(x: Any) -> bool:
+    """A value with one component per replica (a distributed value, a non-central variable's copies)."""
+    return isinstance(x, DistributedValues) or (isinstance(x, ReplicaVariable) and not _is_central(x))
+
+
+def _import_class(path: Any, pickled: bytes | None = None) -> type | None:
+    """The notebook's class: unpickled, else the first class of ``path`` (``[module, qualname]`` pairs,
+    nearest first) that imports here."""
+    if pickled:
+        try:
+            cls = cloudpickle.loads(pickled)
+        except Exception:  # noqa: BLE001 - e.g. a module of the notebook's that this worker lacks
+            cls = None
+        if isinstance(cls, type):
+            return cls
+    for module, qualname in path or ():
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except Exception:  # noqa: BLE001 - a class this worker cannot import: try its base
+            continue
+        if isinstance(obj, type):
+            return obj
+    return None
+
+
+_NAMED: dict[tuple[type, str], type] = {}
+
+
+def _named(base: type[_T], name: str) -> type[_T]:
+    """A subclass of ``base`` called ``name``, so that ``type(view).__name__`` is the notebook class's name."""
+    key = (base, name)
+    cls = _NAMED.get(key)
+    if cls is None:
+        cls = _NAMED[key] = type(name, (base,), {"__module__": base.__module__, "__qualname__": name})
+    return cast("type[_T]", cls)
+
+
+def make_view(replica: Replica) -> ReplicaStrategyView:
+    """The view of ``replica``'s strategy, named as the notebook's strategy class (``MirroredStrategy``...)."""
+    name = replica.spec.get("strategy_name")
+    return _named(ReplicaStrategyView, name)(replica) if name else ReplicaStrategyView(replica)
+
+
+class _ReportsNotebookClass:
+    """Reports the notebook's class as ``__class__``, so that ``isinstance`` sees the notebook's strategy.
+
+    ``isinstance(x, C)`` consults ``x.__class__`` when ``type(x)`` is not a subclass of ``C`` (as
+    ``unittest.mock`` relies on): replica code that branches on ``isinstance(get_strategy(),
+    MirroredStrategy)`` takes the notebook's branch. The class is imported by name, lazily, the first
+    time it is asked for (the replica layer does not import the strategy layer); a class the worker
+    cannot import (one defined in the notebook's ``__main__``) arrives pickled by value (cloudpickle keeps
+    its identity across messages, so replica code naming it finds the same class), else stands for its
+    nearest importable base.
+    ``type(x)`` stays this class (``type(x) is MirroredStrategy`` is False, unlike TF).
+    """
+
+    def _class_path(self) -> Any:
+        raise NotImplementedError
+
+    def _class_pickle(self) -> bytes | None:
+        return None
+
+    @property  # type: ignore[misc]  # a read-only __class__, for isinstance (see the class docstring)
+    def __class__(self) -> type:
+        found = self.__dict__.get("_notebook_class")
+        if found is None:
+            found = _import_class(self._class_path(), self._class_pickle()) or type(self)
+            self.__dict__["_notebook_class"] = found
+        return cast(type, found)
+
+
+class ReplicaStrategyView(_ReportsNotebookClass):
     """The strategy as seen on one replica (what ``get_strategy()`` returns there)."""
 
     _is_default = False
 
     def __init__(self, replica: Replica) -> None:
         self._replica = replica
-        self.extended = ReplicaExtendedView(self)
+        name = replica.spec.get("extended_name")
+        self.extended = _named(ReplicaExtendedView, name)(self) if name else ReplicaExtendedView(self)
+
+    def _class_path(self) -> Any:
+        return self._replica.spec.get("strategy_class")
+
+    def _class_pickle(self) -> bytes | None:
+        return self._replica.spec.get("strategy_class_pickle")
 
     def __reduce__(self) -> Any:
 
@@ -145,15 +229,25 @@ class ReplicaStrategyView:
 
     def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
 
+        if _nest.is_nested(value):
+            # As TF (and the notebook's strategy): one copy of the nest per replica, components picked.
+            return tuple(
+                _nest.map_structure(
+                    lambda x, r=r: self.experimental_local_results(x)[r] if _per_replica(x) else x, value
+                )
+                for r in range(self.num_replicas_in_sync)
+            )
         if isinstance(value, DistributedValues):
             return value.values
         if isinstance(value, ReplicaVariable) and not _is_central(value):
             return value._all_copies()
         return (value,)  # a central variable is one value, as in the notebook
 
-    def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
-        op = resolve(reduce_op)
+    def reduce(self, reduce_op: Any, value: Any, axis: _reduction.Axis = None) -> Any:
+        op = check_reduce_op(reduce_op, "reduce")
         self._require_cross_replica("reduce")
+        if _nest.is_nested(value):
+            return _nest.map_structure(lambda v: self.reduce(op, v, axis), value)  # as TF: leaf by leaf
         if isinstance(value, DistributedValues):
             return _reduction.reduce_components(op, [_unwrap(v) for v in value.values], axis)
 
@@ -181,8 +275,9 @@ class ReplicaStrategyView:
                 "strategy.run was called inside a replica function (replica context); "
                 "call it from the notebook (cross-replica context)"
             )
-        args = _select(tuple(args), self._replica.rank)
-        kwargs = _select(dict(kwargs or {}), self._replica.rank)
+        args, kwargs = _nest.check_call_args(fn, args, kwargs)
+        args = _select(args, self._replica.rank)
+        kwargs = _select(kwargs, self._replica.rank)
         with _context.enter(self, self._replica.context):
             out = fn(*args, **kwargs)
         # Every replica runs merge_fn, so every replica is here: share the outputs.
@@ -191,7 +286,8 @@ class ReplicaStrategyView:
     def experimental_distribute_values_from_function(self, value_fn: Callable[..., Any]) -> Any:
 
         n = self.num_replicas_in_sync
-        return PerReplica([convert_value(value_fn(ValueContext(r, n))) for r in range(n)])
+        values = [_nest.map_structure(convert_value, value_fn(ValueContext(r, n))) for r in range(n)]
+        return regroup(values, PerReplica)  # a nest of PerReplica values, as TF
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
 
@@ -201,12 +297,15 @@ class ReplicaStrategyView:
         return f"<interdist strategy view: replica {self._replica.rank} of group {self._replica.group_id}>"
 
 
-class ReplicaExtendedView:
+class ReplicaExtendedView(_ReportsNotebookClass):
     """``StrategyExtended`` on a replica, used inside ``merge_fn``."""
 
     def __init__(self, strategy: ReplicaStrategyView) -> None:
         self._strategy = strategy
         self._replica = strategy._replica
+
+    def _class_path(self) -> Any:
+        return self._replica.spec.get("extended_class")
 
     @property
     def worker_devices(self) -> tuple[str, ...]:
@@ -220,7 +319,7 @@ class ReplicaExtendedView:
         return self._replica.world_size
 
     def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
-        op = resolve(reduce_op)
+        op = check_reduce_op(reduce_op, "reduce_to", self._replica.spec.get("kind", ""))
         self._strategy._require_cross_replica("reduce_to")
         if isinstance(destinations, str):
             # One device: a single (not mirrored) value, as TF returns it.
@@ -240,6 +339,7 @@ class ReplicaExtendedView:
         return Mirrored([out] * self._n())
 
     def batch_reduce_to(self, reduce_op: Any, value_destination_pairs: Any, options: Any = None) -> list[Any]:
+        check_reduce_op(reduce_op, "batch_reduce_to", self._replica.spec.get("kind", ""))
         return [self.reduce_to(reduce_op, v, d, options) for v, d in value_destination_pairs]
 
     def broadcast_to(self, tensor: Any, destinations: Any) -> Any:

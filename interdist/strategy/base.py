@@ -10,10 +10,13 @@ trip), ``variables.py``, ``cross_replica.py`` (``reduce``, ``gather``) and ``inp
 
 from __future__ import annotations
 
+import abc
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import cloudpickle
 
 from interdist import _context, _nest
 from interdist import device as device_lib
@@ -45,8 +48,13 @@ class RunOptions:
         self.experimental_xla_options = experimental_xla_options
 
 
-class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin):
-    """A state & compute distribution policy on a list of devices (replicas are Dask workers)."""
+class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCMeta):
+    """A state & compute distribution policy on a list of devices (replicas are Dask workers).
+
+    An ``abc.ABCMeta`` class so that the default strategy (``default.py``, which runs in the notebook
+    and shares none of this code) is registered as one: ``isinstance(get_strategy(), Strategy)`` holds
+    everywhere, as in TF.
+    """
 
     _is_default = False
     _extended_class: type[StrategyExtended] = StrategyExtended
@@ -65,6 +73,16 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin):
         self._lease = self._acquire(specs, cluster)
         spec = GroupSpec(**(spec or {}))
         spec.update({"world_size": len(devices), "devices": devices, "kind": self._kind})
+        # Who the replicas' view of this strategy says it is (``isinstance``, ``type(...).__name__``).
+        spec.update(
+            {
+                "strategy_class": _class_path(type(self)),
+                "strategy_class_pickle": _class_pickle(type(self)),
+                "strategy_name": type(self).__name__,
+                "extended_class": _class_path(type(self.extended)),
+                "extended_name": type(self.extended).__name__,
+            }
+        )
         # Collective messages between replicas on one host go over Unix sockets (control.py).
         spec.setdefault("local_control", settings.local_control)
         spec.setdefault("collectives_backend", backend)  # the replicas' transport (collectives/registry.py)
@@ -130,6 +148,7 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin):
     def scope(self) -> Iterator[Strategy]:
         """Make this strategy current; variables created here are distributed."""
         self._check_usable()
+        self._require_cross_replica("scope")  # TF: not inside run, nor inside `with ReplicaContext(...)`
         current = _context.get_strategy()
         if not _context.is_default(current) and current is not self:
             raise RuntimeError(f"Mixing different tf.distribute.Strategy objects: {current!r} is not {self!r}")
@@ -160,9 +179,10 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin):
             raise TypeError(f"run() requires a callable fn, but got {type(fn).__name__}")
         if options is not None and not isinstance(options, RunOptions):
             raise TypeError(f"options must be a tf.distribute.RunOptions, but got {type(options).__name__}")
+        args, kwargs = _nest.check_call_args(fn, args, kwargs)  # as TF: ValueError, TypeError
         with self._enter_or_check():
             self._require_cross_replica("run")
-            structure = (tuple(args), dict(kwargs or {}))
+            structure = (args, kwargs)
             per_rank = [self._select(r, structure) for r in range(self.num_replicas_in_sync)]
             results = self._group.execute(fn, per_rank, system=False, what=f"run of {_fn_name(fn)}")
             originals = [_nest.flatten(self._select(r, structure, keep=True)) for r in range(self.num_replicas_in_sync)]
@@ -227,6 +247,31 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin):
 
     def __repr__(self) -> str:
         return f"<interdist.{type(self).__name__} on {', '.join(self._devices)}>"
+
+
+def _class_path(cls: type) -> list[list[str]]:
+    """``cls`` and its bases as ``[module, qualname]`` pairs, for the replicas to import by name.
+
+    Classes of ``__main__`` (the notebook's own) and local classes cannot be imported there: they
+    are left out, so the replica finds the nearest importable base (``replica/view.py``).
+    """
+    return [
+        [c.__module__, c.__qualname__]
+        for c in cls.__mro__
+        if c is not object and c.__module__ != "__main__" and "<locals>" not in c.__qualname__
+    ]
+
+
+def _class_pickle(cls: type) -> bytes | None:
+    """``cls`` pickled with cloudpickle: by name when importable, else by value (a notebook's subclass).
+
+    cloudpickle gives a class pickled by value the same identity on a worker each time it arrives
+    there, so a function that names the notebook's subclass finds the class the view reports.
+    """
+    try:
+        return bytes(cloudpickle.dumps(cls))
+    except Exception:  # noqa: BLE001 - a class that cannot travel: the replicas use _class_path
+        return None
 
 
 def _close_group(group: DaskGroup, lease: cluster_lib.Lease) -> None:

@@ -136,6 +136,9 @@ class CentralStorageStrategy(Strategy):
         )
         return None
 
+    def _assign_copy(self, var: Any, rank: int, op: str, value: np.ndarray) -> None:
+        self._assign_variable(var, op, value)  # the one copy is the variable
+
     def _update(
         self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], group: bool
     ) -> Any:
@@ -148,8 +151,11 @@ class CentralStorageStrategy(Strategy):
             ((fn, v, a, k) if r == h else skip, {}) for r in range(self.num_replicas_in_sync)
         ]
         results = self._group.execute(rv.update_central_variable, per_rank, system=True, what=f"update of {var._name}")
-        out = self._decode(h, results[h])
-        return out if group else (out,)  # one copy, one result
+        # TF returns the AggregatingVariable's inner variable (an assign's result, or ``fn``'s own
+        # argument) rather than the strategy's variable: here, its one component.
+        out = _nest.map_structure(lambda x: var._values[0] if x is var else x, self._decode(h, results[h]))
+        # One copy, one result: group=False gives each leaf of fn's result as a 1-tuple (TF's local results).
+        return out if group else _nest.pack_sequence_as(out, [(x,) for x in _nest.flatten(out)])
 
     def _decode(self, rank: int, result: Any) -> Any:
         def leaf(m: Any) -> Any:

@@ -15,7 +15,7 @@ import numpy as np
 from interdist import _nest, _reduction
 from interdist import device as device_lib
 from interdist.protocol import StoreRef
-from interdist.reduce_op import ReduceOp, resolve
+from interdist.reduce_op import ReduceOp, check_reduce_op
 from interdist.replica import programs
 from interdist.strategy.dispatch import ReplicaDispatch
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
@@ -38,18 +38,13 @@ class CrossReplicaMixin(ReplicaDispatch):
             )
         return (value,)
 
-    def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
+    def reduce(self, reduce_op: Any, value: Any, axis: _reduction.Axis = None) -> Any:
         """Reduce ``value`` across replicas and return the result in the notebook (host CPU:0).
 
         ``axis=None`` reduces across replicas only; ``axis=0`` also across the batch
         (MEAN divides by the true number of elements, also for uneven last batches).
         """
-        if not isinstance(reduce_op, (str, ReduceOp)) and type(reduce_op).__name__ != "VariableAggregation":
-            # TF 2.21 fails an internal assert for anything that is neither a string nor a ReduceOp.
-            raise AssertionError(
-                f"reduce_op must be a tf.distribute.ReduceOp or one of 'SUM', 'MEAN', but got {reduce_op!r}"
-            )
-        op = resolve(reduce_op)
+        op = check_reduce_op(reduce_op, "reduce")  # TF 2.21: AssertionError for a VariableAggregation too
         self._check_usable()
         self._require_cross_replica("reduce")
         if _nest.is_nested(value):
@@ -70,6 +65,14 @@ class CrossReplicaMixin(ReplicaDispatch):
             if axis is None:
                 return Tensor(_reduction.reduce_non_distributed(op, value, n), host)
             return Tensor(_reduction.reduce_components(op, [value] * n, axis), host)
+        owner = getattr(value, "_strategy", None)
+        if owner is not None and owner is not self:
+            # Deliberate deviation: TF 2.21 reduces another strategy's PerReplica without a word
+            # (component i as replica i's), a silent wrong answer when the strategies differ.
+            raise ValueError(
+                f"strategy.reduce got a {type(value).__name__} made by another strategy ({owner!r}); reduce it "
+                f"with that strategy, or pass plain values to {self!r}"
+            )
         comps = self._select_all(value)
         if all(not isinstance(c, StoreRef) for c in comps):
             return Tensor(_reduction.reduce_components(op, list(comps), axis), host)

@@ -13,15 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from interdist import _context, _reduction
+from interdist import _context, _nest, _reduction
 from interdist import device as device_lib
 from interdist.collectives.local import local_group
 from interdist.input.input_context import InputContext
 from interdist.protocol import GroupSpec
-from interdist.reduce_op import resolve
+from interdist.reduce_op import check_reduce_op
 from interdist.replica.context import ReplicaContext
 from interdist.replica.programs import ValueContext
 from interdist.replica.replica import Replica
+from interdist.strategy.base import Strategy
+from interdist.strategy.extended import _refuse_none, _refuse_sequence
 from interdist.values.distributed import DistributedValues
 from interdist.values.variables import Variable
 
@@ -40,8 +42,14 @@ class _DefaultExtended:
     def __init__(self, strategy: _DefaultStrategy) -> None:
         self._strategy = strategy
 
-    worker_devices = (device_lib.host_device(),)
-    parameter_devices = (device_lib.host_device(),)
+    @property
+    def worker_devices(self) -> tuple[str, ...]:
+        raise RuntimeError("worker_devices() method unsupported by default tf.distribute.Strategy.")
+
+    @property
+    def parameter_devices(self) -> tuple[str, ...]:
+        raise RuntimeError("parameter_devices() method unsupported by default tf.distribute.Strategy.")
+
     experimental_between_graph = False
     experimental_require_static_shapes = False
     experimental_should_init = True
@@ -49,19 +57,31 @@ class _DefaultExtended:
     should_save_summary = True
 
     def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
-        resolve(reduce_op)
+        _refuse_sequence(destinations, "reduce_to")
+        check_reduce_op(reduce_op, "reduce_to")
         return value
 
     def batch_reduce_to(self, reduce_op: Any, value_destination_pairs: Any, options: Any = None) -> list[Any]:
-        resolve(reduce_op)
-        return [v for v, _ in value_destination_pairs]
+        check_reduce_op(reduce_op, "batch_reduce_to")
+        pairs = list(value_destination_pairs)
+        for _, d in pairs:
+            _refuse_sequence(d, "batch_reduce_to")
+        return [v for v, _ in pairs]
 
     def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
-        return tensor
+        _refuse_none(destinations, "broadcast_to")
+        _refuse_sequence(destinations, "broadcast_to")
+        # TF 2.21's default strategy raises NotImplementedError("TODO") here.
+        raise NotImplementedError(
+            "broadcast_to is not implemented by the default strategy (as in TF 2.21); "
+            "use a strategy's extended.broadcast_to inside its scope"
+        )
 
     def update(self, var: Any, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, group: bool = True) -> Any:
         with _context.enter(self._strategy, None, update_replica_id=0):
-            return fn(var, *args, **(kwargs or {}))
+            out = fn(var, *args, **(kwargs or {}))
+        # group=False: each leaf of fn's result as its one-replica tuple (TF's local results).
+        return out if group else _nest.pack_sequence_as(out, [(x,) for x in _nest.flatten(out)])
 
     def call_for_each_replica(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None) -> Any:
         return self._strategy.run(fn, args, kwargs)
@@ -88,7 +108,7 @@ class _DefaultStrategy:
         spec: GroupSpec = {"world_size": 1, "devices": [device_lib.host_device()], "kind": "default"}
         self._replica = Replica("default", 0, spec, transport, lambda e: None, lambda s, r: None)
         self._replica.view = self  # type: ignore[assignment]  # the default strategy is its replica's view
-        self._replica_context = _DefaultReplicaContext(self._replica)
+        self._replica_context = _DefaultReplicaContext._for_replica(self._replica)
         self._replica.context = self._replica_context
         self.extended = _DefaultExtended(self)
 
@@ -103,11 +123,12 @@ class _DefaultStrategy:
     def run(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
         self._replica.step += 1
         self._replica.seq = 0
+        args, kwargs = _nest.check_call_args(fn, args, kwargs)
         with _context.enter(self, self._replica_context):
-            return fn(*args, **(kwargs or {}))
+            return fn(*args, **kwargs)
 
-    def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
-        op = resolve(reduce_op)
+    def reduce(self, reduce_op: Any, value: Any, axis: _reduction.Axis = None) -> Any:
+        op = check_reduce_op(reduce_op, "reduce")
         if isinstance(value, DistributedValues):
             return _reduction.reduce_components(op, list(value.values), axis)
         if axis is None:
@@ -138,6 +159,7 @@ class _DefaultStrategy:
         return "<interdist default strategy>"
 
 
+Strategy.register(_DefaultStrategy)  # TF's default strategy is a tf.distribute.Strategy
 _default_strategy = _DefaultStrategy()
 _context.set_default_factory(lambda: (_default_strategy, _default_strategy._replica_context))
 

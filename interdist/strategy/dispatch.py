@@ -25,6 +25,7 @@ from interdist.strategy.extended import StrategyExtended
 from interdist.values.distributed import DistributedValues, PerReplica
 from interdist.values.distributed_variable import _Handle
 from interdist.values.tensor import ArrayValue, RemoteValue
+from interdist.values.variables import Variable
 
 
 class ReplicaDispatch:
@@ -113,7 +114,7 @@ class ReplicaDispatch:
             d0 = decoded[0]
             if all(d is None for d in decoded):
                 return None
-            if all(d is d0 for d in decoded) and (isinstance(d0, _Handle) or isinstance(metas[0], ArgRef)):
+            if all(d is d0 for d in decoded) and (isinstance(d0, (_Handle, Variable)) or isinstance(metas[0], ArgRef)):
                 return d0
             if all(isinstance(m, ValueMeta) and m.shape is None for m in metas) and same_object_across(decoded):
                 return d0

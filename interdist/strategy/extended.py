@@ -16,14 +16,13 @@ import numpy as np
 from interdist import _context, _reduction
 from interdist import device as device_lib
 from interdist._convert import as_array
-from interdist.reduce_op import ReduceOp, resolve
+from interdist.reduce_op import ReduceOp, check_reduce_op
 from interdist.values.distributed import DistributedValues, Mirrored
 from interdist.values.distributed_variable import (
-    DistributedVariable,
     VariableComponent,
     _Handle,
 )
-from interdist.values.tensor import Tensor
+from interdist.values.tensor import ArrayValue, Tensor
 from interdist.values.variables import (
     Variable,
 )
@@ -59,47 +58,67 @@ class StrategyExtended:
     should_save_summary = True
 
     def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
-        """Combine ``value`` across replicas onto ``destinations``: a ``Mirrored`` value (in the notebook)."""
-        op = resolve(reduce_op)
+        """Combine ``value`` across replicas onto ``destinations``.
+
+        As TF: a single value when the destinations are one device (a device string, a
+        one-device variable or tensor), a ``Mirrored`` value when they are several (a
+        ``MirroredVariable``, a ``PerReplica``/``Mirrored`` value of several replicas).
+        """
         self._strategy._require_cross_replica("reduce_to")
-        self._check_destinations(destinations)
+        _refuse_sequence(destinations, "reduce_to")
+        return self._reduce_to(check_reduce_op(reduce_op, "reduce_to", self._strategy._kind), value, destinations)
+
+    def _reduce_to(self, op: ReduceOp, value: Any, destinations: Any) -> Any:
         s = self._strategy
-        if isinstance(value, Mirrored) and op == ReduceOp.MEAN and not isinstance(value, DistributedVariable):
-            return s._mirror(np.asarray(value), destinations) if isinstance(destinations, str) else value
-        if isinstance(value, (DistributedValues, DistributedVariable)):
-            reduced = np.asarray(s.reduce(op, value, axis=None))
-        else:
+        if isinstance(value, Mirrored):
+            if op == ReduceOp.MEAN:
+                return value  # TF hands a mirrored value (a MirroredVariable too) back as it is
+            raise AssertionError(
+                f"reduce_to(SUM) of a mirrored value {type(value).__name__}: its copies are already equal; "
+                "use ReduceOp.MEAN (TF 2.21 fails an assert here)"
+            )
+        if not isinstance(value, DistributedValues):
             reduced = _reduction.reduce_non_distributed(op, value, s.num_replicas_in_sync)
-            if isinstance(destinations, str):
-                return Tensor(as_array(reduced), device_lib.host_device())  # TF hands the value back as it is
-        return s._mirror(as_array(reduced), destinations)
+            if op == ReduceOp.MEAN:
+                # TF returns a non-distributed value itself for MEAN, to any destination (a tensor
+                # where it is; a NumPy value stands for a tensor on the host).
+                return value if isinstance(value, (ArrayValue, Variable)) else Tensor(as_array(value))
+            return self._broadcast(as_array(reduced), destinations)
+        _devices_of(destinations, s)  # checked before the replicas reduce
+        return self._broadcast(as_array(np.asarray(s.reduce(op, value, axis=None))), destinations)
 
     def batch_reduce_to(self, reduce_op: Any, value_destination_pairs: Any, options: Any = None) -> list[Any]:
-        """Many ``reduce_to`` calls; the replicas' parts travel in one program."""
-        op = resolve(reduce_op)
+        """Many ``reduce_to`` calls; every destination is checked first."""
+        self._strategy._require_cross_replica("batch_reduce_to")
+        op = check_reduce_op(reduce_op, "batch_reduce_to", self._strategy._kind)
         pairs = list(value_destination_pairs)
+        for _, d in pairs:
+            _devices_of(d, self._strategy)  # TF: ValueError for None and for a list of devices here
         if self._strategy.num_replicas_in_sync > 1:
             _check_one_dtype([v for v, _ in pairs])
         out = []
         for v, d in pairs:
-            if isinstance(v, (DistributedValues, DistributedVariable)):
-                out.append(self.reduce_to(op, v, d, options))
+            if isinstance(v, DistributedValues):
+                out.append(self._reduce_to(op, v, d))
             else:
-                # TF's batched path hands plain values back as they are (no SUM check).
-                out.append(Tensor(as_array(v), device_lib.host_device()))
+                # TF's batched path copies a plain value to the destinations (no SUM check).
+                # (TF 2.21's MirroredStrategy with several replicas fails an IndexError there.)
+                out.append(self._broadcast(as_array(v), d))
         return out
 
     def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
-        """Mirror ``tensor`` to the destination devices."""
+        """Mirror ``tensor`` to the destination devices (one device: a single value)."""
         self._strategy._require_cross_replica("broadcast_to")
-        self._check_destinations(destinations)
-        return self._strategy._mirror(as_array(tensor), destinations)
+        _refuse_none(destinations, "broadcast_to")
+        _refuse_sequence(destinations, "broadcast_to")
+        return self._broadcast(as_array(tensor), destinations)
 
-    def _check_destinations(self, destinations: Any) -> None:
-        if isinstance(destinations, str):
-            device_lib.parse(destinations)
-        elif destinations is None:
-            raise ValueError("destinations can not be None")
+    def _broadcast(self, value: Any, destinations: Any) -> Any:
+        """TF's ``simple_broadcast``: one device gives a plain value there, several a ``Mirrored``."""
+        devices = _devices_of(destinations, self._strategy)
+        if len(devices) == 1:
+            return Tensor(value, devices[0])
+        return Mirrored([Tensor(value, d) for d in devices], self._strategy)
 
     def update(self, var: Any, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, group: bool = True) -> Any:
         """Run ``fn(copy, *args)`` on every copy of ``var`` (on the replicas)."""
@@ -140,10 +159,46 @@ class StrategyExtended:
 
     def variable_created_in_scope(self, v: Any) -> bool:
         """True when ``v`` was created in this strategy's scope."""
+        if isinstance(v, VariableComponent):  # a copy of a distributed variable is a variable of the scope too
+            v = v._variable
         return isinstance(v, _Handle) and v._strategy is self._strategy
 
     def _local_results(self, value: Any) -> tuple[Any, ...]:
         return self._strategy.experimental_local_results(value)
+
+
+def _refuse_sequence(destinations: Any, what: str) -> None:
+    if isinstance(destinations, (list, tuple)):
+        # TF 2.21: ``assert not isinstance(destinations, (list, tuple))``.
+        raise AssertionError(
+            f"{what}() takes one destination (a device string, a variable or a distributed value), "
+            f"not a {type(destinations).__name__} of them: {destinations!r}"
+        )
+
+
+def _refuse_none(destinations: Any, what: str) -> None:
+    if destinations is None:
+        raise AssertionError(f"{what}() requires destinations (a device string, a variable or a distributed value)")
+
+
+_BAD_DESTINATIONS = (
+    "destinations must be one of a `DistributedValues` object, a tf.Variable object, or a device string."
+)
+
+
+def _devices_of(destinations: Any, strategy: Any = None) -> list[str]:
+    """The devices ``destinations`` stands for (TF's ``validate_destinations``/``get_devices_from``)."""
+    if isinstance(destinations, str):
+        if not destinations:
+            raise ValueError(_BAD_DESTINATIONS + " Got an empty string.")
+        return [device_lib.canonicalize(destinations)]
+    if isinstance(destinations, DistributedValues):
+        # Component i lives on replica i's device (values made in the notebook carry the host's).
+        devices = list(strategy._devices) if strategy is not None else []
+        return [devices[i] if i < len(devices) else str(c.device) for i, c in enumerate(destinations.values)]
+    if isinstance(destinations, (Variable, ArrayValue)):
+        return [str(destinations.device)]
+    raise ValueError(f"{_BAD_DESTINATIONS} Got {destinations!r}.")
 
 
 def _check_one_dtype(values: list[Any]) -> None:

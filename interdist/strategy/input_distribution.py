@@ -20,7 +20,7 @@ from interdist.input.dataset import Dataset
 from interdist.input.distributed_dataset import DistributedDataset, DistributedDatasetsFromFunction
 from interdist.replica import programs
 from interdist.strategy.dispatch import ReplicaDispatch
-from interdist.values.distributed import PerReplica
+from interdist.values.distributed import PerReplica, regroup
 from interdist.values.tensor import Tensor
 
 
@@ -28,7 +28,11 @@ class InputMixin(ReplicaDispatch):
     """The input of the replicas: distributed datasets and per-replica values made from a function."""
 
     def experimental_distribute_values_from_function(self, value_fn: Callable[..., Any]) -> Any:
-        """A ``PerReplica`` whose component ``i`` is ``value_fn(ValueContext(i, n))``, made on replica ``i``."""
+        """A ``PerReplica`` whose component ``i`` is ``value_fn(ValueContext(i, n))``, made on replica ``i``.
+
+        A nest (dict, tuple, list) gives that nest of ``PerReplica`` values, as TF's ``regroup`` (replicas
+        whose structures differ: ``AssertionError``, as TF).
+        """
         if not callable(value_fn):
             raise TypeError(f"value_fn must be callable, but got {type(value_fn).__name__}")
         # Called in the notebook, once per replica, as TF does; each value travels to its
@@ -37,14 +41,14 @@ class InputMixin(ReplicaDispatch):
         for r in range(self.num_replicas_in_sync):
             with _context.enter(self, None):
                 v = value_fn(programs.ValueContext(r, self.num_replicas_in_sync))
-            v = programs.convert_value(v)
             # TF leaves value_fn's results on the host's CPU:0 until a run uses them.
             values.append(
                 _nest.map_structure(
-                    lambda x: Tensor(x, device_lib.host_device()) if isinstance(x, (np.ndarray, np.generic)) else x, v
+                    lambda x: Tensor(x, device_lib.host_device()) if isinstance(x, (np.ndarray, np.generic)) else x,
+                    _nest.map_structure(programs.convert_value, v),
                 )
             )
-        return PerReplica(values, self)
+        return regroup(values, lambda vs: PerReplica(vs, self))
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
         """Split each global batch of ``dataset`` into per-replica batches (see ``interdist.input``)."""
@@ -52,7 +56,9 @@ class InputMixin(ReplicaDispatch):
         return DistributedDataset(self, dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable[..., Any], options: Any = None) -> Any:
-        """Call ``dataset_fn(InputContext)`` on each worker; replicas dequeue their batches there."""
+        """Call ``dataset_fn(InputContext)`` once per input pipeline, here, as TF does (once with
+        ``InputContext(1, 0, N)``; N times under ``PER_REPLICA``); the workers then read the data
+        themselves and the replicas dequeue consecutive batches."""
 
         return DistributedDatasetsFromFunction(self, dataset_fn, options)
 

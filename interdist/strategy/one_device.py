@@ -4,9 +4,41 @@ from __future__ import annotations
 
 from typing import Any
 
+from interdist import _nest
+from interdist._convert import as_array
+from interdist.reduce_op import check_reduce_op
 from interdist.strategy.base import Strategy
+from interdist.strategy.extended import StrategyExtended, _refuse_none, _refuse_sequence
 from interdist.strategy.mirrored import resolve_devices
+from interdist.values.distributed import PerReplica
 from interdist.values.distributed_variable import OneDeviceVariable
+from interdist.values.tensor import ArrayValue, Tensor
+
+
+class _OneDeviceExtended(StrategyExtended):
+    """As TF's ``OneDeviceExtended``: reductions hand the value back as it is (one replica, one device)."""
+
+    def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
+        self._strategy._require_cross_replica("reduce_to")
+        _refuse_sequence(destinations, "reduce_to")
+        check_reduce_op(reduce_op, "reduce_to", "one_device")
+        return value
+
+    def batch_reduce_to(self, reduce_op: Any, value_destination_pairs: Any, options: Any = None) -> list[Any]:
+        self._strategy._require_cross_replica("batch_reduce_to")
+        check_reduce_op(reduce_op, "batch_reduce_to", "one_device")
+        pairs = list(value_destination_pairs)
+        for _, d in pairs:
+            _refuse_sequence(d, "batch_reduce_to")
+        return [v for v, _ in pairs]
+
+    def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
+        self._strategy._require_cross_replica("broadcast_to")
+        _refuse_none(destinations, "broadcast_to")
+        _refuse_sequence(destinations, "broadcast_to")
+        if isinstance(tensor, ArrayValue):
+            return tensor  # TF hands the tensor back as it is
+        return Tensor(as_array(tensor), self._strategy._devices[0])
 
 
 class OneDeviceStrategy(Strategy):
@@ -18,6 +50,7 @@ class OneDeviceStrategy(Strategy):
 
     _variable_class = OneDeviceVariable  # type: ignore[assignment]  # a regular variable, not a DistributedVariable
     _kind = "one_device"
+    _extended_class = _OneDeviceExtended
 
     def __init__(self, device: str, cluster: Any = None) -> None:
         if not isinstance(device, str):
@@ -28,4 +61,8 @@ class OneDeviceStrategy(Strategy):
         return "mirrored"
 
     def experimental_distribute_values_from_function(self, value_fn: Any) -> Any:
-        return super().experimental_distribute_values_from_function(value_fn).values[0]
+        # TF: value_fn's value itself (a nest stays that nest), not PerReplica values.
+        return _nest.map_structure(
+            lambda x: x.values[0] if isinstance(x, PerReplica) else x,
+            super().experimental_distribute_values_from_function(value_fn),
+        )

@@ -239,6 +239,14 @@ class ParameterServerStrategy(Strategy):
         ctx.updates = ps_step.split_update(var, op, value)
         ctx.flush()
 
+    def _write_ps_shard(self, var: Any, index: int, op: str, part: np.ndarray) -> None:
+        """A write of one shard from the notebook (``v.variables[i].assign(...)``): that ps task only."""
+        self._check_usable()
+        s = var._shards[index]
+        ctx = ps_step.StepContext(f"notebook-{uuid.uuid4().hex}", self._conn, self._store, "")
+        ctx.updates = [(s.address, s.shard_id, op, part)]
+        ctx.flush()
+
     # -- run in the notebook -----------------------------------------------------
     def run(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
         """Run ``fn`` once, in the notebook, as one asynchronous step (read at start, apply at end).

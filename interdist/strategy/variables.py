@@ -16,13 +16,14 @@ from typing import Any, cast
 
 import numpy as np
 
-from interdist import _context
-from interdist._convert import convert_for_variable
+from interdist import _context, _gpu, _nest
+from interdist._convert import convert_for_variable, same_object_across
 from interdist._reduction import reduce_arrays
 from interdist.errors import WorkerLostError
-from interdist.protocol import VARIABLE_KEY, CreatedVariable, VariableMeta
+from interdist.protocol import VARIABLE_KEY, CreatedVariable, ValueMeta, VariableMeta, VarRef
 from interdist.reduce_op import ReduceOp
 from interdist.replica import programs
+from interdist.replica.variable import UnreadVariable
 from interdist.strategy.dispatch import ReplicaDispatch
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
 from interdist.values.distributed_variable import (
@@ -30,7 +31,6 @@ from interdist.values.distributed_variable import (
     DistributedVariable,
     MirroredVariable,
     SyncOnReadVariable,
-    _Handle,
     variable_kind,
 )
 from interdist.values.tensor import ArrayValue
@@ -85,7 +85,8 @@ class VariablesMixin(ReplicaDispatch):
                 "Synchronization value NONE is not supported for trainable variables in a "
                 f"distribution strategy (variable {a['name']!r}); set trainable=False"
             )
-        if a["synchronization"] == VariableSynchronization.AUTO and self._kind != "central_storage":
+        if a["synchronization"] == VariableSynchronization.AUTO and self._kind not in ("central_storage", "one_device"):
+            # TF 2.21: a MirroredStrategy's variable reports ON_WRITE; OneDevice and CentralStorage keep AUTO.
             a["synchronization"] = VariableSynchronization.ON_WRITE
         check_mean_dtype(a)
         var_id = next(self._var_ids)
@@ -201,34 +202,83 @@ class VariablesMixin(ReplicaDispatch):
             return Mirrored([self._remote(r, m) for r, m in enumerate(after)], self)
         return None
 
+    def _assign_copy(self, var: Any, rank: int, op: str, value: np.ndarray) -> None:
+        """A write to one replica's copy only (TF: assigning a component of a distributed variable)."""
+        if _context.get_replica_context() is not None and not _context.is_default(_context.get_strategy()):
+            raise RuntimeError("a distributed variable's copy was assigned in the notebook inside a replica context")
+        n = self.num_replicas_in_sync
+        self._system(_assign_copy_program, per_rank=[(var._var_id, op, value if r == rank else None) for r in range(n)])
+
     def _update(
         self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], group: bool
     ) -> Any:
         if not self.extended.variable_created_in_scope(var):
             raise ValueError(f"update() requires a variable created in this strategy's scope, but got {var!r}")
-        per_rank = [self._select(r, (var, args, kwargs)) for r in range(self.num_replicas_in_sync)]
+        n = self.num_replicas_in_sync
+        per_rank = [self._select(r, (var, args, kwargs)) for r in range(n)]
         results = self._group.execute(
             _update_program, [((fn, *p), {}) for p in per_rank], system=True, what=f"update of {var._name}"
         )
-        out = self._regroup(results)
-        if not group and self._kind == "central_storage":
-            return (out.values[0] if isinstance(out, DistributedValues) else out,)  # one copy, one result
-        if not group:
-            # One result per replica (TF's update_regroup with group=False).
-            if isinstance(out, PerReplica):
-                return tuple(out.values)
-            if isinstance(out, _Handle):
-                return (
-                    tuple(out._values)
-                    if len(out._values) == self.num_replicas_in_sync
-                    else (out,) * self.num_replicas_in_sync
-                )
-            return (out,) * self.num_replicas_in_sync
-        return out
+        # Each reply: (fn's result, with assigns' results as values, and which leaves were assigns).
+        unread = [m == "1" for m in str(_decode_plain(results[0][1]))]
+        flat = [_nest.flatten(r[0]) for r in results]
+
+        def regroup(i: int, metas: list[Any]) -> Any:
+            """TF's ``regroup(..., Mirrored)`` of one leaf of fn's results."""
+            if unread[i]:  # an assign's result: TF's _UnreadVariable, one per copy
+                return var._values[0] if n == 1 else Mirrored(list(var._values[:n]), self)
+            decoded = [self._decode_leaf(r, m) for r, m in enumerate(metas)]
+            d0 = decoded[0]
+            if n == 1 or all(d is d0 for d in decoded) or same_object_across(decoded):
+                return d0
+            return Mirrored(decoded, self)
+
+        def grouped(i: int, metas: list[Any]) -> Any:
+            """TF's ``update_regroup(group=True)``: tensors as a ``Mirrored``, other values as nothing."""
+            if unread[i] and n > 1:
+                return Mirrored([self._decode_leaf(r, m) for r, m in enumerate(metas)], self)
+            leaf = regroup(i, metas)
+            if type(leaf) is Mirrored and not all(isinstance(m, ValueMeta) and m.shape is not None for m in metas):
+                return None  # TF groups non-tensor values into an op: None in eager mode
+            return leaf
+
+        leaves = []
+        for i in range(len(flat[0])):
+            metas = [f[i] for f in flat]
+            if group:
+                leaves.append(grouped(i, metas))
+            else:
+                leaf = regroup(i, metas)
+                leaves.append(tuple(leaf.values) if isinstance(leaf, DistributedValues) else (leaf,))
+        return _nest.pack_sequence_as(results[0][0], leaves)
+
+    def _decode_leaf(self, rank: int, m: Any) -> Any:
+        if m is None:
+            return None
+        if isinstance(m, VarRef):
+            return self._variable_by_id(m.var_id)
+        if m.shape is None:
+            return m.value
+        return self._remote(rank, m)
+
+
+def _decode_plain(m: Any) -> Any:
+    return m.value if isinstance(m, ValueMeta) else m
+
+
+def _assign_copy_program(replica: Any, var_id: int, op: str, value: Any) -> None:
+    if value is not None:  # only the copy's own replica writes
+        replica.variables[var_id]._local(op, value)
 
 
 def _update_program(
     replica: Any, fn: Callable[..., Any], var: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     with _context.enter(replica.view, None, update_replica_id=replica.rank):
-        return fn(var, *args, **kwargs)
+        out = fn(var, *args, **kwargs)
+    # An assign's result (TF's _UnreadVariable) goes back as its value, marked, so that the notebook
+    # tells it from the variable itself.
+    leaves = _nest.flatten(out)
+    marks = "".join("1" if isinstance(x, UnreadVariable) else "0" for x in leaves)
+    values = [_gpu.host_copy(x.raw) if isinstance(x, UnreadVariable) else x for x in leaves]
+    return _nest.pack_sequence_as(out, values), marks

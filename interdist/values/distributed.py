@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
@@ -91,3 +91,40 @@ class Mirrored(DistributedValues, NDArrayOperatorsMixin):
     @property
     def dtype(self) -> np.dtype[Any]:
         return np.asarray(self._primary).dtype
+
+
+def regroup(per_replica: Sequence[Any], wrap: Callable[[list[Any]], Any]) -> Any:
+    """One structure per replica -> one structure whose leaves are ``wrap([leaf of each replica])``.
+
+    TF's ``distribute_utils.regroup`` (``always_wrap``), what ``experimental_distribute_values_from_function``
+    gives: lists, tuples (namedtuples) and dicts are walked into, following replica 0's structure;
+    a leaf of replica 0 takes the other replicas' values as they are (even nests). The replicas'
+    structures must agree where replica 0's nests: TF asserts it (``AssertionError``).
+    """
+    v0 = per_replica[0]
+    if isinstance(v0, (list, tuple)):
+        for v in per_replica[1:]:
+            if type(v) is not type(v0) and not (isinstance(v0, list) and isinstance(v, list)):
+                raise AssertionError(
+                    f"the replicas' values have different structures: replica 0 gave a {type(v0).__name__}, "
+                    f"another a {type(v).__name__} (v[0]: {v0!r}, v[i]: {v!r})"
+                )
+            if len(v) != len(v0):
+                raise AssertionError(
+                    f"the replicas' values have different structures: len(v) == {len(v)}, len(v0) == {len(v0)}, "
+                    f"v: {v!r}, v0: {v0!r}"
+                )
+        items = [regroup([v[i] for v in per_replica], wrap) for i in range(len(v0))]
+        if isinstance(v0, list):
+            return items
+        return type(v0)(*items) if hasattr(type(v0), "_fields") else type(v0)(items)
+    if isinstance(v0, Mapping):
+        for v in per_replica[1:]:
+            if not isinstance(v, Mapping):
+                raise AssertionError(f"the replicas' values have different structures: v[0]: {v0!r}  v[i]: {v!r}")
+            if set(v.keys()) != set(v0.keys()):
+                raise AssertionError(
+                    f"the replicas' values have different keys: v[0].keys: {set(v0.keys())}  v[i].keys: {set(v.keys())}"
+                )
+        return cast(Any, type(v0))({k: regroup([v[k] for v in per_replica], wrap) for k in v0})
+    return wrap(list(per_replica))

@@ -8,19 +8,35 @@ from typing import Any
 import numpy as np
 
 from interdist import _context
-from interdist.protocol import register_variable, resolve_variable
+from interdist.protocol import pickling_target, register_variable, resolve_variable
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
 from interdist.values.tensor import ArrayValue
-from interdist.values.variables import Variable, VariableAggregation, VariableSynchronization
+from interdist.values.variables import (
+    ForeignVariable,
+    Variable,
+    VariableAggregation,
+    VariableSynchronization,
+    plain_snapshot,
+)
 
 
-class VariableComponent(ArrayValue):
-    """One replica's copy of a distributed variable, read from its worker on demand."""
+# ArrayValue before Variable: a component reads from its worker like any remote value (and, being a
+# Variable, passes for one: ``isinstance(c, interdist.Variable)``, ``assign``, ``trainable``...).
+class VariableComponent(ArrayValue, Variable):  # type: ignore[metaclass]  # numpy stub: the mixin is an ABC (see Variable)
+    """One replica's copy of a distributed variable: a variable of its own, as TF's components are.
+
+    Reads come from its worker; ``assign``/``assign_add``/``assign_sub`` change this copy only (the
+    copies of a ``MirroredVariable`` then differ, and the variable reads as its first copy).
+    """
 
     def __init__(self, variable: _Handle, rank: int, device: str) -> None:
         self._variable = variable
         self._rank = rank
         self._device = device
+        self._name = variable._name
+        self._trainable = variable._trainable
+        self._synchronization = variable._synchronization
+        self._aggregation = variable._aggregation
 
     def _get(self) -> Any:
         return self._variable._strategy._read_copy(self._variable, self._rank)
@@ -33,6 +49,30 @@ class VariableComponent(ArrayValue):
     def name(self) -> str:
         base = self._variable._name
         return f"{base}:0" if self._rank == 0 else f"{base}/replica_{self._rank}:0"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._variable._shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._variable._dtype
+
+    def read_value(self) -> np.ndarray:
+        return np.array(self._get(), copy=True)
+
+    def value(self) -> np.ndarray:
+        return self.read_value()
+
+    def numpy(self) -> np.ndarray:
+        return self.read_value()
+
+    def _apply(self, op: str, value: Any) -> Any:
+        self._variable._strategy._assign_copy(self._variable, self._rank, op, self._check(value))
+        return self
+
+    def __hash__(self) -> int:
+        return id(self)
 
     def __repr__(self) -> str:
         a = np.asarray(self._get())
@@ -62,6 +102,16 @@ class _Handle:
         weakref.finalize(self, _forget, weakref.ref(strategy), var_id)
 
     def __reduce__(self) -> Any:
+        target = pickling_target()
+        if target is not None and target[0] != self._strategy._group_id:
+            # Used in another strategy's replica function: OneDevice's variables are plain ones there
+            # (written once per replica, as in TF); distributed ones can be converted, not written.
+            value = np.asarray(self.read_value())
+            central = isinstance(self, CentralVariable)  # TF's AggregatingVariable: read_value works there
+            if isinstance(self, OneDeviceVariable) and not central:
+                return plain_snapshot(self, value)
+            group, copies = self._strategy._group_id, target[1] if central else len(self._values)
+            return (ForeignVariable, (group, self._var_id, self._name, value, copies, repr(self._strategy), central))
         return (resolve_variable, (self._strategy._group_id, self._var_id))
 
     @property

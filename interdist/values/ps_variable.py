@@ -14,6 +14,8 @@ from typing import Any, cast
 import numpy as np
 
 from interdist import _context
+from interdist._convert import apply_op, convert_for_variable
+from interdist.values.tensor import Tensor
 from interdist.values.variables import Variable, VariableAggregation, VariableSynchronization
 
 # (store id, variable id) -> the notebook's handle, so a handle coming back from a worker is the same object.
@@ -50,6 +52,14 @@ class ShardView:
         s = self._var._shards[self._index]
         return (s.stop - s.start, *self._var._shape[1:])
 
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._var.dtype
+
+    def read_value(self) -> Tensor:
+        """This shard's rows of the variable, a tensor on its ps task."""
+        return Tensor(self.numpy(), self.device)
+
     def numpy(self) -> np.ndarray:
         s = self._var._shards[self._index]
         return np.asarray(self._var.read_value()[s.start : s.stop])
@@ -57,6 +67,34 @@ class ShardView:
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         a = self.numpy()
         return a.astype(dtype) if dtype is not None else a
+
+    def assign(self, value: Any) -> ShardView:
+        return self._apply("assign", value)
+
+    def assign_add(self, value: Any) -> ShardView:
+        return self._apply("assign_add", value)
+
+    def assign_sub(self, value: Any) -> ShardView:
+        return self._apply("assign_sub", value)
+
+    def _apply(self, op: str, value: Any) -> ShardView:
+        """Write this shard only (its ps task), as TF's shard variables do."""
+        var, index = self._var, self._index
+        part = convert_for_variable(np.asarray(value), var.dtype, self.shape, self.name)
+        ctx = _context.current_ps_step()
+        if ctx is not None and ctx.store == var._store:
+            s = var._shards[index]
+            current = ctx.read(var)
+            current[s.start : s.stop] = apply_op(op, current[s.start : s.stop], part)
+            ctx.values[var._var_id] = current  # the step sees its own write
+            ctx.updates.append((s.address, s.shard_id, op, part))  # sent to the shard's ps task at the step's end
+        elif var._strategy is None:
+            raise RuntimeError(
+                f"variable {self.name!r} of a ParameterServerStrategy was updated on a worker outside a scheduled step"
+            )
+        else:
+            var._strategy._write_ps_shard(var, index, op, part)
+        return self
 
     def __repr__(self) -> str:
         return f"<interdist.Variable '{self.name}' shape={self.shape} dtype={self._var.dtype.name} on {self.device}>"
@@ -98,6 +136,12 @@ class PSVariable(Variable):
     @property
     def device(self) -> str:
         return self._shards[0].device
+
+    @property
+    def name(self) -> str:
+        # TF 2.21's ShardedVariable is made without a name: its ``name`` is "ShardedVariable"
+        # (each shard is named "<name>/part_<i>:0").
+        return "ShardedVariable" if len(self._shards) > 1 else f"{self._name}:0"
 
     @property
     def distribute_strategy(self) -> Any:

@@ -8,6 +8,7 @@ on the replicas' workers.
 
 from __future__ import annotations
 
+import copyreg
 import enum
 import itertools
 from typing import Any
@@ -17,6 +18,13 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from interdist import _context
 from interdist._convert import apply_op, as_array, convert_for_variable
+from interdist.protocol import (
+    current_resolving,
+    pickling_target,
+    register_plain,
+    registered_plain,
+    resolve_variable,
+)
 from interdist.values.distributed import DistributedValues, PerReplica
 from interdist.values.tensor import ArrayValue
 
@@ -216,6 +224,11 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):  # type: ignore[
     def __hash__(self) -> int:
         return id(self)
 
+    def __reduce__(self) -> Any:
+        if pickling_target() is None:
+            return (copyreg.__newobj__, (type(self),), self.__dict__.copy())  # type: ignore[attr-defined]
+        return plain_snapshot(self, self.read_value())
+
     # writes
     def _check(self, value: Any) -> np.ndarray:
 
@@ -250,3 +263,180 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):  # type: ignore[
         return (
             f"<interdist.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}, numpy={self._repr_numpy()}>"
         )
+
+
+# -- variables that replicas use but do not hold ------------------------------------------
+#
+# A plain variable (made outside any strategy's scope, or by OneDeviceStrategy) used in a
+# replica function travels as a snapshot of its value. As in TF, where every replica thread
+# writes the one variable, each replica's writes apply once in the notebook, replica by replica
+# in rank order, when the program ends (``protocol.apply_plain_updates``). A replica reads its
+# own writes; the others' writes it sees only in the next program (TF's replica threads run one
+# after the other, so there replica r also reads the writes of replicas 0..r-1).
+_plain_keys = itertools.count(1)
+
+
+def plain_snapshot(variable: Any, value: np.ndarray) -> Any:
+    """What pickles for a replica instead of the notebook's plain ``variable``."""
+    key = getattr(variable, "_plain_key", None)
+    if key is None:
+        key = variable._plain_key = next(_plain_keys)
+    register_plain(key, variable)
+    return (resolve_plain, (key, variable._name, np.asarray(value), bool(variable.trainable)))
+
+
+def resolve_plain(key: int, name: str = "", value: Any = None, trainable: bool = True) -> Any:
+    """A plain variable in a payload: the replica's proxy of it (one per program), or the notebook's own."""
+    replica = current_resolving()
+    if replica is None:
+        variable = registered_plain(key)
+        if variable is None:
+            raise ValueError(f"the plain variable {name or key!r} sent to the replicas no longer exists")
+        return variable
+    proxies: dict[int, PlainVariableProxy] | None = getattr(replica, "plain_proxies", None)
+    if proxies is None:
+        proxies = replica.plain_proxies = {}
+    proxy = proxies.get(key)
+    if proxy is None:
+        proxy = proxies[key] = PlainVariableProxy(key, name, np.array(value, copy=True), trainable)
+    return proxy
+
+
+class PlainVariableProxy(Variable):
+    """A replica's view of a plain variable: reads its snapshot, records its writes."""
+
+    def __init__(self, key: int, name: str, value: np.ndarray, trainable: bool) -> None:
+        self._key = key
+        self._value = value
+        self._name = name
+        self._trainable = trainable
+        self._synchronization = VariableSynchronization.AUTO
+        self._aggregation = VariableAggregation.NONE
+        self._id = next(_ids)
+        self.updates: list[tuple[str, np.ndarray]] = []
+
+    def __reduce__(self) -> Any:
+        return (resolve_plain, (self._key, self._name))
+
+    def _apply(self, op: str, value: Any) -> Any:
+        checked = self._check(value)
+        self._value = apply_op(op, self._value, checked)
+        self.updates.append((op, checked))
+        return PlainRead(self)
+
+
+class PlainRead(NDArrayOperatorsMixin):
+    """What a write to a plain variable returns (TF: a read of the variable when it is used): on a
+    replica, the replica's view of it; back in the notebook, the variable's value once the program's
+    writes are all applied."""
+
+    def __init__(self, variable: Any) -> None:
+        self._variable = variable
+
+    def __reduce__(self) -> Any:
+        return (_plain_read, (self._variable._key if isinstance(self._variable, PlainVariableProxy) else 0,))
+
+    def read_value(self) -> np.ndarray:
+        return np.asarray(self._variable.read_value())
+
+    value = numpy = read_value
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        a = self.read_value()
+        return a.astype(dtype) if dtype is not None else a
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        conv = tuple(x.read_value() if isinstance(x, PlainRead) else x for x in inputs)
+        return getattr(ufunc, method)(*conv, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._variable, name)
+
+    def __repr__(self) -> str:
+        return repr(self._variable)
+
+
+def _plain_read(key: int) -> PlainRead:
+    return PlainRead(resolve_plain(key))
+
+
+def plain_updates(proxies: dict[int, PlainVariableProxy]) -> list[tuple[int, str, Any]]:
+    """The writes a program's replica function made to plain variables (for the reply)."""
+    return [(key, op, value) for key, proxy in proxies.items() for op, value in proxy.updates]
+
+
+class ForeignVariable(NDArrayOperatorsMixin):
+    """Another strategy's distributed variable inside a replica function: TF converts it to its value
+    (``v + 1``, ``np.asarray(v)``, ``v.value()``), but ``read_value``, ``numpy`` and every write raise
+    ``RuntimeError`` ("Mixing different tf.distribute.Strategy objects")."""
+
+    def __init__(
+        self, group_id: str, var_id: int, name: str, value: np.ndarray, copies: int, owner: str, readable: bool = False
+    ) -> None:
+        self._group_id, self._var_id, self._name, self._readable = group_id, var_id, name, readable
+        self._snapshot, self._copies, self._owner = value, copies, owner
+        replica = current_resolving()
+        self._rank = replica.rank if replica is not None else 0
+
+    def __reduce__(self) -> Any:
+        return (resolve_variable, (self._group_id, self._var_id))
+
+    def _mixing(self, what: str) -> RuntimeError:
+        return RuntimeError(
+            f"Mixing different tf.distribute.Strategy objects: {what} of the variable {self._name!r}, created in "
+            f"the scope of {self._owner}, inside another strategy's replica function. Create the variable in "
+            "this strategy's scope, or pass its value (np.asarray(v)) as an argument"
+        )
+
+    def _value(self) -> np.ndarray:
+        if self._rank >= self._copies:
+            raise IndexError(
+                f"the variable {self._name!r} of {self._owner} has {self._copies} copies; replica {self._rank} of "
+                "another strategy has none to read. Create the variable in this strategy's scope"
+            )
+        return np.array(self._snapshot, copy=True)
+
+    @property
+    def name(self) -> str:
+        return f"{self._name}:0"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._snapshot.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._snapshot.dtype
+
+    def value(self) -> np.ndarray:
+        return self._value()
+
+    def read_value(self) -> np.ndarray:
+        if self._readable:  # CentralStorage's variables (TF: AggregatingVariable) read from anywhere
+            return self._value()
+        raise self._mixing("read_value()")
+
+    def numpy(self) -> np.ndarray:
+        if self._readable:
+            return self._value()
+        raise self._mixing("numpy()")
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        a = self._value()
+        return a.astype(dtype) if dtype is not None else a
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        conv = tuple(x._value() if isinstance(x, ForeignVariable) else x for x in inputs)
+        return getattr(ufunc, method)(*conv, **kwargs)
+
+    def assign(self, value: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        raise self._mixing("assign()")
+
+    def assign_add(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        raise self._mixing("assign_add()")
+
+    def assign_sub(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        raise self._mixing("assign_sub()")
+
+    def __repr__(self) -> str:
+        return f"<interdist.Variable '{self.name}' of {self._owner} (another strategy's)>"

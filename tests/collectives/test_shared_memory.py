@@ -24,7 +24,7 @@ from interdist.collectives.algorithms import Collectives
 from interdist.collectives.base import Packet
 from interdist.collectives.local import LocalTransport, local_group
 from interdist.collectives.shared_memory import PREFIX, SharedMemoryTransport, sweep_stale
-from interdist.errors import CollectiveTimeoutError
+from interdist.errors import CollectiveTimeoutError, ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
 from ._harness import THRESHOLD, run_threads
@@ -57,7 +57,9 @@ def algorithm(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
-def test_reduce_broadcast_is_chosen_from_three_replicas_on_one_host(world: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reduce_broadcast_is_chosen_from_three_replicas_on_one_host(
+    world: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(algorithms, "RB_MIN_ELEMENTS_ONE_HOST", 1000)
     colls: list[Any] = []
 
@@ -91,10 +93,18 @@ def test_all_reduce_closed_form(world: int, dtype: Any, op: ReduceOp, size: int,
         assert out[r].tobytes() == out[0].tobytes()
 
 
-def test_mixed_dtypes_across_ranks_follow_result_type(algorithm: str) -> None:
+def test_mixed_dtypes_across_ranks_raise_on_every_rank(algorithm: str) -> None:
+    # TF never casts across replicas (round-7 cases mixed.all_reduce.*): every rank raises, none hangs.
     arrays = [np.ones(30_000, np.float32), np.full(30_000, 2, np.float64)]
-    out = _run(_group(2), lambda r, c: c.all_reduce(1, 1, [arrays[r]], ReduceOp.SUM, "t")[0])
-    assert all(o.dtype == np.float64 and np.all(o == 3) for o in out)
+    out = _run(_group(2), lambda r, c: c.all_reduce(1, 1, [arrays[r]], ReduceOp.SUM, "t"))
+    assert all(type(o) is ReplicaMismatchError for o in out)
+    assert all("replica 0: float32, replica 1: float64" in str(o) for o in out)
+
+
+def test_different_reduce_ops_raise_on_every_rank(algorithm: str) -> None:
+    ops = [ReduceOp.SUM, ReduceOp.MEAN]
+    out = _run(_group(2), lambda r, c: c.all_reduce(1, 1, [np.ones(30_000, np.float32)], ops[r], "t"))
+    assert all(type(o) is ReplicaMismatchError and "replica 1: MEAN" in str(o) for o in out)
 
 
 def test_shape_mismatch_raises_on_every_rank(algorithm: str) -> None:
@@ -120,8 +130,11 @@ def test_large_exchange_and_broadcast_are_private_copies() -> None:
 
 def test_segments_are_reused_not_created_per_message() -> None:
     transports = _group(2)
-    _run(transports, lambda r, c: [c.all_reduce(1, s, [np.ones(50_000)], ReduceOp.SUM, "t") for s in range(20)],
-         close=False)
+    _run(
+        transports,
+        lambda r, c: [c.all_reduce(1, s, [np.ones(50_000)], ReduceOp.SUM, "t") for s in range(20)],
+        close=False,
+    )
     assert all(len(slots) <= 2 for t in transports for slots in t._slots.values())
     assert _segments() == set() or all(not p.endswith("probe") for p in _segments())
     for t in transports:
@@ -194,8 +207,9 @@ def test_small_packets_keep_the_normal_path() -> None:
 def test_sweep_removes_segments_of_dead_processes() -> None:
     from multiprocessing import shared_memory
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     name = f"{PREFIX}{int(dead.stdout)}-stale"
     shm = shared_memory.SharedMemory(name=name, create=True, size=64)
     from multiprocessing import resource_tracker
@@ -221,8 +235,11 @@ def test_a_replaced_peer_gets_new_segments() -> None:
     transports = [SharedMemoryTransport(t, threshold=THRESHOLD) for t in inners]
     old: list[Any] = []
     for seq in (1, 2):
-        out = _run(transports, lambda r, c, seq=seq: c.all_reduce(1, seq, [np.ones(50_000) * r], ReduceOp.SUM, "t")[0],
-                   close=False)
+        out = _run(
+            transports,
+            lambda r, c, seq=seq: c.all_reduce(1, seq, [np.ones(50_000) * r], ReduceOp.SUM, "t")[0],
+            close=False,
+        )
         assert all(np.all(o == 1.0) for o in out)
         if seq == 1:
             old = list(transports[0]._slots[(1,)])  # slots are kept by the local ranks reading them
@@ -248,8 +265,11 @@ def test_one_segment_per_send_to_several_local_peers() -> None:
     # 4 ranks: each all_reduce message is written once, into one segment all three peers map.
     transports = [SharedMemoryTransport(t, threshold=THRESHOLD) for t in local_group(4)]
     for seq in (1, 2, 3):
-        out = _run(transports, lambda r, c, seq=seq: c.all_reduce(1, seq, [np.full(50_000, r + seq, np.float64)],
-                                                                  ReduceOp.SUM, "t")[0], close=False)
+        out = _run(
+            transports,
+            lambda r, c, seq=seq: c.all_reduce(1, seq, [np.full(50_000, r + seq, np.float64)], ReduceOp.SUM, "t")[0],
+            close=False,
+        )
         assert all(np.array_equal(o, np.full(50_000, 6.0 + 4 * seq)) for o in out)
     for r, t in enumerate(transports):
         peers = tuple(p for p in range(4) if p != r)

@@ -263,7 +263,8 @@ def test_extended_update_applies_once(cs4: Any) -> None:
         v = idist.Variable(np.float32(1.0))
     # from the notebook
     r = cs4.extended.update(v, lambda var, x: var.assign_add(x), args=(np.float32(2.0),))
-    assert r is v and float(np.asarray(v)) == 3.0
+    # TF returns the assign's result, a variable reading as the one copy (not the strategy's variable)
+    assert r is not v and isinstance(r, idist.Variable) and float(np.asarray(r)) == float(np.asarray(v)) == 3.0
     r = cs4.extended.update(v, lambda var: var.read_value() * np.float32(2.0), group=False)
     assert isinstance(r, tuple) and len(r) == 1 and float(np.asarray(r[0])) == 6.0
     # in replica context: a merge_call, then one update on the holder (not one per replica)
