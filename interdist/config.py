@@ -32,6 +32,9 @@ class _Settings:
     )
     # After a replica failed, how long the notebook waits for the others before reporting them stuck.
     stuck_grace: float = float(os.environ.get("INTERDIST_STUCK_GRACE", "10"))
+    # A replica whose process stays stopped (SIGSTOP, a debugger) this long while a step waits for it is
+    # reported frozen (client/liveness.py), long before the collective timeout.
+    frozen_after: float = float(os.environ.get("INTERDIST_FROZEN_AFTER", "5"))
     # After Kernel > Interrupt, how long the notebook waits for the replicas to leave the step.
     interrupt_wait: float = float(os.environ.get("INTERDIST_INTERRUPT_WAIT", "5"))
     # Values at most this many bytes travel with the reply of ``run`` and are shown by repr.

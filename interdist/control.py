@@ -23,6 +23,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -252,11 +253,15 @@ def wait_replies(
     step: int,
     on_reply: Callable[[int, dict[str, Any]], None],
     timeout_after_failure: Callable[[], float | None],
+    on_idle: Callable[[list[int]], list[int]] | None = None,
+    idle_every: float = 1.0,
 ) -> list[int]:
     """Read each rank's reply for ``step``; the ranks that did not answer when the wait timed out.
 
     ``on_reply(rank, reply)`` is called as replies come (a lost connection gives a reply with
     ``lost``); ``timeout_after_failure()`` is how long to wait for the next reply (``None``: no limit).
+    ``on_idle(waiting)``, when given, is called every ``idle_every`` seconds without a reply; the ranks
+    it returns are no longer waited for (it has dealt with them: a frozen replica).
     """
     waiting = set(conns)
     # ``poll`` rather than ``selectors``: no epoll object to make and register per step (~50 us).
@@ -270,11 +275,24 @@ def wait_replies(
         waiting.discard(r)
         poller.unregister(conns[r].sock)
 
+    deadline: float | None = None  # when the wait after a failure ends; each reply restarts it
     while waiting:
-        timeout = timeout_after_failure()
-        ready = poller.poll(None if timeout is None else timeout * 1000)
+        grace = timeout_after_failure()
+        now = time.monotonic()
+        deadline = None if grace is None else (now + grace if deadline is None else deadline)
+        wait = None if deadline is None else max(0.0, deadline - now)
+        if on_idle is not None:
+            wait = idle_every if wait is None else min(wait, idle_every)
+        ready = poller.poll(None if wait is None else wait * 1000)
         if not ready:
-            return sorted(waiting)
+            if deadline is not None and time.monotonic() >= deadline:
+                return sorted(waiting)
+            if on_idle is not None:
+                for r in on_idle(sorted(waiting)):
+                    if r in waiting:
+                        finish(r)
+            continue
+        deadline = None
         for fd, _ in ready:
             r = by_fd[fd]
             if r not in waiting:

@@ -21,6 +21,10 @@ class ReplicaError(InterdistError):
         self.step = step
 
 
+class ReplicaFrozenError(ReplicaError):
+    """A replica's process stopped answering while a step waited for it (stopped, or cut off)."""
+
+
 class CollectiveTimeoutError(InterdistError, TimeoutError):
     """A collective waited longer than its timeout for some replicas."""
 

@@ -99,6 +99,7 @@ class Reply(TypedDict, total=False):
     secondary: bool  # a replica released by a peer's failure (CollectiveAbortedError), not a cause
     lost: bool  # the replica's worker is gone or unreachable
     stuck: bool  # the replica did not answer within the grace period after a peer failed
+    frozen: bool  # the replica's process is stopped or its worker silent (client/liveness.py)
     warnings: list[str]
     events: list[dict[str, Any]]  # the events of the step, in their wire form (``Event.to_msg()``)
     created: list[CreatedVariable]
@@ -147,6 +148,19 @@ def stuck_reply(rank: int, step: int, grace: float) -> Reply:
         traceback="",
         message=f"replica {rank} did not finish step {step} within {grace:g} s of its peers failing; "
         "it is still running",
+    )
+
+
+def frozen_reply(rank: int, step: int, why: str) -> Reply:
+    """The reply for a replica found frozen while the step waited for it (``client/liveness.py``)."""
+    return Reply(
+        ok=False,
+        stuck=True,
+        frozen=True,
+        error=None,
+        type="ReplicaFrozenError",
+        traceback="",
+        message=f"replica {rank} is frozen in step {step}: {why}",
     )
 
 

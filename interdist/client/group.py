@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 import warnings
 import weakref
@@ -17,6 +18,7 @@ from typing import Any
 import cloudpickle
 
 from interdist import control as local_control
+from interdist.client import liveness
 from interdist.client.fn_pickle import dumps_fn
 from interdist.client.replies import StepReplies, raise_for
 from interdist.config import settings
@@ -68,6 +70,7 @@ class DaskGroup:
         self.closed = False
         self.lost: dict[int, str] = {}
         self.busy: dict[int, tuple[int, Any]] = {}  # rank -> (step, its pending reply) of a stuck replica
+        self._liveness = liveness.Liveness(client, self.addresses)  # frozen replicas, named while a step waits
         self.runs = 0  # the user's calls (run, run_steps), as the notebook counts them: "run #3"
         self.on_events: Callable[[Any], None] | None = None  # the strategy's event log
         # The strategy's handles for variables created inside a replica function (rank 0's list).
@@ -78,6 +81,7 @@ class DaskGroup:
         self._control_refused = False
         ensure_plugin(client)
         self._join()
+        self._liveness.learn_pids()
 
     # -- membership ------------------------------------------------------------
     def _join(self) -> None:
@@ -352,7 +356,14 @@ class DaskGroup:
                 got.replies[r] = lost_reply(exc)
         for r in list(got.replies):
             on_reply(r, got.replies[r])
-        for rank in local_control.wait_replies(sent, step, on_reply, got.grace):
+
+        def on_idle(waiting: list[int]) -> list[int]:
+            frozen = self._liveness.frozen(waiting)
+            for rank, why in frozen.items():
+                self._broadcast(self._others(rank), self._abort_step(step, got.frozen(rank, conns[rank], why)))
+            return list(frozen)
+
+        for rank in local_control.wait_replies(sent, step, on_reply, got.grace, on_idle, liveness.CHECK_EVERY):
             got.stuck(rank, conns[rank])
         if any(rep.get("lost") for rep in got.replies.values()):
             self._drop_control()  # the next program sets them up again, after recovery
@@ -379,12 +390,27 @@ class DaskGroup:
         tasks = {asyncio.ensure_future(one(r)): r for r in range(self.world_size)}
         got = StepReplies(step, self.addresses, self.busy)
         pending = set(tasks)
+        deadline: float | None = None  # when the wait after a failure ends; each reply restarts it
         while pending:
-            done, pending = await asyncio.wait(pending, timeout=got.grace(), return_when=asyncio.FIRST_COMPLETED)
+            grace, now = got.grace(), time.monotonic()
+            deadline = None if grace is None else (now + grace if deadline is None else deadline)
+            wait = liveness.CHECK_EVERY if deadline is None else min(max(0.0, deadline - now), liveness.CHECK_EVERY)
+            done, pending = await asyncio.wait(pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             if not done:
-                for t in pending:
-                    got.stuck(tasks[t], t)
-                break
+                if deadline is not None and time.monotonic() >= deadline:
+                    for t in pending:
+                        got.stuck(tasks[t], t)
+                    break
+                waiting = {tasks[t]: t for t in pending}
+                loop = asyncio.get_running_loop()
+                frozen = await loop.run_in_executor(None, self._liveness.frozen, sorted(waiting))
+                for rank, why in frozen.items():
+                    pending.discard(waiting[rank])
+                    await self._to_each(
+                        self._others(rank), self._abort_step(step, got.frozen(rank, waiting[rank], why))
+                    )
+                continue
+            deadline = None
             for t in done:
                 rank = tasks[t]
                 reason = got.add(rank, t.result())

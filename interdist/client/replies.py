@@ -15,8 +15,8 @@ from typing import Any, cast
 import cloudpickle
 
 from interdist.config import settings
-from interdist.errors import ReplicaError, WorkerLostError
-from interdist.protocol import Reply, stuck_reply
+from interdist.errors import ReplicaError, ReplicaFrozenError, WorkerLostError
+from interdist.protocol import Reply, frozen_reply, stuck_reply
 
 
 class StepReplies:
@@ -54,6 +54,14 @@ class StepReplies:
         self.busy[rank] = (self.step, pending)
         self.replies[rank] = stuck_reply(rank, self.step, settings.stuck_grace)
 
+    def frozen(self, rank: int, pending: Any, why: str) -> str:
+        """``rank`` is frozen (``client/liveness.py``): busy with this step until ``pending`` is done (if it
+        ever resumes); why the caller must abort the step on the others."""
+        self.busy[rank] = (self.step, pending)
+        self.replies[rank] = frozen_reply(rank, self.step, why)
+        self.aborted = True
+        return f"replica {rank} is frozen: {why}"
+
     def in_rank_order(self, world_size: int) -> list[Reply]:
         return [self.replies[r] for r in range(world_size)]
 
@@ -78,8 +86,18 @@ def raise_for(
             f"{names} was lost during step {step} ({what}): its worker died or became unreachable "
             f"({lost[0][1]['type']}: {lost[0][1]['message']}). The other replicas were released."
         )
-    primary = [(r, rep) for r, rep in failed if not rep.get("secondary")] or failed
+    frozen = [(r, rep) for r, rep in failed if rep.get("frozen")]
+    primary = frozen or [(r, rep) for r, rep in failed if not rep.get("secondary")] or failed
     rank, rep = primary[0]
+    if frozen:
+        others = [r for r in range(len(replies)) if r != rank]
+        raise ReplicaFrozenError(
+            f"{rep['message']}. Replicas {others} were released; step {step} ({what}) was not completed. "
+            f"Resume the process (SIGCONT) and the strategy goes on once the replica leaves the step, or close "
+            "this strategy and create a new one",
+            rank,
+            step,
+        )
     note = (
         f"interdist: raised on replica {rank} ({devices[rank]}) in step {step} ({what})\n"
         f"--- remote traceback (replica {rank}) ---\n{rep['traceback']}"

@@ -1,0 +1,130 @@
+"""Which replicas are frozen, asked while the notebook waits for a step.
+
+A replica whose process is stopped (SIGSTOP, a debugger holding it, a laptop's suspended VM
+process) answers nothing: before this, its peers waited for it until their collective timeout
+(60 s by default) and the notebook reported it stuck ten seconds later. A replica that is merely
+slow (a long computation) is alive: it must be shown as slow, never failed.
+
+So, while a step runs longer than ``CHECK_EVERY`` seconds, the notebook asks each replica it is
+still waiting for:
+
+- on this host (the worker's ``host`` is a local address; its process id is known from the embedded
+  cluster's worker processes, or was asked once when the strategy was made): is
+  the process stopped (``psutil``'s ``stopped``/``tracing-stop``)? One that stays stopped for
+  ``settings.frozen_after`` seconds (5 by default; a profiler's sampling stop lasts milliseconds)
+  is frozen;
+- on another host: the scheduler's last heartbeat from its worker (sent from the worker's own
+  event-loop thread, which a busy replica does not block) is older than ``2 * frozen_after`` plus
+  the heartbeat interval: frozen, or cut off.
+
+``frozen(ranks)`` returns, for each frozen rank, the reason the user reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from typing import Any
+
+from interdist.config import settings
+
+logger = logging.getLogger("interdist")
+
+#: How often (seconds) a waiting notebook checks the replicas it is still waiting for.
+CHECK_EVERY = 1.0
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _local_hosts() -> set[str]:
+    hosts = set(_LOOPBACK) | {socket.gethostname()}
+    try:
+        import psutil
+
+        for addrs in psutil.net_if_addrs().values():
+            hosts.update(a.address for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))
+    except Exception:  # noqa: BLE001, S110 - without interface addresses, loopback workers still count
+        pass
+    return hosts
+
+
+def _stopped(pid: int) -> bool | None:
+    """Whether process ``pid`` of this host is stopped; None if it cannot be told."""
+    try:
+        import psutil
+
+        status = psutil.Process(pid).status()
+    except Exception:  # noqa: BLE001 - gone (the lost-worker path reports it) or not ours to see
+        return None
+    return status in ("stopped", "tracing-stop")
+
+
+class Liveness:
+    """Frozen-replica checks for the workers at ``addresses`` (by rank) of ``client``'s cluster."""
+
+    def __init__(self, client: Any, addresses: list[str]) -> None:
+        self.client = client
+        self.addresses = addresses
+        self._stopped_since: dict[int, float] = {}
+        self._local: set[str] | None = None
+        self._pids: dict[str, int] = {}
+
+    def learn_pids(self, timeout: float = 10.0) -> None:
+        """The workers' process ids (the scheduler does not know them): an embedded cluster's from its
+        worker processes, at every check (a restarted worker has a new one); others' asked once, now,
+        while every worker answers."""
+        if self._embedded_pids():
+            return
+        try:
+            import os
+
+            pids = self.client.run(os.getpid, workers=self.addresses, wait=True, timeout=timeout)
+            self._pids = {a: int(p) for a, p in pids.items()}
+        except Exception as exc:  # noqa: BLE001 - without pids, the heartbeat check still works
+            logger.debug("interdist: could not learn the workers' pids: %s", exc)
+
+    def _embedded_pids(self) -> dict[str, int]:
+        workers = getattr(getattr(self.client, "cluster", None), "workers", None)
+        if not isinstance(workers, dict):
+            return {}
+        return {w.address: w.pid for w in workers.values() if getattr(w, "pid", None) and hasattr(w, "address")}
+
+    def _workers(self) -> dict[str, Any]:
+        info: dict[str, Any] = self.client.scheduler_info(n_workers=-1).get("workers", {})
+        return info
+
+    def frozen(self, ranks: list[int]) -> dict[int, str]:
+        """The frozen ranks among ``ranks``, each with why. Never raises (a failed check finds none)."""
+        try:
+            workers = self._workers()
+        except Exception as exc:  # noqa: BLE001 - the scheduler is unreachable: the lost-worker path reports it
+            logger.debug("interdist: liveness check failed: %s", exc)
+            return {}
+        if self._local is None:
+            self._local = _local_hosts()
+        now_mono, now = time.monotonic(), time.time()
+        found: dict[int, str] = {}
+        for rank in ranks:
+            w = workers.get(self.addresses[rank])
+            if w is None:
+                continue  # gone from the scheduler: a lost worker, reported as such
+            pid = self._embedded_pids().get(self.addresses[rank]) or self._pids.get(self.addresses[rank])
+            stopped = _stopped(pid) if pid and str(w.get("host", "")) in self._local else None
+            if stopped is not None:
+                if not stopped:
+                    self._stopped_since.pop(rank, None)
+                    continue
+                since = self._stopped_since.setdefault(rank, now_mono)
+                if now_mono - since >= settings.frozen_after:
+                    found[rank] = (
+                        f"its worker process (pid {pid}) has been stopped for {now_mono - since:.0f} s "
+                        "(SIGSTOP, a debugger, a suspended process): it runs nothing and answers nothing"
+                    )
+                continue
+            last_seen = w.get("last_seen")
+            if isinstance(last_seen, (int, float)) and now - last_seen > 2 * settings.frozen_after + 5:
+                found[rank] = (
+                    f"its worker at {self.addresses[rank]} has not sent a heartbeat for {now - last_seen:.0f} s "
+                    "(frozen, or cut off from the scheduler)"
+                )
+        return found
