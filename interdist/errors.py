@@ -25,6 +25,10 @@ class ReplicaFrozenError(ReplicaError):
     """A replica's process stopped answering while a step waited for it (stopped, or cut off)."""
 
 
+class DivergedCopiesError(InterdistError):
+    """After a fault, the copies of a mirrored variable differ between replicas (a step applied on some only)."""
+
+
 class CollectiveTimeoutError(InterdistError, TimeoutError):
     """A collective waited longer than its timeout for some replicas."""
 

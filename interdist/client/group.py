@@ -71,6 +71,9 @@ class DaskGroup:
         self.lost: dict[int, str] = {}
         self.busy: dict[int, tuple[int, Any]] = {}  # rank -> (step, its pending reply) of a stuck replica
         self._liveness = liveness.Liveness(client, self.addresses)  # frozen replicas, named while a step waits
+        # Set when a step failed or was interrupted (what it was): the next call first checks that the mirrored
+        # copies are still equal (strategy/variables.py ``_check_copies``).
+        self.suspect: str | None = None
         self.runs = 0  # the user's calls (run, run_steps), as the notebook counts them: "run #3"
         self.on_events: Callable[[Any], None] | None = None  # the strategy's event log
         # The strategy's handles for variables created inside a replica function (rank 0's list).
@@ -112,8 +115,14 @@ class DaskGroup:
         deadline = time.monotonic() + timeout
         replacements: dict[int, str] = {}
         while time.monotonic() < deadline:
-            workers = self.client.scheduler_info(n_workers=-1)["workers"]
-            by_name = {w.get("name"): addr for addr, w in workers.items()}
+            info = self.client.scheduler_info(n_workers=-1)
+            workers = info.get("workers") if isinstance(info, dict) else None
+            if not workers and self.client.status != "running":
+                raise WorkerLostError(
+                    f"the Dask scheduler of this strategy is unreachable (its client is {self.client.status}), so "
+                    "the lost replicas cannot be replaced and the others cannot be reached: create a new strategy"
+                )
+            by_name = {w.get("name"): addr for addr, w in (workers or {}).items()}
             replacements = {
                 r: by_name[self.names[r]]
                 for r in self.lost
@@ -217,6 +226,7 @@ class DaskGroup:
                 # Kernel > Interrupt: abort the step and stop its replica functions, then say how it ended.
                 for rank, keys in release.items():  # releasing twice is harmless; never releasing leaks
                     self._release[rank][:0] = keys
+                self.suspect = f"the interrupted {what}"
                 raise self._interrupted(step, steps, what, user_call) from None
         # The replicas' replies also carry their events and created variables; lost and stuck replies have neither.
         if self.on_events is not None:
@@ -224,6 +234,8 @@ class DaskGroup:
                 self.on_events(reply.get("events", ()))
         if self.on_created is not None and replies[0].get("created"):
             self.on_created(replies[0]["created"])  # before results (which may be those variables) decode
+        if any(not r["ok"] for r in replies):
+            self.suspect = what if not user_call else f"the failed {what.split(' of ')[0]} #{self.runs}"
         apply_plain_updates(replies)  # writes to plain variables, made before any failure too
         raise_for(replies, step, what, self.spec["devices"], self.addresses, self.lost)
         for r in replies:

@@ -47,6 +47,14 @@ class ReplicaDispatch:
     def _check_usable(self) -> None:
         if self._closed:
             raise RuntimeError("this strategy was closed; create a new one")
+        group = getattr(self, "_group", None)
+        if group is not None and group.suspect is not None:
+            fault, group.suspect = group.suspect, None  # first, so the check's own program does not recurse
+            self._check_copies(fault)
+
+    def _check_copies(self, fault: str) -> None:
+        """After a fault: compare the replicas' copies of every variable that must be the same on all of
+        them; raise naming those that differ (a hook: strategy/variables.py)."""
 
     def _require_cross_replica(self, what: str) -> None:
         entry = _context.current()

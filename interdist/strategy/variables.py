@@ -10,6 +10,7 @@ variables are copied to it from a survivor (``_restore_replicas``). A mixin of `
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, cast
@@ -19,7 +20,7 @@ import numpy as np
 from interdist import _context, _gpu, _nest
 from interdist._convert import convert_for_variable, same_object_across
 from interdist._reduction import reduce_arrays
-from interdist.errors import WorkerLostError
+from interdist.errors import DivergedCopiesError, WorkerLostError
 from interdist.protocol import VARIABLE_KEY, CreatedVariable, ValueMeta, VariableMeta, VarRef
 from interdist.reduce_op import ReduceOp
 from interdist.replica import programs
@@ -153,6 +154,51 @@ class VariablesMixin(ReplicaDispatch):
             UserWarning,
             stacklevel=4,
         )
+
+    def _check_copies(self, fault: str) -> None:
+        """After a fault (``fault`` says which): mirrored copies must still be equal. A step that failed may
+        have been applied on some replicas only (a late replica, a worker killed mid-collective); say so,
+        by name, instead of training on silently different copies."""
+        if not any(m.get("kind") == "mirrored" for m in self._var_metas.values()) or self.num_replicas_in_sync < 2:
+            return
+        sums = [json.loads(m.value) for m in self._system(programs.copy_checksums)]
+        differ: list[str] = []
+        for var_id in sorted({v for per_rank in sums for v in per_rank}, key=int):
+            seen: dict[tuple[str, int], list[int]] = {}
+            for rank, per_rank in enumerate(sums):
+                if var_id in per_rank:
+                    name, layout, crc = per_rank[var_id]
+                    seen.setdefault((layout, int(crc)), []).append(rank)
+            if len(seen) > 1:
+                groups = sorted(seen.values())
+                differ.append(f"{name!r} (" + "; ".join(f"replicas {g} hold one value" for g in groups) + ")")
+        if differ:
+            raise DivergedCopiesError(
+                f"after {fault}, the copies of {len(differ)} mirrored variable(s) differ between replicas: "
+                f"{', '.join(differ)}. The failed step was applied on some replicas only. Copy one replica's "
+                "values to the others with strategy.resync_variables(from_replica=0), or restore a checkpoint."
+            )
+
+    def resync_variables(self, from_replica: int = 0) -> list[str]:
+        """Copy replica ``from_replica``'s mirrored variables to every other replica; the names copied.
+
+        For copies that differ after a fault (``DivergedCopiesError``). Sync-on-read variables are left
+        as they are: their copies differ by design."""
+        if isinstance(from_replica, bool) or not isinstance(from_replica, int):
+            raise TypeError(f"from_replica must be a replica index (int), got {from_replica!r}")
+        if not 0 <= from_replica < self.num_replicas_in_sync:
+            raise ValueError(f"from_replica {from_replica} is not a replica of 0..{self.num_replicas_in_sync - 1}")
+        self._check_usable()
+        copied = []
+        for var_id, meta in list(self._var_metas.items()):
+            if meta.get("kind") != "mirrored" or self._variable_by_id(var_id) is None:
+                continue
+            value = self._group.read_variable(from_replica, var_id)
+            for r in range(self.num_replicas_in_sync):
+                if r != from_replica:
+                    self._group.restore_variable(r, var_id, meta, value)
+            copied.append(meta["name"])
+        return copied
 
     def _variable_kind(self, args: dict[str, Any]) -> str:
         return variable_kind(args["synchronization"])
