@@ -45,8 +45,9 @@ def _attachment(s: Any, kind: str) -> tuple[Callable[[], None], Callable[[], Non
     return (lambda: None), (lambda: None)
 
 
-def main(rounds: int = 9, steps: int = 40) -> dict[str, float]:
-    with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+def main(rounds: int = 9, steps: int = 40, replicas: int = 2) -> dict[str, float]:
+    print(f"{replicas} replicas")
+    with idist.MirroredStrategy([f"CPU:{i}" for i in range(replicas)]) as s:
         with s.scope():
             v = idist.Variable(np.zeros(1000, np.float32), name="v", aggregation=idist.VariableAggregation.MEAN)
 
@@ -87,4 +88,7 @@ def main(rounds: int = 9, steps: int = 40) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    for n in [int(a) for a in sys.argv[1:]] or [2, 4]:
+        main(replicas=n)

@@ -125,6 +125,16 @@ def apply_op(op: str, current: np.ndarray, value: np.ndarray) -> np.ndarray:
     raise ValueError(f"unknown variable update {op!r}")
 
 
+def small_values(value: Any, limit: int) -> tuple[float, ...]:
+    """The elements of a real-valued array of at most ``limit`` of them, flattened; () for any other value."""
+    if not is_array_like(value):
+        return ()
+    a = as_array(value)
+    if a.size > limit or a.dtype.kind not in "biuf":
+        return ()
+    return tuple(float(x) for x in _gpu.to_host(a).ravel().tolist())
+
+
 def summarize(value: Any) -> tuple[float, float]:
     """(norm, checksum) of a value, for events: enough to see copies diverge."""
     if not is_array_like(value):

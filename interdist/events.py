@@ -91,6 +91,7 @@ class VariableCreated(Event):
     aggregation: str
     norm: float
     checksum: float
+    values: tuple[float, ...] = ()  # the copy's elements, flattened, when it has at most SMALL_VALUES of them
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,12 @@ class VariableUpdated(Event):
     device: str
     norm: float
     checksum: float
+    values: tuple[float, ...] = ()  # as in VariableCreated
 
+
+SMALL_VALUES = 16
+"""Variables of at most this many elements carry their values in their events (the dashboard shows
+them per replica); larger ones only their norm and checksum, so an event stays a few hundred bytes."""
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
@@ -122,7 +128,12 @@ def from_msg(msg: dict[str, Any]) -> Event:
     cls = EVENT_TYPES[msg["kind"]]
     # Positionally, in field order (msgpack turns tuples into lists: back to tuples). ~3x cheaper than
     # filtering the dict into keyword arguments, which cost 14 us an event, two events a fused step.
-    values: list[Any] = [tuple(v) if type(v) is list else v for v in map(msg.__getitem__, _field_names(cls))]
+    try:
+        values: list[Any] = [tuple(v) if type(v) is list else v for v in map(msg.__getitem__, _field_names(cls))]
+    except KeyError:  # a message from before a field with a default was added (a recording): the default
+        given: dict[str, Any] = {k: msg[k] for k in _field_names(cls) if k in msg}
+        given = {k: tuple(v) if type(v) is list else v for k, v in given.items()}
+        return cls(**given)
     return cls(*values)
 
 

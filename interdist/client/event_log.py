@@ -2,10 +2,16 @@
 
 Events come back with each step's reply in their wire form and are expanded into ``interdist.events``
 dataclasses only when read, unless a listener (the inline dashboard) wants them at once.
+
+While a live feed is on (``start_live``: the inline dashboard, reading the scheduler's ``interdist``
+topic, see ``interdist.dashboard.live``), events also come in as the workers log them, during the step;
+each then arrives twice (live, and with the reply), so the log keeps the keys of recent events and drops
+what it already has. Without a live feed none of this runs: the step's path is unchanged.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -31,6 +37,8 @@ class EventLog:
         self._raw: list[dict[str, Any]] = []  # wire messages not expanded yet, in arrival order
         self._cond = threading.Condition()
         self.listeners: list[Callable[[Event], None]] = []
+        self._live = 0  # live feeds on (start_live - stop_live)
+        self._seen: dict[tuple[Any, ...], None] | None = None  # keys of recent events while live, oldest first
 
     @property
     def events(self) -> deque[Event]:
@@ -50,7 +58,11 @@ class EventLog:
         listeners = list(self.listeners)
         batch: list[Event] = []
         with self._cond:
-            if listeners:
+            if self._seen is not None:  # live: what the feed brought already is dropped
+                self._expand()
+                batch = self._unseen(msgs)
+                self._events.extend(batch)
+            elif listeners:
                 self._expand()
                 batch = [e for m in msgs for e in events.expand(m)]
                 self._events.extend(batch)
@@ -60,6 +72,58 @@ class EventLog:
                     self._expand()  # bounded: never more unexpanded than the log keeps
             self._cond.notify_all()  # one wake-up per reply, not per event
         _tell(listeners, batch)
+
+    # -- the live feed ----------------------------------------------------------------
+    def start_live(self) -> None:
+        """Events will also come through ``add_live``: from now on each is kept once."""
+        with self._cond:
+            self._expand()
+            if self._live == 0:
+                # An event that came with a reply before the feed started may come again in the
+                # worker's next batch: the keys of the recent ones are remembered from the start.
+                recent = list(self._events)[-MAX_SEEN:]
+                self._seen = dict.fromkeys(map(event_key, recent))
+            self._live += 1
+
+    def stop_live(self) -> None:
+        with self._cond:
+            self._live = max(0, self._live - 1)
+            if self._live == 0:
+                self._seen = None
+
+    def add_live(self, msgs: list[dict[str, Any]]) -> None:
+        """Wire messages as a worker logged them (during a step): the ones not seen yet are kept and told."""
+        with self._cond:
+            if self._seen is None:
+                return  # the feed stopped: the replies bring these
+            self._expand()
+            batch = self._unseen(msgs)
+            if not batch:
+                return
+            self._events.extend(batch)
+            self._cond.notify_all()
+        _tell(list(self.listeners), batch)
+
+    def _unseen(self, msgs: Any) -> list[Event]:  # with the lock held, live
+        seen = self._seen
+        assert seen is not None
+        out: list[Event] = []
+        for m in msgs:
+            if m["kind"] == events.RUN_STEPS:  # a record of many steps: its events one by one
+                for e in events.expand(m):
+                    key = event_key(e)
+                    if key not in seen:
+                        seen[key] = None
+                        out.append(e)
+                continue
+            key = msg_key(m)
+            if key not in seen:
+                seen[key] = None
+                out.append(events.from_msg(m))
+        if len(seen) > 2 * MAX_SEEN:  # forget the oldest half: a duplicate comes within seconds
+            for key in list(itertools.islice(seen, len(seen) - MAX_SEEN)):
+                del seen[key]
+        return out
 
     def add(self, event: Event) -> None:
         with self._cond:
@@ -86,6 +150,19 @@ class EventLog:
             self._cond.wait_for(ready, timeout)
             self._expand()
             return list(self._events)
+
+
+MAX_SEEN = 20_000  # keys kept for deduplication: far more than a few seconds of events
+
+
+def event_key(e: Event) -> tuple[Any, ...]:
+    """What makes an event unique: (kind, group, step, replica, seq or var_id, time)."""
+    return (e.kind, e.group, e.step, e.replica, getattr(e, "seq", getattr(e, "var_id", None)), e.time)
+
+
+def msg_key(m: dict[str, Any]) -> tuple[Any, ...]:
+    """``event_key`` of an event's wire form (not of a ``run-steps`` record)."""
+    return (m["kind"], m["group"], m["step"], m["replica"], m.get("seq", m.get("var_id")), m["time"])
 
 
 def _tell(listeners: list[Callable[[Event], None]], batch: list[Event]) -> None:

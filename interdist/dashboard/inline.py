@@ -1,7 +1,9 @@
 """``strategy.dashboard()``: the views in a notebook, as ipywidgets through ``jupyter_bokeh``.
 
-Events reach the notebook with each step's reply and are handed to
-``strategy.events.listeners`` on the step's own thread. The listener here only
+Events reach the notebook with each step's reply and, while the dashboard is open,
+as the workers log them during the step (``live.LiveFeed``: the scheduler's
+``interdist`` topic, deduplicated by the event log); they are handed to
+``strategy.events.listeners`` on the thread that brought them. The listener here only
 appends to a deque (O(1), thread-safe): the model is fed and the views redrawn by
 a pump thread at most ``1 / interval`` times a second, so a fast training loop
 pays almost nothing for a live dashboard (measured in benchmarks/bench_dashboard.py).
@@ -24,7 +26,8 @@ from typing import Any, cast
 
 from interdist import events
 from interdist.dashboard import bokehjs
-from interdist.dashboard.components import VIEWS, View, Watchdog
+from interdist.dashboard.components import VIEWS, ReplicaStatusStrip, View, Watchdog
+from interdist.dashboard.live import LiveFeed
 from interdist.dashboard.model import DashboardModel
 
 logger = logging.getLogger("interdist")
@@ -49,6 +52,7 @@ class InlineDashboard:
             self.model.note_worker(r, address, devices[r] if r < len(devices) else None)
         self.views: dict[str, View] = {name: cls() for name, cls in VIEWS.items()}
         cast(Watchdog, self.views["watchdog"]).threshold_s = threshold_s  # VIEWS["watchdog"] is Watchdog
+        cast(ReplicaStatusStrip, self.views["status"]).threshold_s = threshold_s
         log = strategy.events
         self._listener = self._pending.append
         # Snapshot and subscribe under the log's lock so no event is missed; an event
@@ -58,6 +62,7 @@ class InlineDashboard:
             log.listeners.append(self._listener)
         self._seed_ids = {id(e) for e in seed}
         self.model.feed_many(seed)
+        self.live = LiveFeed(strategy)  # after the seed: the log drops what the feed brings again
         self.widget = self._build_widgets()
         self.refresh(force=True)
         self._thread = threading.Thread(target=self._run, name="interdist-dashboard", daemon=True)
@@ -85,9 +90,9 @@ class InlineDashboard:
             changed = [v.update(self.model, force) for v in self.views.values()]
             if any(changed):
                 self.updates += 1
-            self._status.value = f"{self.model.version} events, {self.updates} updates" + (
-                " (paused)" if self.paused else ""
-            )
+            status = ("live" if self.live.active else "after each step") + (" (paused)" if self.paused else "")
+            if self._status.value != status:
+                self._status.value = status
 
     def resync(self) -> None:
         """Send the full current state: every view redrawn, and its widget's document replaced in every frontend.
@@ -119,6 +124,7 @@ class InlineDashboard:
     def close(self) -> None:
         """Stop updating and unsubscribe (the widgets stay, showing the last state)."""
         self._stop.set()
+        self.live.close()
         strategy = self._strategy()
         if strategy is not None and self._listener in strategy.events.listeners:
             strategy.events.listeners.remove(self._listener)
@@ -139,9 +145,24 @@ class InlineDashboard:
         controls = w.HBox([self._replica, self._variable, self._pause, self._refresh, self._status])
         live = _live_bokeh_model_class()
         self.bokeh_models = {name: live(v.root, lock=self._lock) for name, v in self.views.items()}
-        box = DashboardBox([controls, *self.bokeh_models.values()])
+        # The status strip and summary on top, the rest in tabs: one screen high, beside the code.
+        m = self.bokeh_models
+        tabs = {
+            "values": [m["replica-values"]],
+            "collectives": [m["timeline"], m["watchdog"]],
+            "timings": [m["timings"]],
+            "progress": [m["progress"]],
+            "placement": [m["placement"]],
+        }
+        self.tabs = w.Tab(children=[c[0] if len(c) == 1 else w.VBox(c) for c in tabs.values()], titles=tuple(tabs))
+        self.tabs.observe(self._on_tab, names="selected_index")
+        box = DashboardBox([controls, m["status"], self.tabs])
         box.dashboard = self
         return box
+
+    def _on_tab(self, _: Any) -> None:
+        # A view drawn while its tab was hidden had no width: send it again, now that it has one.
+        self.resync()
 
     def _sync_selectors(self) -> None:
         replicas = [("all", -1), *[(f"replica {r}", r) for r in self.model.replicas]]
@@ -228,7 +249,7 @@ def show(strategy: Any, interval: float = 0.2, threshold_s: float = 5.0) -> Any:
     >>> s = idist.MirroredStrategy(["CPU:0", "CPU:1"])
     >>> box = s.dashboard()
     >>> sorted(box.dashboard.views)
-    ['placement', 'progress', 'replica-values', 'timeline', 'timings', 'watchdog']
+    ['placement', 'progress', 'replica-values', 'status', 'timeline', 'timings', 'watchdog']
     >>> box.dashboard.close(); s.close()
     """
     return InlineDashboard(strategy, interval, threshold_s).widget

@@ -61,6 +61,26 @@ class CopySummary:
     checksum: float
     step: int
     time: float
+    values: tuple[float, ...] = ()  # the elements, for a variable of at most events.SMALL_VALUES of them
+
+
+@dataclass
+class ReplicaState:
+    """What one replica is doing, as its last events tell: the status strip's chip."""
+
+    phase: str = "idle"  # idle | running | done | failed | aborted
+    step: int = -1
+    fn: str = ""
+    error: str = ""
+    collective: tuple[int, int] | None = None  # (step, seq) of the collective it is inside
+    op: str = ""
+
+
+@dataclass
+class ReplicaStatus:
+    replica: int
+    kind: str  # idle | running | waiting | done | failed | aborted
+    text: str  # "waiting in all_reduce #1 for [1]"
 
 
 @dataclass
@@ -144,6 +164,10 @@ class DashboardModel:
         self._counted: set[int] = set()  # steps already counted as finished
         self.running_step: int | None = None
         self.last_fn = ""
+        self.states: dict[int, ReplicaState] = {}  # replica -> what it is doing
+        self.runs = 0  # the user's run calls seen (programs "run"), numbered from 1 in the order they started
+        self.run_of_step: dict[int, int] = {}  # step -> run number (the last MAX_STEPS)
+        self.last_collective: tuple[str, int, int] | None = None  # (op, seq, step) of the newest collective
 
     # -- facts about the replicas ------------------------------------------------
     @property
@@ -180,7 +204,7 @@ class DashboardModel:
         elif isinstance(e, events.CollectiveExited):
             self._exited(e)
         elif isinstance(e, events.VariableUpdated):
-            self._copy(e.var_id, e.replica, CopySummary(e.device, e.norm, e.checksum, e.step, e.time))
+            self._copy(e.var_id, e.replica, CopySummary(e.device, e.norm, e.checksum, e.step, e.time, e.values))
         elif isinstance(e, events.VariableCreated):
             self._created(e)
         elif isinstance(e, events.RunStarted):
@@ -189,12 +213,21 @@ class DashboardModel:
             self._finished(e)
         elif isinstance(e, events.ReplicaFailed):
             self.failures.append(e)
+            st = self._state(e.replica)
+            st.phase = "aborted" if is_secondary(e) else "failed"
+            st.error, st.collective = e.error, None
 
     def _created(self, e: events.VariableCreated) -> None:
         self.variables[e.var_id] = VariableInfo(
             e.var_id, e.name, tuple(e.shape), e.dtype, e.synchronization, e.aggregation, e.step
         )
-        self._copy(e.var_id, e.replica, CopySummary(e.device, e.norm, e.checksum, e.step, e.time))
+        self._copy(e.var_id, e.replica, CopySummary(e.device, e.norm, e.checksum, e.step, e.time, e.values))
+
+    def _state(self, replica: int) -> ReplicaState:
+        st = self.states.get(replica)
+        if st is None:
+            st = self.states[replica] = ReplicaState()
+        return st
 
     def _copy(self, var_id: int, replica: int, summary: CopySummary) -> None:
         self.copies[(var_id, replica)] = summary
@@ -231,6 +264,10 @@ class DashboardModel:
         if oc is None:
             oc = self.open[(e.step, e.seq)] = OpenCollective(e.op, e.step, e.seq)
         oc.entered[e.replica] = e.time
+        st = self._state(e.replica)
+        if e.step >= st.step:  # not a late event of an older step
+            st.collective, st.op = (e.step, e.seq), e.op
+        self.last_collective = (e.op, e.seq, e.step)
 
     def _exited(self, e: events.CollectiveExited) -> None:
         key = (e.step, e.seq)
@@ -248,6 +285,9 @@ class DashboardModel:
         # Bandwidth from the transfer time only: waiting for a late peer says nothing about the link.
         bus = e.nbytes * factor / e.transfer_s / 1e9 if e.transfer_s > 0 else 0.0
         self.timings.append(TimingPoint(e.replica, e.time, e.step, e.op, e.time - start, e.nbytes, bus))
+        st = self._state(e.replica)
+        if st.collective == key:
+            st.collective = None
         if oc is not None:
             oc.exited.add(e.replica)
             # Done once everyone known has left. A replica not heard of yet (its worker's
@@ -262,6 +302,14 @@ class DashboardModel:
     def _started(self, e: events.RunStarted) -> None:
         if e.program != "run":
             return
+        st = self._state(e.replica)
+        if e.step >= st.step:
+            st.phase, st.step, st.fn, st.error, st.collective = "running", e.step, e.fn, "", None
+        if e.step not in self.run_of_step:
+            self.runs += 1
+            self.run_of_step[e.step] = self.runs
+            if len(self.run_of_step) > MAX_STEPS:
+                del self.run_of_step[next(iter(self.run_of_step))]
         self.last_fn = e.fn
         if e.step not in self._counted:
             self._starting.setdefault(e.step, set()).add(e.replica)
@@ -272,6 +320,14 @@ class DashboardModel:
         if not e.ok:
             for k in [k for k in self.open if k[0] == e.step]:
                 del self.open[k]
+        st = self._state(e.replica)
+        if st.collective is not None and st.collective[0] == e.step:
+            st.collective = None
+        if e.program == "run" and e.step == st.step:
+            if e.ok:
+                st.phase = "done"
+            elif st.phase not in ("failed", "aborted"):
+                st.phase = "failed"
         if e.program != "run" or e.step in self._counted:
             return
         done = self._finishing.setdefault(e.step, set())
@@ -316,6 +372,50 @@ class DashboardModel:
             return 0.0
         return (len(recent) - 1) / (recent[-1][0] - recent[0][0])
 
+    def recent_rate(self, window_s: float = 10.0, now: float | None = None) -> float:
+        """Steps per second over the steps finished in the last ``window_s`` seconds (0 with fewer than two).
+
+        Not since the start: a notebook idles between cells, and an average over that idle time
+        (0.6 steps/s for a loop that ran at 4) says nothing about the loop.
+        """
+        now = time.time() if now is None else now
+        times = [t for t, _ in list(self.steps_done)[-1000:] if t >= now - window_s]
+        if len(times) < 2 or times[-1] <= times[0]:
+            return 0.0
+        return (len(times) - 1) / (times[-1] - times[0])
+
+    def run_label(self, step: int) -> str:
+        """``run #13`` for a step the user's 13th ``run`` call started; ``step 49`` for the engine's own ones."""
+        n = self.run_of_step.get(step)
+        return f"run #{n}" if n is not None else f"step {step}"
+
+    def status(self, replica: int) -> ReplicaStatus:
+        """One replica's chip: running fn, waiting in op #k for [replicas], done, failed: error."""
+        st = self.states.get(replica)
+        if st is None:
+            return ReplicaStatus(replica, "idle", "idle")
+        if st.phase == "failed":
+            return ReplicaStatus(replica, "failed", f"failed: {first_line(st.error)}")
+        if st.phase == "aborted":
+            return ReplicaStatus(replica, "aborted", "aborted (a peer failed)")
+        if st.collective is not None:
+            oc = self.open.get(st.collective)
+            if oc is not None and replica not in oc.exited:
+                missing = [r for r in range(self.world_size) if r not in oc.entered]
+                where = f"{oc.op} #{oc.seq}"
+                if missing:
+                    return ReplicaStatus(replica, "waiting", f"waiting in {where} for {missing}")
+                return ReplicaStatus(replica, "running", f"in {where}")
+        if st.phase == "running":
+            return ReplicaStatus(replica, "running", f"running {st.fn.rsplit('.', 1)[-1]}")  # not make.<locals>.step
+        if st.phase == "done":
+            return ReplicaStatus(replica, "done", "done")
+        return ReplicaStatus(replica, "idle", "idle")
+
+    def failed_replicas(self) -> list[events.ReplicaFailed]:
+        """The failures that were a replica's own error (not a peer's abort), newest last."""
+        return [f for f in self.failures if not is_secondary(f)]
+
     def devices_of(self, replica: int) -> str:
         """The replica's own device: given by the owner, else read off its mirrored variables."""
         if replica in self.replica_devices:
@@ -327,6 +427,16 @@ class DashboardModel:
 
     def copies_of(self, var_id: int) -> int:
         return sum(1 for (v, _) in self.copies if v == var_id)
+
+
+def is_secondary(failure: events.ReplicaFailed) -> bool:
+    """A replica stopped because a peer failed (the step's collectives were aborted), not by its own error."""
+    return failure.error.startswith("CollectiveAbortedError")
+
+
+def first_line(text: str, most: int = 90) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= most else line[: most - 1] + "…"
 
 
 class ModelHub:

@@ -11,11 +11,12 @@ CPU = "/job:localhost/replica:0/task:0/device:CPU:{}"
 def created(replica: int, var_id: int, name: str, checksum: float, t: float, sync: str = "ON_WRITE",
             device: str | None = None, step: int = 1) -> ev.VariableCreated:
     return ev.VariableCreated(G, step, replica, t, var_id, name, (2,), "float32", device or CPU.format(replica),
-                              sync, "MEAN", abs(checksum), checksum)
+                              sync, "MEAN", abs(checksum), checksum, (checksum / 2, checksum / 2))
 
 
 def updated(replica: int, step: int, var_id: int, name: str, checksum: float, t: float) -> ev.VariableUpdated:
-    return ev.VariableUpdated(G, step, replica, t, var_id, name, CPU.format(replica), abs(checksum), checksum)
+    return ev.VariableUpdated(G, step, replica, t, var_id, name, CPU.format(replica), abs(checksum), checksum,
+                              (checksum / 2, checksum / 2))
 
 
 def training_stream() -> list[ev.Event]:

@@ -17,11 +17,16 @@ def test_inline_dashboard_follows_a_training_run(mirrored2: idist.MirroredStrate
     d = box.dashboard
     try:
         assert type(box).__mro__[1].__name__ == "VBox"
-        controls, *plots = box.children
+        controls, strip, tabs = box.children
         assert [type(c).__name__ for c in controls.children] == ["Dropdown", "Dropdown", "ToggleButton", "Button",
                                                                 "Label"]
+        assert controls.children[-1].value == "live"  # events come during the step, from the scheduler's topic
+        # the status strip on top, the other views in tabs
+        assert type(tabs).__name__ == "Tab" and tabs.titles == ("values", "collectives", "timings", "progress",
+                                                                "placement")
         # jupyter_bokeh's widget, whose state is the document as it is now (see inline.LiveBokehModel)
-        assert [[c.__name__ for c in type(p).__mro__[:2]] for p in plots] == [["LiveBokehModel", "BokehModel"]] * 6
+        plots = [strip, *d.bokeh_models.values()]
+        assert [[c.__name__ for c in type(p).__mro__[:2]] for p in plots] == [["LiveBokehModel", "BokehModel"]] * 8
         train(s, steps=4)
         deadline = time.monotonic() + 10
         while len(d.views["timeline"].source.data["op"]) < 16 and time.monotonic() < deadline:

@@ -102,3 +102,67 @@ def test_batches_of_one_worker_after_another_give_the_same_state() -> None:
     assert [s for _, s in m.steps_done] == [2, 3] and m.running_step is None
     assert m.waiting() == 0 and m.stuck(threshold_s=0.0, now=1e9) == []
     assert len(m.timeline) == 4
+
+
+def chips(m: DashboardModel) -> dict[int, str]:
+    return {r: m.status(r).text for r in range(m.world_size)}
+
+
+def test_status_strip_running_waiting_done() -> None:
+    m = fed(hang_stream())  # replicas 0 and 2 entered all_gather #1 of step 7; replica 1 did not
+    assert chips(m) == {0: "waiting in all_gather #1 for [1]", 1: "running step", 2: "waiting in all_gather #1 for [1]"}
+    assert [m.status(r).kind for r in range(3)] == ["waiting", "running", "waiting"]
+    m.feed(ev.CollectiveEntered(G, 7, 1, 111.0, "all_gather", 1, 64))
+    assert chips(m)[0] == "in all_gather #1"  # everyone arrived: transferring, not waiting
+    for r in (0, 1, 2):
+        m.feed(ev.CollectiveExited(G, 7, r, 111.5, "all_gather", 1, 64, "ring", "dask", 0.0, 0.5))
+    assert chips(m) == {r: "running step" for r in range(3)}
+    for r in (0, 1, 2):
+        m.feed(ev.RunFinished(G, 7, r, 112.0, "step", "run", 12.0, True))
+    assert chips(m) == {r: "done" for r in range(3)} and m.runs == 1 and m.run_label(7) == "run #1"
+
+
+def test_status_strip_failed_and_aborted_and_failures_counted_once() -> None:
+    m = fed(hang_stream())
+    m.feed(ev.ReplicaFailed(G, 7, 1, 102.0, "ValueError: boom\nmore", "tb"))
+    m.feed(ev.ReplicaFailed(G, 7, 0, 102.1, "CollectiveAbortedError: all_gather #1 was aborted", "tb"))
+    m.feed(ev.RunFinished(G, 7, 0, 102.1, "step", "run", 2.1, False))
+    # the failed step's collectives are over: replica 2 no longer waits in one (its own abort is on its way)
+    assert chips(m) == {0: "aborted (a peer failed)", 1: "failed: ValueError: boom", 2: "running step"}
+    assert [f.replica for f in m.failed_replicas()] == [1]  # the aborted peer is not a failure of its own
+    m.feed(ev.RunStarted(G, 9, 1, 103.0, "step", "run"))  # the next run clears the chip
+    assert chips(m)[1] == "running step" and m.runs == 2 and m.run_label(8) == "step 8"
+
+
+def test_run_numbers_count_the_users_runs_not_the_engines_programs() -> None:
+    m = fed([ev.RunStarted(G, 1, 0, 1.0, "create_variable", "create_variable"),
+             ev.RunStarted(G, 2, 0, 2.0, "step", "run"), ev.RunStarted(G, 5, 0, 3.0, "step", "run")])
+    assert m.runs == 2 and m.run_label(5) == "run #2" and m.run_label(1) == "step 1"
+
+
+def test_recent_rate_ignores_idle_time_before_the_window() -> None:
+    m = DashboardModel()
+    m.steps_done.extend([(0.0, 1), (1.0, 2)] + [(100.0 + 0.5 * k, 3 + k) for k in range(5)])
+    assert m.recent_rate(window_s=10.0, now=103.0) == pytest.approx(2.0)  # not 6 steps in 102 s
+    assert m.recent_rate(window_s=10.0, now=200.0) == 0.0  # idle now
+
+
+def test_values_of_small_variables_reach_the_model() -> None:
+    m = fed(training_stream())
+    assert m.copies[(1, 1)].values == (1.25, 1.25)
+    big = ev.VariableUpdated(G, 4, 0, 104.0, 1, "w", "cpu", 1.0, 1.0)  # a large variable: no values
+    m.feed(big)
+    assert m.copies[(1, 0)].values == ()
+
+
+def test_unit_formatting() -> None:
+    from interdist.dashboard.units import fmt_bytes, fmt_duration, fmt_rate, fmt_values, short_devices
+
+    assert [fmt_bytes(n) for n in (12, 1536, 2.5e6, 3e9)] == ["12 B", "1.5 KB", "2.5 MB", "3.0 GB"]
+    assert [fmt_rate(r) for r in (2e-3 * 1e9, 12e9)] == ["2.0 MB/s", "12.0 GB/s"]
+    assert [fmt_duration(s) for s in (8e-5, 0.0025, 0.25, 12.3, 0)] == ["80 µs", "2.5 ms", "250 ms", "12.3 s", "0 s"]
+    assert fmt_values([1.0, 2.5, -3.0]) == "[1, 2.5, -3]" and fmt_values([0.001]) == "0.001"
+    cpu = "/job:localhost/replica:0/task:{}/device:CPU:{}"
+    assert short_devices([cpu.format(0, 0), cpu.format(0, 1)]) == {cpu.format(0, 0): "CPU:0", cpu.format(0, 1): "CPU:1"}
+    assert short_devices([cpu.format(0, 0), cpu.format(1, 0)])[cpu.format(1, 0)] == "task:1/CPU:0"
+    assert short_devices([cpu.format(0, 0)]) == {cpu.format(0, 0): "CPU:0"}

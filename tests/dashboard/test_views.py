@@ -42,10 +42,14 @@ def test_replica_values_one_row_per_replica_per_variable_with_divergence() -> No
         "shape": ["(2,)"] * 4,
         "dtype": ["float32"] * 4,
         "device": [CPU.format(0), CPU.format(1)] * 2,
+        "where": ["CPU:0", "CPU:1"] * 2,  # the part of the device string that differs
+        # values of small variables; copies that differ (here 1 against 1: both) in red; on-read copies differ by design
+        "values": ["[1, 1]", "[1.25, 1.25]", "[1.5, 1.5]", "[2, 2]"],
+        "values_color": ["red", "red", "black", "black"],
         "norm": [2.0, 2.5, 3.0, 4.0],
         "checksum": [2.0, 2.5, 3.0, 4.0],
-        "step": [3, 3, 3, 3],
-        "status": ["DIVERGED since step 3"] * 2 + ["on-read (per replica)"] * 2,
+        "step": ["run #2"] * 4,  # step 3 was the user's second run call
+        "status": ["DIVERGED since run #2"] * 2 + ["on-read (per replica)"] * 2,
         "color": ["red", "red", "black", "black"],
     }
     assert "1 diverged" in v.summary.text
@@ -59,16 +63,18 @@ def test_placement_hosts_workers_devices_and_parameter_devices_apart() -> None:
     v.update(model_of(training_stream()))
     assert data(v) == {"host": ["10.0.0.1", "10.0.0.2"],
                        "worker": ["tcp://10.0.0.1:4000", "tcp://10.0.0.2:4000"],
-                       "device": [CPU.format(0), CPU.format(1)],
+                       "device": [CPU.format(0), CPU.format(1)], "where": ["CPU:0", "CPU:1"],
                        "replica": ["0", "1"], "variables": ["w, s", "w, s"]}
     assert {k: list(x) for k, x in v.param_source.data.items()} == {k: [] for k in data(v)}
+    assert not v.param_table.visible and not v.param_title.visible  # no empty "Parameter devices" under Mirrored
     # central storage: one copy of v, held by replica 0's worker on the parameter device
     central = [ev.RunStarted(G, 1, 1, 100.0, "create_variable", "create_variable"),
                created(0, 5, "v", 1.0, 100.0, sync="AUTO", device="/job:localhost/replica:0/task:0/device:CPU:0")]
     v.update(model_of(central))
     assert {k: list(x) for k, x in v.param_source.data.items()} == {
         "host": ["10.0.0.1"], "worker": ["tcp://10.0.0.1:4000"], "device": ["/job:localhost/replica:0/task:0/device:CPU:0"],
-        "replica": ["held by 0"], "variables": ["v"]}
+        "where": ["CPU:0"], "replica": ["held by 0"], "variables": ["v"]}
+    assert v.param_table.visible and v.param_title.visible
     assert data(v)["variables"] == ["", ""]
 
 
@@ -78,7 +84,7 @@ def test_timeline_bars_split_wait_and_transfer() -> None:
     d = data(v)
     assert {k: d[k] for k in ("replica", "op", "step", "seq", "nbytes", "bytes", "algorithm", "backend")} == {
         "replica": [0, 1, 0, 1], "op": ["all_reduce"] * 4, "step": [2, 2, 3, 3], "seq": [1] * 4,
-        "nbytes": [1000] * 4, "bytes": ["1.0 kB"] * 4, "algorithm": ["ring"] * 4, "backend": ["dask"] * 4}
+        "nbytes": [1000] * 4, "bytes": ["1.0 KB"] * 4, "algorithm": ["ring"] * 4, "backend": ["dask"] * 4}
     assert d["start"] == pytest.approx([1.1, 1.2, 2.1, 2.2])
     assert d["mid"] == pytest.approx([1.2, 1.2, 2.2, 2.2])
     assert d["end"] == pytest.approx([1.25, 1.25, 2.25, 2.25])

@@ -102,8 +102,8 @@ def assert_rendered(page: Any, timeout: float = 30.0) -> None:
     # the views' roots, outside any shadow root (querySelectorAll does not look into them)
     roots = page.evaluate("""() => Array.from(document.querySelectorAll('.jp-OutputArea-output [class^="bk-"]'))
                                  .map(e => e.classList[0]).filter(c => c !== "bk-Notifications")""")
-    assert len(roots) == 6, roots
-    assert page.locator(".bk-DataTable").count() >= 3  # values, placement (x2), watchdog
+    assert len(roots) == 7, roots  # the status strip, and six views in tabs
+    assert page.locator(".bk-DataTable").count() >= 3  # values, placement, watchdog
     assert page.locator(".bk-Figure canvas, .bk-Canvas canvas").count() >= 3
 
 

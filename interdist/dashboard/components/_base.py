@@ -14,6 +14,9 @@ from bokeh.models.sources import ColumnDataSource
 from bokeh.models.widgets import DataTable
 
 from interdist.dashboard.model import DashboardModel
+from interdist.dashboard.units import fmt_bytes
+
+__all__ = ["View", "fit_height", "fmt_bytes", "set_data"]
 
 
 class View:
@@ -77,9 +80,8 @@ def set_data(source: ColumnDataSource, data: dict[str, list[Any]]) -> bool:
 _repaints = itertools.count(1)
 
 
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
+def fit_height(table: DataTable, rows: int, most: int = 12) -> None:
+    """Size a table to its rows (up to ``most``, then it scrolls): no blank gap under a few rows."""
+    height = 30 + 26 * max(1, min(rows, most))
+    if table.height != height:
+        table.height = height

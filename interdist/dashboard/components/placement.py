@@ -13,10 +13,11 @@ from bokeh.layouts import column
 from bokeh.models.sources import ColumnDataSource
 from bokeh.models.widgets import DataTable, Div, TableColumn
 
-from interdist.dashboard.components._base import View, set_data
+from interdist.dashboard.components._base import View, fit_height, set_data
 from interdist.dashboard.model import DashboardModel
+from interdist.dashboard.units import short_devices
 
-COLUMNS = ["host", "worker", "device", "replica", "variables"]
+COLUMNS = ["host", "worker", "device", "where", "replica", "variables"]
 
 
 def host_of(address: str) -> str:
@@ -40,9 +41,10 @@ class Placement(View):
         cols = [
             TableColumn(field="host", title="host", width=110),
             TableColumn(field="worker", title="worker", width=190),
-            TableColumn(field="device", title="device", width=270),
+            TableColumn(field="where", title="device", width=110),  # the part that differs (CPU:1)
             TableColumn(field="replica", title="replica", width=60),
             TableColumn(field="variables", title="variables"),
+            TableColumn(field="device", title="full device name", width=330),
         ]
         height = kwargs.pop("height", 200)
         self.table = DataTable(
@@ -55,10 +57,13 @@ class Placement(View):
             sizing_mode="stretch_width",
             height=max(80, height // 2),
         )
+        # Shown only when some variable has one copy for the group (central storage): not under Mirrored.
+        self.param_title = Div(text="<b>Parameter devices</b> (one copy per variable for the group)", visible=False)
+        self.param_table.visible = False
         self.root = column(
             Div(text="<b>Replicas</b> (host &rarr; worker &rarr; device)"),
             self.table,
-            Div(text="<b>Parameter devices</b> (one copy per variable for the group)"),
+            self.param_title,
             self.param_table,
             sizing_mode="stretch_width",
             **kwargs,
@@ -74,6 +79,7 @@ class Placement(View):
                 central.setdefault((replica, c.device), []).append(name)
             else:
                 per_replica.setdefault(replica, []).append(name)
+        short = short_devices([*(model.devices_of(r) for r in per_replica), *(d for _, d in central)])
         rows = []
         for r in sorted(per_replica):
             if not self.shows_replica(r):
@@ -84,6 +90,7 @@ class Placement(View):
                     "host": host_of(worker),
                     "worker": worker,
                     "device": model.devices_of(r),
+                    "where": short.get(model.devices_of(r), ""),
                     "replica": str(r),
                     "variables": ", ".join(self._names(per_replica[r])),
                 }
@@ -98,12 +105,17 @@ class Placement(View):
                     "host": host_of(worker),
                     "worker": worker,
                     "device": device,
+                    "where": short.get(device, device),
                     "replica": f"held by {r}",
                     "variables": ", ".join(self._names(names)),
                 }
             )
         set_data(self.source, {c: [row[c] for row in rows] for c in COLUMNS})
         set_data(self.param_source, {c: [row[c] for row in params] for c in COLUMNS})
+        fit_height(self.table, len(rows))
+        fit_height(self.param_table, len(params))
+        if self.param_table.visible != bool(params):
+            self.param_table.visible = self.param_title.visible = bool(params)
 
     def _names(self, names: list[str]) -> list[str]:
         return [n for n in names if self.variable is None or n == self.variable]

@@ -52,9 +52,15 @@ class Progress(View):
                 "count": list(range(first + 1, first + len(shown) + 1)),
             },
         )
-        running = f", running step {model.running_step} ({model.last_fn})" if model.running_step is not None else ""
+        running = (
+            f", running {model.run_label(model.running_step)} ({model.last_fn})"
+            if model.running_step is not None
+            else ""
+        )
+        # the rate over the last steps (not since the dashboard opened, which counts the idle time between cells)
+        own = model.failed_replicas()
         self.status.text = (
             f"<b>{len(done)}</b> step(s) finished on <b>{model.world_size}</b> replica(s), "
             f"<b>{model.steps_per_second():.1f}</b> steps/s{running}"
-            + (f", <span style='color:red'>{len(model.failures)} failure(s)</span>" if model.failures else "")
+            + (f", <span style='color:red'>{len(own)} failure(s)</span>" if own else "")
         )

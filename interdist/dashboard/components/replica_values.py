@@ -13,10 +13,26 @@ from bokeh.layouts import column
 from bokeh.models.sources import ColumnDataSource
 from bokeh.models.widgets import DataTable, Div, NumberFormatter, StringFormatter, TableColumn
 
-from interdist.dashboard.components._base import View, set_data
+from interdist.dashboard.components._base import View, fit_height, set_data
 from interdist.dashboard.model import DashboardModel
+from interdist.dashboard.units import fmt_values, short_devices
 
-COLUMNS = ["var_id", "variable", "replica", "shape", "dtype", "device", "norm", "checksum", "step", "status", "color"]
+COLUMNS = [
+    "var_id",
+    "variable",
+    "replica",
+    "shape",
+    "dtype",
+    "device",
+    "where",
+    "values",
+    "values_color",
+    "norm",
+    "checksum",
+    "step",
+    "status",
+    "color",
+]
 
 
 class ReplicaValues(View):
@@ -32,16 +48,19 @@ class ReplicaValues(View):
         )  # found by tests in the browser
         text = StringFormatter(text_color="color")  # red for diverged rows, from the "color" column
         num = NumberFormatter(format="0.000000", text_color="color")
+        # a copy whose values differ from the other copies' (at the same step) is red in this column
+        values = StringFormatter(text_color="values_color", font_style="bold")
         cols = [
-            TableColumn(field="variable", title="variable", formatter=text, width=120),
-            TableColumn(field="replica", title="replica", width=60),
-            TableColumn(field="shape", title="shape", width=80),
-            TableColumn(field="dtype", title="dtype", width=70),
-            TableColumn(field="device", title="device", width=330),
-            TableColumn(field="norm", title="norm", formatter=num),
-            TableColumn(field="checksum", title="checksum", formatter=num),
-            TableColumn(field="step", title="step", width=50),
-            TableColumn(field="status", title="status", formatter=text),
+            TableColumn(field="variable", title="variable", formatter=text, width=110),
+            TableColumn(field="replica", title="replica", width=55),
+            TableColumn(field="where", title="device", width=90),  # the part of the device string that differs
+            TableColumn(field="values", title="values", formatter=values, width=240),
+            TableColumn(field="shape", title="shape", width=60),
+            TableColumn(field="dtype", title="dtype", width=60),
+            TableColumn(field="norm", title="norm", formatter=num, width=90),
+            TableColumn(field="checksum", title="checksum", formatter=num, width=90),
+            TableColumn(field="step", title="run", width=70),
+            TableColumn(field="status", title="status", formatter=text, width=170),
         ]
         self.summary = Div(text="no variables yet")
         self.table = DataTable(
@@ -55,6 +74,8 @@ class ReplicaValues(View):
 
     def _update(self, model: DashboardModel) -> None:
         data: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+        short = short_devices(c.device for c in model.copies.values())
+        differs = differing_copies(model)
         for (var_id, replica), c in sorted(model.copies.items()):
             info = model.variables.get(var_id)
             name = info.name if info is not None else f"var {var_id}"
@@ -62,7 +83,7 @@ class ReplicaValues(View):
                 continue
             since = model.diverged_since.get(var_id)
             if since is not None:
-                status, color = f"DIVERGED since step {since}", "red"
+                status, color = f"DIVERGED since {model.run_label(since)}", "red"
             elif info is not None and info.synchronization == "ON_READ":
                 status, color = "on-read (per replica)", "black"
             else:
@@ -74,16 +95,49 @@ class ReplicaValues(View):
                 "shape": str(tuple(info.shape)) if info is not None else "?",
                 "dtype": info.dtype if info is not None else "?",
                 "device": c.device,
+                "where": short.get(c.device, c.device),
+                "values": fmt_values(c.values) if c.values else "",
+                "values_color": "red" if (var_id, replica) in differs else "black",
                 "norm": c.norm,
                 "checksum": c.checksum,
-                "step": c.step,
+                "step": model.run_label(c.step),
                 "status": status,
                 "color": color,
             }
             for k in COLUMNS:
                 data[k].append(row[k])
         set_data(self.source, data)
+        fit_height(self.table, len(data["variable"]))
         n_div = len(model.diverged_since)
         self.summary.text = f"<b>{len(model.variables)}</b> variable(s) on <b>{len(model.replicas)}</b> replica(s)" + (
             f" &mdash; <span style='color:red'><b>{n_div} diverged</b></span>" if n_div else " &mdash; copies agree"
         )
+
+
+def differing_copies(model: DashboardModel) -> set[tuple[int, int]]:
+    """(var_id, replica) of the copies whose values differ from the most common ones among the copies
+    of the same variable at the same step (a late replica's older copy is not compared)."""
+    by_var: dict[int, dict[int, list[tuple[int, tuple[float, ...]]]]] = {}
+    for (var_id, replica), c in model.copies.items():
+        info = model.variables.get(var_id)
+        if c.values and not (info is not None and info.synchronization == "ON_READ"):
+            by_var.setdefault(var_id, {}).setdefault(c.step, []).append((replica, c.values))
+    out = set()
+    for var_id, steps in by_var.items():
+        copies = steps[max(steps)]
+        if len(copies) < 2:
+            continue
+        counts: dict[tuple[float, ...], int] = {}
+        for _, vals in copies:
+            counts[vals] = counts.get(vals, 0) + 1
+        common = max(counts, key=lambda v: counts[v])
+        if 2 * counts[common] <= len(copies):  # no majority (1 against 1): every copy is in question
+            if len(counts) > 1:
+                out |= {(var_id, r) for r, _ in copies}
+            continue
+        out |= {(var_id, r) for r, vals in copies if not _close(vals, common, model.rtol, model.atol)}
+    return out
+
+
+def _close(a: tuple[float, ...], b: tuple[float, ...], rtol: float, atol: float) -> bool:
+    return len(a) == len(b) and all(abs(x - y) <= atol + rtol * max(abs(x), abs(y)) for x, y in zip(a, b, strict=True))

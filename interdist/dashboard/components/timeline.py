@@ -14,8 +14,9 @@ from bokeh.models.tickers import SingleIntervalTicker
 from bokeh.models.tools import HoverTool
 from bokeh.plotting import figure
 
-from interdist.dashboard.components._base import View, fmt_bytes, set_data
+from interdist.dashboard.components._base import View, set_data
 from interdist.dashboard.model import DashboardModel
+from interdist.dashboard.units import fmt_bytes, fmt_duration
 
 COLUMNS = [
     "replica",
@@ -27,6 +28,8 @@ COLUMNS = [
     "end",
     "wait_ms",
     "transfer_ms",
+    "wait_text",
+    "transfer_text",
     "nbytes",
     "bytes",
     "algorithm",
@@ -74,8 +77,8 @@ class Timeline(View):
             HoverTool(
                 tooltips=[
                     ("op", "@op #@seq (step @step)"),
-                    ("wait", "@wait_ms{0.000} ms"),
-                    ("transfer", "@transfer_ms{0.000} ms"),
+                    ("wait", "@wait_text"),
+                    ("transfer", "@transfer_text"),
                     ("bytes", "@bytes"),
                     ("algorithm", "@algorithm / @backend"),
                 ]
@@ -98,6 +101,8 @@ class Timeline(View):
             "end": [max(e.end - t0, e.start - t0 + e.wait_s + e.transfer_s) for e in rows],
             "wait_ms": [e.wait_s * 1e3 for e in rows],
             "transfer_ms": [e.transfer_s * 1e3 for e in rows],
+            "wait_text": [fmt_duration(e.wait_s) for e in rows],
+            "transfer_text": [fmt_duration(e.transfer_s) for e in rows],
             "nbytes": [e.nbytes for e in rows],
             "bytes": [fmt_bytes(e.nbytes) for e in rows],
             "algorithm": [e.algorithm for e in rows],

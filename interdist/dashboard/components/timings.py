@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from bokeh.layouts import column
+from bokeh.models.formatters import NumeralTickFormatter
 from bokeh.models.sources import ColumnDataSource
 from bokeh.models.tools import HoverTool
 from bokeh.palettes import Category10_10
@@ -16,8 +17,22 @@ from bokeh.plotting import figure
 
 from interdist.dashboard.components._base import View, set_data
 from interdist.dashboard.model import DashboardModel
+from interdist.dashboard.units import fmt_bytes, fmt_duration, fmt_rate
 
-COLUMNS = ["time", "op", "step", "replica", "latency_ms", "nbytes", "bus_gbps", "color"]
+COLUMNS = [
+    "time",
+    "op",
+    "step",
+    "replica",
+    "latency_ms",
+    "nbytes",
+    "bus_gbps",
+    "bus",
+    "latency_text",
+    "bytes_text",
+    "bus_text",
+    "color",
+]
 SHOWN = 1000
 
 
@@ -43,28 +58,33 @@ class Timings(View):
         height = kwargs.pop("height", 170)
         hover = [
             ("op", "@op (step @step, replica @replica)"),
-            ("latency", "@latency_ms{0.000} ms"),
-            ("bytes", "@nbytes"),
-            ("bus bandwidth", "@bus_gbps{0.000} GB/s"),
+            ("latency", "@latency_text"),
+            ("bytes", "@bytes_text"),
+            ("bus bandwidth", "@bus_text"),
         ]
         figs: list[Any] = []
-        for field, label in [("latency_ms", "latency (ms)"), ("nbytes", "bytes"), ("bus_gbps", "bus bandwidth (GB/s)")]:
+        for field, label in [("latency_ms", "latency (ms)"), ("nbytes", "bytes"), ("bus", "bus bandwidth (GB/s)")]:
             # Share the first plot's time axis (an x_range of None would make Bokeh try pandas).
             shared: dict[str, Any] = {"x_range": figs[0].x_range} if figs else {}
             fig = figure(
                 height=height, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset", y_axis_label=label, **shared
             )
             fig.scatter(x="time", y=field, color="color", source=self.source, size=5, legend_field="op")
+            # plain numbers ("0.002", never "2.000e-3"); bytes as "136.5 KB"
+            fig.yaxis.formatter = NumeralTickFormatter(format="0.0 b" if field == "nbytes" else "0.[000]")
             fig.add_tools(HoverTool(tooltips=hover))
             fig.add_layout(fig.legend[0], "right")  # outside the plot, so no point is hidden
             figs.append(fig)
         figs[-1].xaxis.axis_label = "seconds since first event"
+        self.bus_unit = "GB/s"
         self.figures = figs
         self.root = column(*figs, sizing_mode="stretch_width", **kwargs)
 
     def _update(self, model: DashboardModel) -> None:
         t0 = model.t0 or 0.0
         points = [p for p in model.timings if self.shows_replica(p.replica)][-SHOWN:]
+        top = max((p.bus_gbps for p in points), default=0.0)
+        unit, scale = ("GB/s", 1.0) if top >= 1 else ("MB/s", 1e3) if top >= 1e-3 else ("KB/s", 1e6)
         data: dict[str, list[Any]] = {
             "time": [p.time - t0 for p in points],
             "op": [p.op for p in points],
@@ -73,6 +93,14 @@ class Timings(View):
             "latency_ms": [p.latency_s * 1e3 for p in points],
             "nbytes": [p.nbytes for p in points],
             "bus_gbps": [p.bus_gbps for p in points],
+            # the bandwidth axis in the unit that suits the numbers (MB/s on a laptop, GB/s on NVLink)
+            "bus": [p.bus_gbps * scale for p in points],
+            "latency_text": [fmt_duration(p.latency_s) for p in points],
+            "bytes_text": [fmt_bytes(p.nbytes) for p in points],
+            "bus_text": [fmt_rate(p.bus_gbps * 1e9) for p in points],
             "color": [op_color(p.op, self._ops) for p in points],
         }
         set_data(self.source, data)
+        label = f"bus bandwidth ({unit})"
+        if self.figures[-1].yaxis[0].axis_label != label:
+            self.figures[-1].yaxis[0].axis_label = label

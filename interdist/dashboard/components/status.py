@@ -1,0 +1,118 @@
+"""The replica status strip: a one-line summary, then one chip per replica.
+
+"replica 1: waiting in all_reduce #1 for [0]" answers the first question of a slow or
+stuck step (who waits for whom) at a glance, which is why this view comes first inline
+and is a Dask page of its own. Fed live (``dashboard.live``), it moves during a step.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bokeh.layouts import column
+from bokeh.models.sources import ColumnDataSource
+from bokeh.models.widgets import Div
+
+from interdist.dashboard.components._base import View, set_data
+from interdist.dashboard.model import DashboardModel, first_line
+from interdist.dashboard.units import fmt_duration
+
+COLUMNS = ["replica", "kind", "text"]
+# (background, text) per kind: the colours say the state before the words do
+COLORS = {
+    "idle": ("#eeeeee", "#555555"),
+    "running": ("#dbeafe", "#1e3a8a"),
+    "waiting": ("#fef3c7", "#92400e"),
+    "done": ("#dcfce7", "#166534"),
+    "failed": ("#fee2e2", "#991b1b"),
+    "aborted": ("#f3e8ff", "#6b21a8"),
+}
+
+
+def summary_line(model: DashboardModel, threshold_s: float = 5.0, now: float | None = None) -> str:
+    """Replicas, run number, last collective, divergence, failures, rate: the dashboard's first line (HTML)."""
+    now = time.time() if now is None else now
+    parts = [f"<b>{model.world_size}</b> replica(s)"]
+    if model.runs:
+        fn = model.last_fn.rsplit(".", 1)[-1]  # "step", not "train.<locals>.step"
+        parts.append(f"<b>run #{model.runs}</b>" + (f" ({html.escape(fn)})" if fn else ""))
+    else:
+        parts.append("no run yet")
+    if model.last_collective is not None:
+        op, seq, step = model.last_collective
+        parts.append(f"last collective: {html.escape(op)} #{seq} of {model.run_label(step)}")
+    stuck = model.stuck(threshold_s, now)
+    if stuck:
+        s = stuck[0]
+        parts.append(
+            f"<span style='color:#b91c1c'><b>stuck</b>: {html.escape(s.op)} #{s.seq} for "
+            f"{fmt_duration(max(s.arrived.values()))}, missing {s.missing}</span>"
+        )
+    if model.diverged_since:
+        names = [model.variables[v].name if v in model.variables else f"var {v}" for v in model.diverged_since]
+        parts.append(
+            f"<span style='color:#b91c1c'><b>{len(names)} diverged</b> ({html.escape(', '.join(names))})</span>"
+        )
+    elif model.variables:
+        parts.append("copies agree")
+    own = model.failed_replicas()
+    if own:
+        f = own[-1]
+        parts.append(
+            f"<span style='color:#b91c1c'><b>{len(own)} failure(s)</b>, last: replica {f.replica} in "
+            f"{model.run_label(f.step)}: {html.escape(first_line(f.error, 60))}</span>"
+        )
+    else:
+        parts.append("no failures")
+    rate = model.recent_rate(now=now)
+    if rate:
+        parts.append(f"{rate:.1f} steps/s")
+    return "<span class='interdist-summary'>" + " &middot; ".join(parts) + "</span>"
+
+
+def chip(replica: int, kind: str, text: str) -> str:
+    bg, fg = COLORS.get(kind, COLORS["idle"])
+    return (
+        f"<span class='interdist-chip interdist-chip-{kind}' data-replica='{replica}' "
+        f"style='display:inline-block;margin:2px 6px 2px 0;padding:2px 8px;border-radius:10px;"
+        f"background:{bg};color:{fg};font-family:monospace;white-space:nowrap'>"
+        f"<b>{replica}</b> {html.escape(text)}</span>"
+    )
+
+
+class ReplicaStatusStrip(View):
+    """A summary line and one chip per replica (``source`` holds each chip's kind and text, for tests)."""
+
+    name = "status"
+    title = "interdist: replica status"
+
+    def __init__(self, threshold_s: float = 5.0, clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
+        super().__init__()
+        self.threshold_s = threshold_s
+        self.clock = clock
+        self.source = ColumnDataSource({c: [] for c in COLUMNS}, name=f"interdist-{self.name}")
+        self.summary = Div(text="no replicas yet", sizing_mode="stretch_width")
+        self.strip = Div(text="", sizing_mode="stretch_width")
+        # the source is drawn by nothing (the chips are HTML): held in the root's tags so that it is in the
+        # document, where tests in a browser find it by name as they find the other views' sources
+        self.root = column(self.summary, self.strip, sizing_mode="stretch_width", tags=[self.source], **kwargs)
+
+    def _clock_key(self, model: DashboardModel) -> Any:
+        # the steps/s window and a stuck collective's time move without events: redraw each second
+        return int(self.clock())
+
+    def _update(self, model: DashboardModel) -> None:
+        chips = [model.status(r) for r in range(model.world_size) if self.shows_replica(r)]
+        set_data(
+            self.source,
+            {"replica": [c.replica for c in chips], "kind": [c.kind for c in chips], "text": [c.text for c in chips]},
+        )
+        summary = summary_line(model, self.threshold_s, self.clock())
+        if self.summary.text != summary:
+            self.summary.text = summary
+        strip = "".join(chip(c.replica, c.kind, c.text) for c in chips)
+        if self.strip.text != strip:
+            self.strip.text = strip
