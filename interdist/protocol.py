@@ -96,11 +96,15 @@ class Reply(TypedDict, total=False):
     type: str  # the exception's class name
     message: str
     traceback: str
+    frames: list[list[Any]]  # the user's frames of a failure, [file, line, function] (user_code.trim_traceback)
     secondary: bool  # a replica released by a peer's failure (CollectiveAbortedError), not a cause
     lost: bool  # the replica's worker is gone or unreachable
     stuck: bool  # the replica did not answer within the grace period after a peer failed
     frozen: bool  # the replica's process is stopped or its worker silent (client/liveness.py)
     warnings: list[str]
+    output: list[list[str]]  # what the replica printed in the step: [["stdout" | "stderr", text], ...]
+    collectives: int  # how many collectives the replica entered in the step (absent: none)
+    collective: list[Any]  # [op, seq]: the collective a failed replica was in when it failed
     events: list[dict[str, Any]]  # the events of the step, in their wire form (``Event.to_msg()``)
     created: list[CreatedVariable]
     plain_updates: bytes  # pickled [(key, op, value)]: writes to plain variables (values/variables.py)

@@ -17,11 +17,12 @@ as before.
 
 from __future__ import annotations
 
+import io
 import sys
 import threading
 import types
-from collections import OrderedDict
-from typing import Any
+from collections import ChainMap, OrderedDict
+from typing import Any, ClassVar
 
 import cloudpickle
 from cloudpickle import cloudpickle as _cp
@@ -36,10 +37,33 @@ _cache: OrderedDict[Any, tuple[Any, list[Any], bytes]] = OrderedDict()
 _lock = threading.Lock()
 
 
+def _code_reduce(code: types.CodeType) -> Any:
+    """cloudpickle's reduction of a code object, with its file name kept.
+
+    cloudpickle 3.1 names every code object it pickles ``<dynamic-code>`` (for deterministic bytes):
+    a replica's traceback then names no file, so neither the worker nor the notebook can show the
+    user's line (a notebook cell's source is in the notebook's ``linecache``; IPython showed the
+    function's ``def`` line instead of the failing one).
+    """
+    make, args = _cp._code_reduce(code)
+    return make, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped
+    dispatch_table: ClassVar[Any] = ChainMap({types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
+
+
+def _dumps(fn: Any) -> bytes:
+    """``cloudpickle.dumps(fn)`` with code objects that keep their file names (``_code_reduce``)."""
+    with io.BytesIO() as file:
+        _Pickler(file).dump(fn)
+        return file.getvalue()
+
+
 def dumps_fn(fn: Any) -> bytes:
     """``cloudpickle.dumps(fn)``, reused while ``fn`` and what it captures are unchanged."""
     data = cached_dumps(fn)
-    return cloudpickle.dumps(fn) if data is None else data
+    return _dumps(fn) if data is None else data
 
 
 def cached_dumps(fn: Any) -> bytes | None:
@@ -59,7 +83,7 @@ def cached_dumps(fn: Any) -> bytes | None:
             _cache.move_to_end(code)
             reused: bytes = hit[2]
             return reused
-    data: bytes = cloudpickle.dumps(fn)
+    data: bytes = _dumps(fn)
     with _lock:
         _cache[code] = (key, refs, data)
         _cache.move_to_end(code)

@@ -7,6 +7,7 @@ replica's worker directly (``rpc``), never through the scheduler.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -20,7 +21,7 @@ import cloudpickle
 from interdist import control as local_control
 from interdist.client import liveness
 from interdist.client.fn_pickle import dumps_fn
-from interdist.client.replies import StepReplies, raise_for
+from interdist.client.replies import StepReplies, raise_for, show_output, user_stacklevel
 from interdist.config import settings
 from interdist.errors import WorkerLostError
 from interdist.protocol import (
@@ -74,6 +75,7 @@ class DaskGroup:
         # Set when a step failed or was interrupted (what it was): the next call first checks that the mirrored
         # copies are still equal (strategy/variables.py ``_check_copies``).
         self.suspect: str | None = None
+        self._background: set[asyncio.Future[Any]] = set()  # calls not awaited (kept alive until done)
         self.runs = 0  # the user's calls (run, run_steps), as the notebook counts them: "run #3"
         self.on_events: Callable[[Any], None] | None = None  # the strategy's event log
         # The strategy's handles for variables created inside a replica function (rank 0's list).
@@ -184,6 +186,7 @@ class DaskGroup:
         steps: int = 1,
     ) -> list[Any]:
         """Run ``fn`` on every replica; the decoded results in rank order, or one exception."""
+        __tracebackhide__ = True  # IPython and pytest leave this frame out of the traceback
         if self.closed:
             raise RuntimeError("this strategy was closed; create a new one")
         if self.lost:
@@ -237,10 +240,13 @@ class DaskGroup:
         if any(not r["ok"] for r in replies):
             self.suspect = what if not user_call else f"the failed {what.split(' of ')[0]} #{self.runs}"
         apply_plain_updates(replies)  # writes to plain variables, made before any failure too
-        raise_for(replies, step, what, self.spec["devices"], self.addresses, self.lost)
+        show_output(replies)  # what the replicas printed, labelled, in this cell, before its result or error
+        kind, _, fn_name = what.partition(" of ")
+        call = f"{kind} #{self.runs} ({fn_name})" if user_call else f"{what} (step {step})"  # "run #3 (train_step)"
+        raise_for(replies, step, what, self.spec["devices"], self.addresses, self.lost, call)
         for r in replies:
             for w in r.get("warnings", ()):
-                warnings.warn(w, UserWarning, stacklevel=4)
+                warnings.warn(w, UserWarning, stacklevel=user_stacklevel())
         return [cloudpickle.loads(r["result"]) for r in replies]
 
     # -- Kernel > Interrupt -------------------------------------------------------
@@ -372,7 +378,13 @@ class DaskGroup:
         def on_idle(waiting: list[int]) -> list[int]:
             frozen = self._liveness.frozen(waiting)
             for rank, why in frozen.items():
-                self._broadcast(self._others(rank), self._abort_step(step, got.frozen(rank, conns[rank], why)))
+                reason = got.frozen(rank, conns[rank], why)
+                self._broadcast(self._others(rank), self._abort_step(step, reason))
+                # The frozen replica too, on its own control socket: it reads the abort as soon as it resumes,
+                # so it leaves the step at its next collective instead of waiting there for its peers.
+                with contextlib.suppress(OSError):
+                    conns[rank].post(local_control.pack({"op": "abort", "group": self.group_id, "step": step,
+                                                         "reason": reason}))  # fmt: skip
             return list(frozen)
 
         for rank in local_control.wait_replies(sent, step, on_reply, got.grace, on_idle, liveness.CHECK_EVERY):
@@ -418,6 +430,12 @@ class DaskGroup:
                 frozen = await loop.run_in_executor(None, self._liveness.frozen, sorted(waiting))
                 for rank, why in frozen.items():
                     pending.discard(waiting[rank])
+                    # best effort, not awaited: a stopped worker may not even complete a new connection
+                    task = asyncio.ensure_future(
+                        self._to_each([rank], self._abort_step(step, f"replica {rank} was frozen"))
+                    )
+                    self._background.add(task)
+                    task.add_done_callback(self._background.discard)
                     await self._to_each(
                         self._others(rank), self._abort_step(step, got.frozen(rank, waiting[rank], why))
                     )

@@ -9,11 +9,16 @@ notebook sees.
 
 from __future__ import annotations
 
+import linecache
+import os
+import sys
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Any, cast
 
 import cloudpickle
 
+from interdist.client.worker_process import worker_log_path
 from interdist.config import settings
 from interdist.errors import ReplicaError, ReplicaFrozenError, WorkerLostError
 from interdist.protocol import Reply, frozen_reply, stuck_reply
@@ -67,13 +72,22 @@ class StepReplies:
 
 
 def raise_for(
-    replies: list[Reply], step: int, what: str, devices: list[str], addresses: list[str], lost_ranks: dict[int, str]
+    replies: list[Reply],
+    step: int,
+    what: str,
+    devices: list[str],
+    addresses: list[str],
+    lost_ranks: dict[int, str],
+    call: str = "",
 ) -> None:
     """Raise the one exception for a step's failed replies, if any; a lost replica is noted in ``lost_ranks``.
 
     A lost replica gives ``WorkerLostError``; else the exception of the first replica that failed on its
-    own (not a secondary failure: released by a peer's, or stuck), with its remote traceback as a note.
+    own (not a secondary failure: released by a peer's, or stuck), of its own class, with the user's
+    frames of its remote traceback and, as its last note, one line saying what happened (``call``: the
+    step as the user knows it, "run #3 (train_step)").
     """
+    __tracebackhide__ = True  # IPython and pytest leave this frame out of the traceback
     failed = [(r, rep) for r, rep in enumerate(replies) if not rep["ok"]]
     if not failed:
         return
@@ -82,9 +96,11 @@ def raise_for(
         for r, _ in lost:
             lost_ranks[r] = addresses[r]
         names = ", ".join(f"replica {r} ({devices[r]}, worker {addresses[r]})" for r, _ in lost)
+        log = worker_log_path()
         raise WorkerLostError(
-            f"{names} was lost during step {step} ({what}): its worker died or became unreachable "
+            f"{names} was lost during {call or f'step {step} ({what})'}: its worker died or became unreachable "
             f"({lost[0][1]['type']}: {lost[0][1]['message']}). The other replicas were released."
+            + (f" The embedded workers' own output (tracebacks, Dask's logs) is in {log}" if log else "")
         )
     frozen = [(r, rep) for r, rep in failed if rep.get("frozen")]
     primary = frozen or [(r, rep) for r, rep in failed if not rep.get("secondary")] or failed
@@ -98,28 +114,153 @@ def raise_for(
             rank,
             step,
         )
-    note = (
-        f"interdist: raised on replica {rank} ({devices[rank]}) in step {step} ({what})\n"
-        f"--- remote traceback (replica {rank}) ---\n{rep['traceback']}"
-    )
-    stuck = [r for r, rep2 in failed if rep2.get("stuck")]
-    if stuck:
-        note += (
-            f"\ninterdist: replica(s) {stuck} did not return from step {step}: their replica function "
-            "is still running (the strategy refuses new steps until it returns)"
-        )
     exc: BaseException | None = None
     if rep.get("error") is not None:
         try:
             exc = cloudpickle.loads(rep["error"])
         except Exception:  # noqa: BLE001 - an exception that does not unpickle here: a ReplicaError with its text
             exc = None
+    summary = failure_summary(replies, rank, call or f"step {step} ({what})")
+    notes = []
+    tb = remote_traceback(rep.get("frames") or [])
     if exc is None:
         exc = ReplicaError(f"replica {rank} raised {rep['type']}: {rep['message']}", rank, step)
+    if tb is None:  # the user's frames as text (not tblib's frames, which IPython shows at the ``def``)
+        exc.__traceback__ = None
+        notes.append(f"--- remote traceback (replica {rank}) ---\n{rep['traceback'].rstrip()}")
+    else:
+        exc.__traceback__ = tb
     try:
-        exc.add_note(note)
+        for note in notes:
+            exc.add_note(note)
+        exc.add_note(summary)  # the last line of the traceback: what happened, in one line
         exc.interdist_replica = rank  # type: ignore[attr-defined]  # tags for debugging, on any exception
         exc.interdist_step = step  # type: ignore[attr-defined]  # tags for debugging, on any exception
     except Exception:  # noqa: BLE001, S110 - exceptions with __slots__
         pass
     raise exc
+
+
+def failure_summary(replies: list[Reply], rank: int, call: str) -> str:
+    """One line for a step that failed on ``rank``: "ValueError on replica 2 of 4 in run #13 (bad_replica);
+    replicas 0, 1, 3 released", and why a collective waited in vain when a peer's reply says so."""
+    rep = replies[rank]
+    n = len(replies)
+    parts = [f"{rep['type']} on replica {rank} of {n} in {call}"]
+    others = [r for r in range(n) if r != rank]
+    also = [r for r in others if not replies[r]["ok"] and not replies[r].get("secondary")]
+    if also:
+        parts.append("also failed: " + ", ".join(f"replica {r} ({replies[r]['type']})" for r in also))
+    for label, ranks in (
+        ("released", [r for r in others if replies[r].get("secondary") and not replies[r].get("stuck")]),
+        ("finished", [r for r in others if replies[r]["ok"]]),
+        ("still running (no new step until it returns)", [r for r in others if replies[r].get("stuck")]),
+    ):
+        if ranks:
+            parts.append(f"{_ranks(ranks)} {label}")
+    cause = _collective_cause(replies, rank, call)
+    if cause:
+        parts.append(cause)
+    return "; ".join(parts)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("replica " if len(ranks) == 1 else "replicas ") + ", ".join(str(r) for r in ranks)
+
+
+def _collective_cause(replies: list[Reply], rank: int, call: str) -> str:
+    """Why the collective ``rank`` failed in never completed, from its peers' replies: a replica that
+    returned without entering it, or one that waited in another collective."""
+    where = replies[rank].get("collective")
+    if not where:
+        return ""
+    op, seq = where[0], int(where[1])
+    fn = call.partition("(")[2].rstrip(")") if call.startswith("run") else "its program"
+    causes = []
+    for r, other in enumerate(replies):
+        if r == rank:
+            continue
+        if other["ok"] and int(other.get("collectives", 0)) < seq:
+            done = other.get("collectives", 0)
+            after = f" after {done} collective(s)" if done else ""
+            causes.append(f"replica {r} returned from {fn}{after} without entering {op} #{seq}")
+        elif other.get("collective") and list(other["collective"]) != [op, seq]:
+            causes.append(f"replica {r} was in {other['collective'][0]} #{other['collective'][1]}, not {op} #{seq}")
+    return "; ".join(causes)
+
+
+def show_output(replies: list[Reply]) -> None:
+    """Print what each replica wrote in the step, ``[replica r] `` before each line, in rank order: to
+    this process's stdout and stderr, so in a notebook to the cell that ran the step."""
+    for rank, rep in enumerate(replies):
+        chunks = rep.get("output")
+        if not chunks:
+            continue
+        prefix = f"[replica {rank}] "
+        for name, text in chunks:
+            stream = sys.stderr if name == "stderr" else sys.stdout
+            lines = text.splitlines(keepends=True)
+            stream.write("".join(prefix + (ln if ln.endswith("\n") else ln + "\n") for ln in lines))
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` of a ``warnings.warn`` made by the caller that points at the first frame outside
+    interdist: the user's line that called it, not interdist's or IPython's."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def remote_traceback(frames: list[list[Any]]) -> TracebackType | None:
+    """A traceback of this process whose frames stand for a replica's ``[file, line, function]`` frames.
+
+    Each is a frame of a stub that raises on that line of that file, under the function's name: Python
+    and IPython then show the line from this process's ``linecache``, where a notebook cell's source
+    is. (The stubs Dask's ``tblib`` builds start at the failing line, so IPython, which shows a
+    frame's code from its first line, showed the function's ``def`` with the failing line's number.)
+    """
+    tb: TracebackType | None = None
+    try:
+        for filename, lineno, name, *cols in reversed(frames):
+            stub = _stub(str(filename), int(lineno), cols)
+            # an indented stub sits in an ``if`` on the line before (none before line 1: no indent there)
+            source = "\n" * (int(lineno) - 2) + "if 1:\n" + stub if int(lineno) > 1 else stub.lstrip()
+            code = compile(source, str(filename), "exec")
+            code = code.replace(co_name=str(name), co_qualname=str(name))  # 3.11+
+            try:
+                exec(code, {"_R": _Remote(), "__name__": "__interdist_remote__"})
+            except _Remote as e:
+                assert e.__traceback__ is not None
+                frame_tb = e.__traceback__.tb_next  # the stub's frame, under this function's
+                assert frame_tb is not None
+                frame_tb.tb_next = tb
+                tb = frame_tb
+    except Exception:  # noqa: BLE001 - odd file names or lines: the frames go as text instead
+        return None
+    return tb
+
+
+def _stub(filename: str, lineno: int, cols: list[Any]) -> str:
+    """A ``raise`` that spans the columns of the remote frame's expression (where the traceback puts its
+    ``^^^``), or its whole line (no ``^^^``), padded: ``raise(_R   )``."""
+    if len(cols) != 2:
+        line = linecache.getline(filename, lineno)
+        start = len(line) - len(line.lstrip())
+        cols = [start, len(line.rstrip())]
+    start, end = int(cols[0]), int(cols[1])
+    width = end - start
+    if width < 8:
+        return "raise _R"
+    return " " * start + ("raise _R" if width == 8 else "raise(_R" + " " * (width - 9) + ")")
+
+
+class _Remote(Exception):  # noqa: N818 - raised by the stubs of remote_traceback only
+    pass

@@ -25,7 +25,11 @@ When the cluster speaks TLS, the worker's credentials (``Security.temporary()``'
 go to the child as the first line on that socket pair: not on its command line, in its environment or
 in a file, where another account on the host could read them.
 
-Its stdout and stderr are the notebook's (a replica's ``print`` shows in the cell, as before).
+Its stdout and stderr go to a log file (:func:`worker_log_path`, named in a ``WorkerLostError``), not
+to the notebook's: what a replica function prints travels back with its step's reply and shows in the
+cell that ran it, labelled (``replica/user_code.py``); what is left is the worker's own noise (Dask's
+logs, the traceback of a dying process), which landed in whichever cell ran next.
+``INTERDIST_WORKER_LOG=-`` gives workers the notebook's streams again.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -60,6 +65,33 @@ _BOOT = (
     "import sys, json; spec = json.loads(sys.argv[1]); sys.path[:] = spec['sys_path']; "
     "import distributed; from interdist.worker.process import main; main(spec)"
 )
+
+
+def worker_log_path() -> str | None:
+    """The file the embedded workers of this process write their own output to; None before one started,
+    or when ``INTERDIST_WORKER_LOG=-`` leaves them the notebook's streams."""
+    return _log_path
+
+
+_log_path: str | None = None
+
+
+def _open_log() -> int | None:
+    """A descriptor for a worker's stdout and stderr (appended to by every worker of this process), or None."""
+    global _log_path
+    path = os.environ.get("INTERDIST_WORKER_LOG", "")
+    if path == "-":
+        return None
+    if not path:
+        folder = os.path.join(tempfile.gettempdir(), f"interdist-{os.getuid()}")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        path = os.path.join(folder, f"workers-{os.getpid()}.log")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:
+        return None  # an unwritable place: the notebook's streams, as before
+    _log_path = path
+    return fd
 
 
 class WorkerProcess(ProcessInterface):
@@ -121,6 +153,7 @@ class WorkerProcess(ProcessInterface):
 
     async def _spawn(self) -> None:
         ours, theirs = socket.socketpair()
+        log = _open_log()
         spec = {
             "scheduler": self.scheduler,
             "name": self.name,
@@ -136,6 +169,8 @@ class WorkerProcess(ProcessInterface):
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,  # the kernel's or terminal's SIGINT is not for this process
                 stdin=subprocess.DEVNULL,
+                stdout=log,  # None: the notebook's
+                stderr=None if log is None else subprocess.STDOUT,
                 env=self.env,
             )
         except BaseException:
@@ -143,6 +178,8 @@ class WorkerProcess(ProcessInterface):
             raise
         finally:
             theirs.close()
+            if log is not None:
+                os.close(log)
         if self.credentials is not None:
             try:
                 ours.sendall(json.dumps(self.credentials).encode() + b"\n")

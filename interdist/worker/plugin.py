@@ -26,6 +26,7 @@ from interdist.protocol import GroupSpec, Reply, lost_reply
 from interdist.replica.central import close_central, serve_central_read
 from interdist.replica.central_variable import make_replica_variable
 from interdist.replica.replica import Replica
+from interdist.replica.user_code import enable_capture
 from interdist.worker import thread
 from interdist.worker.control_server import ControlServer
 from interdist.worker.thread import ReplicaThread
@@ -52,6 +53,11 @@ class ReplicaRuntime(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         self.worker = worker
+        if getattr(worker, "nanny", None):
+            # A worker process of its own (a nanny's, on this host or another): replicas' prints go back
+            # with their replies, labelled. Not a worker in the notebook's process (processes=False),
+            # whose prints already reach the cell, and whose streams belong to the notebook.
+            enable_capture()
         self.replicas: dict[str, Replica] = {}
         self.mailboxes: dict[str, Mailbox] = {}
         self.executors: dict[str, ReplicaThread] = {}
@@ -178,6 +184,9 @@ class ReplicaRuntime(WorkerPlugin):
         a peer's collective packet: as ``coll``; or a reader's request for rows of a chunk held here."""
         if msg.get("op") == "coll":
             self._mailbox(msg["group"]).put(msg["step"], msg["seq"], msg["src"], packet_from_payload(msg["payload"]))
+            return
+        if msg.get("op") == "abort":  # the notebook found a replica of this worker frozen: read when it resumes
+            self._mailbox(msg["group"]).abort(msg["step"], msg["reason"])
             return
         if msg.get("op") == "rows":  # a replica on this host reads rows of a chunk this worker holds
             reply(_direct.serve_rows(self.worker, msg))

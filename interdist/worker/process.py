@@ -26,15 +26,18 @@ import signal
 import socket
 import sys
 import threading
+import time
 from typing import Any
 
 from distributed import Worker
 from distributed.compatibility import asyncio_run
 from distributed.config import get_loop_factory
 
+from interdist.replica.user_code import enable_capture
 from interdist.worker import thread
 
 _EXIT_GRACE = 10.0  # seconds a closing worker gets before the process exits regardless
+_RESUME_SETTLE = 0.3  # seconds the main thread waits after a SIGCONT (see main)
 
 
 def main(spec: dict[str, Any]) -> None:
@@ -45,8 +48,14 @@ def main(spec: dict[str, Any]) -> None:
         spec = {**spec, "options": {**spec.get("options", {}), "security": _read_security(sock)}}
     for name, level in spec.get("log_levels", {}).items():
         logging.getLogger(name).setLevel(level)
+    enable_capture()  # replicas' prints go back with their replies; the rest to the worker log (worker_process.py)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    # Resumed after a SIGSTOP (a frozen replica): the notebook has given up on the step and aborted it, and
+    # the abort waits in this process's sockets. Give the threads that read them a moment before the
+    # replica's code goes on (this handler runs on the main thread, where that code runs), so that it
+    # leaves the step at its next collective instead of completing one its peers abandoned.
+    signal.signal(signal.SIGCONT, lambda signum, frame: time.sleep(_RESUME_SETTLE))
     code = [1]
     loop_thread = threading.Thread(
         target=_run_loop, args=(spec, sock, stop, code), name="interdist-worker-loop", daemon=True
