@@ -78,7 +78,7 @@ def combine(op: ReduceOp, parts: list[tuple[np.ndarray, int]], axis: Axis) -> np
     xp = xp_of(numer)  # numpy, or cupy for a GPU replica's values
     if numer.dtype.kind in "fc":  # complex keeps its dtype (and its imaginary part), as floats do
         return cast("np.ndarray", xp.asarray(numer / xp.asarray(denom, dtype=numer.dtype), dtype=numer.dtype))
-    return cast("np.ndarray", xp.asarray(numer / denom, dtype=xp.float64))  # TF's truediv of integers
+    return cast("np.ndarray", xp.asarray(numer / denom, dtype=truediv_dtype(numer.dtype)))  # TF's truediv
 
 
 def reduce_components(op: ReduceOp, components: list[Any], axis: Axis) -> np.ndarray:
@@ -151,12 +151,18 @@ def check_shapes(shapes: list[tuple[int, ...]], what: str = "reduce") -> None:
         )
 
 
+def truediv_dtype(dtype: Any) -> Any:
+    """The float dtype of TF's ``truediv`` of integers: float32 for 8- and 16-bit integers, float64 for
+    32- and 64-bit ones (TF 2.21: ``reduce("MEAN")`` of int8 values gives float32, of int32 float64)."""
+    return np.float32 if np.dtype(dtype).itemsize <= 2 else np.float64
+
+
 def mean_of_sum(total: np.ndarray, n: int) -> np.ndarray:
     """``total / n`` as TF's ``_simple_reduce`` computes it for MEAN.
 
-    TF divides with ``/``: floats keep their dtype, integers become float64.
+    TF divides with ``/``: floats keep their dtype, integers become floats (``truediv_dtype``).
     """
     xp = xp_of(total)  # numpy, or cupy for a GPU replica's values
     if not np.issubdtype(total.dtype, np.inexact):
-        return cast("np.ndarray", xp.asarray(total / n, dtype=np.float64))
+        return cast("np.ndarray", xp.asarray(total / n, dtype=truediv_dtype(total.dtype)))
     return cast("np.ndarray", xp.asarray(total / xp.asarray(n, dtype=total.dtype), dtype=total.dtype))

@@ -29,6 +29,10 @@ class DivergedCopiesError(InterdistError):
     """After a fault, the copies of a mirrored variable differ between replicas (a step applied on some only)."""
 
 
+class InjectedFaultError(InterdistError):
+    """Raised in a replica by a fault armed with ``idist.debug.inject(..., fault="raise")``."""
+
+
 class CollectiveTimeoutError(InterdistError, TimeoutError):
     """A collective waited longer than its timeout for some replicas."""
 

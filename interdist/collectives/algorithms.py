@@ -90,6 +90,10 @@ def _bounds(size: int, n: int) -> list[int]:
     return [size * j // n for j in range(n + 1)]
 
 
+#: The dtypes TF's collective all-reduce accepts across replicas (bool is refused with its own message).
+COLLECTIVE_DTYPES = ("float16", "float32", "float64", "int32", "int64")
+
+
 class Collectives:
     """The ops a replica uses, on top of a transport. One instance per replica.
 
@@ -238,11 +242,13 @@ class Collectives:
         for i in range(len(mine[0])):
             check_dtypes([m[1][i] for m in all_metas], "all_reduce")
             check_shapes([tuple(m[0][i]) for m in all_metas], "all_reduce")
-            kind = np.dtype(mine[1][i]).kind
-            if kind not in "biuf":  # TF's collective all-reduce has no complex, string or object kernel
+            dtype = np.dtype(mine[1][i])
+            if dtype.kind != "b" and dtype.name not in COLLECTIVE_DTYPES:
+                # TF 2.21's CollectiveReduceV2 takes these only: InvalidArgumentError ("Value for attr 'T' of
+                # uint8 is not in the list of allowed values") for int8/16, unsigned, complex, strings, objects.
                 raise ValueError(
-                    f"all_reduce cannot {mine[2]} values of dtype {np.dtype(mine[1][i]).name} (TF has no "
-                    f"{mine[2]} kernel for it); pass numbers"
+                    f"all_reduce cannot {mine[2]} values of dtype {dtype.name}: TF's collective all-reduce takes "
+                    f"{', '.join(COLLECTIVE_DTYPES)} only; cast them first (e.g. x.astype(np.int32))"
                 )
 
     def _all_gather_reduce(

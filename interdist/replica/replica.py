@@ -11,7 +11,6 @@ from __future__ import annotations
 import pickle
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,7 +18,7 @@ import cloudpickle
 import numpy as np
 
 from interdist import _context, _gpu, _nest, events
-from interdist._convert import summarize
+from interdist._convert import small_values, summarize
 from interdist.collectives.algorithms import AUTO, Collectives
 from interdist.collectives.base import Transport
 from interdist.config import settings
@@ -36,8 +35,9 @@ from interdist.protocol import (
     dump_exception,
     resolving,
 )
+from interdist.replica import faults
 from interdist.replica.context import ReplicaContext
-from interdist.replica.user_code import call_user
+from interdist.replica.user_code import begin_output, call_user, end_output, trim_traceback
 from interdist.replica.variable import ReplicaVariable
 from interdist.replica.view import make_view
 from interdist.values.variables import PlainVariableProxy, plain_updates
@@ -83,12 +83,14 @@ class Replica:
         self.transport = transport
         self._sink = emit
         self.step_events: list[dict[str, Any]] = []
+        self.armed_fault: dict[str, Any] | None = None  # idist.debug.inject (replica/faults.py)
         self.before_emit: Callable[[], None] | None = None  # called once before the next event (fused.py)
         self._abort_peers = abort_peers
         self.store: dict[str, Any] = {}
         self.variables: dict[int, Any] = {}
         self.step = -1
         self.seq = 0
+        self.in_collective: tuple[str, int] | None = None  # (op, seq) of the collective this replica is in
         self.touched: set[int] = set()
         self.diverged: set[int] = set()
         self.shared_results: dict[int, Any] = {}  # id -> object, for this step's merge_call results
@@ -121,8 +123,11 @@ class Replica:
 
     def collective(self, op: str, nbytes: int, call: Callable[[int, int, str], _T]) -> _T:
         """Run one collective with its events; ``call(step, seq, what)`` does the work."""
+        if self.armed_fault is not None:
+            faults.fire(self, "collective", op)
         seq = self.next_seq()
         what = f"{op} #{seq} of step {self.step} on replica {self.rank}"
+        self.in_collective = (op, seq)  # named in the reply if the step fails in it (client/replies.py)
         aborted = self.transport.mailbox.aborted(self.step)
         if aborted is not None:
             # A step aborted before this replica got here (a peer failed, the notebook was interrupted):
@@ -148,6 +153,7 @@ class Replica:
                 t.transfer_s,
             )
         )
+        self.in_collective = None
         return result
 
     def exchange(self, op: str, obj: Any, nbytes: int = 0) -> list[Any]:
@@ -173,6 +179,8 @@ class Replica:
             for hook in self.program_hooks:
                 hook(True)
             fn_name = "?"
+            self.in_collective = None
+            output = begin_output()  # what the program prints goes back with its reply (user_code.py)
             t0 = time.time()
             try:
                 with resolving(self):
@@ -190,19 +198,21 @@ class Replica:
                     result = fn(self, *args, **kwargs)
                 else:
                     arg_ids = {id(x): i for i, x in enumerate(_nest.flatten((args, kwargs))) if x is not None}
+                    if self.armed_fault is not None:
+                        faults.fire(self, "step")
                     with _context.enter(self.view, self.context):
                         result = call_user(fn, args, kwargs)
                 reply: Reply = {"ok": True, "result": dump_result(self.encode(result, step, arg_ids))}
             except BaseException as exc:  # noqa: BLE001 - every failure must reach the notebook
                 secondary = isinstance(exc, CollectiveAbortedError)
-                tb = traceback.format_exc()
-                if not secondary:
+                tb, frames = trim_traceback(exc)  # the user's frames only
+                if not secondary:  # a peer released by another's failure is not one more failure
                     self._abort_peers(self.step, f"replica {self.rank} raised {type(exc).__name__}: {exc}")
-                self.emit(
-                    events.ReplicaFailed(
-                        self.group_id, self.step, self.rank, time.time(), f"{type(exc).__name__}: {exc}", tb
+                    self.emit(
+                        events.ReplicaFailed(
+                            self.group_id, self.step, self.rank, time.time(), f"{type(exc).__name__}: {exc}", tb
+                        )
                     )
-                )
                 reply = {
                     "ok": False,
                     "secondary": secondary,
@@ -210,7 +220,10 @@ class Replica:
                     "traceback": tb,
                     "type": type(exc).__name__,
                     "message": str(exc),
+                    "frames": frames,
                 }
+                if self.in_collective is not None:
+                    reply["collective"] = list(self.in_collective)
             finally:
                 self._emit_variable_updates(step)
                 for hook in self.program_hooks:
@@ -229,6 +242,11 @@ class Replica:
             )
             if self.warnings:
                 reply["warnings"] = list(self.warnings)
+            if self.seq and reply["ok"]:
+                reply["collectives"] = self.seq  # to tell a peer left waiting in the next one why
+            printed = end_output(output)
+            if printed:
+                reply["output"] = printed
             reply["events"], self.step_events = self.step_events, []
             if self.created:
                 reply["created"] = self.created
@@ -288,7 +306,16 @@ class Replica:
                 norm, checksum = summarize(var.raw)
                 self.emit(
                     events.VariableUpdated(
-                        self.group_id, step, self.rank, time.time(), var_id, var.name, self.device, norm, checksum
+                        self.group_id,
+                        step,
+                        self.rank,
+                        time.time(),
+                        var_id,
+                        var.name,
+                        self.device,
+                        norm,
+                        checksum,
+                        small_values(var.raw, events.SMALL_VALUES),
                     )
                 )
 
