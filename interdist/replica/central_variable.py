@@ -17,7 +17,7 @@ from interdist._convert import apply_op, convert_for_variable
 from interdist._gpu import to_host
 from interdist.protocol import VariableMeta
 from interdist.replica.central import central_state, reduce_to_holder
-from interdist.replica.variable import ReplicaVariable, emit_created
+from interdist.replica.variable import ReplicaVariable, emit_created, variable_class
 from interdist.values.distributed import DistributedValues
 
 if TYPE_CHECKING:
@@ -185,12 +185,12 @@ class CentralReplicaVariable(ReplicaVariable):
 def make_replica_variable(replica: Replica, var_id: int, meta: VariableMeta, value: Any) -> ReplicaVariable:
     """A replica's variable object for ``meta`` (central variables have their own kind)."""
     if meta.get("kind") == "central":
-        return CentralReplicaVariable(replica, var_id, meta, value)
-    return ReplicaVariable(replica, var_id, meta, value)
+        return variable_class(CentralReplicaVariable, meta)(replica, var_id, meta, value)
+    return variable_class(ReplicaVariable, meta)(replica, var_id, meta, value)
 
 
 def create_central_variable(replica: Replica, var_id: int, meta: VariableMeta, value: Any) -> None:
-    var = CentralReplicaVariable(replica, var_id, meta, value)
+    var = variable_class(CentralReplicaVariable, meta)(replica, var_id, meta, value)
     replica.variables[var_id] = var
     if var._state.is_holder:
         emit_created(replica, var)

@@ -181,7 +181,7 @@ class ReplicaContext:
         # A value merge_fn returns as such is, in TF, the very same object on every replica:
         # remember it, so that run() can hand it back as one value.
         for leaf in _nest.flatten(result):
-            if leaf is not None and not isinstance(leaf, DistributedValues):
+            if leaf is not None and (isinstance(leaf, ReplicaVariable) or not isinstance(leaf, DistributedValues)):
                 self._r.shared_results[id(leaf)] = leaf
         return out
 
@@ -243,7 +243,8 @@ def _regroup_local(per_rank: list[Any], n: int) -> Any:
 
 def _select(x: Any, rank: int) -> Any:
     def leaf(v: Any) -> Any:
-        if isinstance(v, DistributedValues):
+        # A variable stays itself (TF's select_replica keeps DistributedVariables).
+        if isinstance(v, DistributedValues) and not isinstance(v, ReplicaVariable):
             return v._component(rank)
         return v
 

@@ -6,6 +6,7 @@ step numbering, events, timeouts and abort handling as user code.
 
 from __future__ import annotations
 
+import copy
 import json
 import zlib
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from interdist import _context, _gpu, _reduction
 from interdist._convert import as_array, is_array_like
 from interdist.protocol import VariableMeta
 from interdist.reduce_op import ReduceOp
-from interdist.replica.variable import ReplicaVariable, emit_created
+from interdist.replica.variable import ReplicaVariable, emit_created, variable_class
 
 if TYPE_CHECKING:
     from interdist.replica.replica import Replica
@@ -42,12 +43,13 @@ class ValueContext:
 
 
 def convert_value(value: Any) -> Any:
-    """What ``value_fn`` returned, as TF converts it to a tensor."""
-    return as_array(value) if isinstance(value, (int, float, bool, list)) else value
+    """What ``value_fn`` returned, as TF keeps it: Python numbers (int, float, bool) stay Python
+    numbers in the PerReplica, in ``run`` and in ``experimental_local_results`` (TF 2.21, checked)."""
+    return as_array(value) if isinstance(value, list) else value
 
 
 def create_variable(replica: Replica, var_id: int, meta: VariableMeta, value: np.ndarray) -> None:
-    var = ReplicaVariable(replica, var_id, meta, _gpu.place(value, replica.device))
+    var = variable_class(ReplicaVariable, meta)(replica, var_id, meta, _gpu.place(value, replica.device))
     replica.variables[var_id] = var
     emit_created(replica, var)
 
@@ -113,3 +115,13 @@ def copy_checksums(replica: Replica) -> str:
         crc = zlib.crc32(a.reshape(-1).view(np.uint8).data)
         out[str(var_id)] = (str(meta.get("name", var_id)), f"{a.dtype}{list(a.shape)}", crc)
     return json.dumps(out)
+
+
+def share_optimizer_state(replica: Replica, source: int, targets: list[int]) -> None:
+    """After a worker restart: the optimizers' per-replica state (slots: momentum, moments, step counts,
+    kept in ``replica.store["optimizer:<id>"]``) copied from replica ``source`` to the new ``targets``,
+    so that their updates go on exactly as the survivors' (else their weights drift apart)."""
+    mine = {k: v for k, v in replica.store.items() if k.startswith("optimizer:")} if replica.rank == source else None
+    parts = replica.exchange("optimizer_state", mine)
+    if replica.rank in targets and parts[source]:
+        replica.store.update(copy.deepcopy(parts[source]))

@@ -16,7 +16,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from interdist import _context, _reduction
+from interdist import _context, _nest, _reduction
 from interdist.collectives.local import local_group
 from interdist.protocol import GroupSpec, dump_exception
 from interdist.reduce_op import resolve
@@ -80,10 +80,11 @@ class PSWorkerView:
             yield self
 
     def run(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
+        args, kwargs = _nest.check_call_args(fn, args, kwargs)  # as TF: args a list or tuple (else ValueError)
         self._replica.step += 1
         self._replica.seq = 0
         with _context.enter(self, self._replica_context):
-            return fn(*tuple(args or ()), **dict(kwargs or {}))
+            return fn(*args, **kwargs)
 
     def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
         op = resolve(reduce_op)

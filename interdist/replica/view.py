@@ -15,6 +15,7 @@ import cloudpickle
 import numpy as np
 
 from interdist import _context, _nest, _reduction
+from interdist import device as device_lib
 from interdist._convert import as_array
 from interdist._gpu import to_host
 from interdist.input.distributed_dataset import DistributedDataset
@@ -22,13 +23,15 @@ from interdist.protocol import VariableMeta, resolve_strategy
 from interdist.reduce_op import ReduceOp, check_reduce_op
 from interdist.replica import programs
 from interdist.replica.central import reduce_to_holder
-from interdist.replica.central_variable import CentralReplicaVariable
+from interdist.replica.central_variable import CentralReplicaVariable, create_central_variable
 from interdist.replica.context import _regroup_local, _select, _unwrap
 from interdist.replica.programs import ValueContext, convert_value
-from interdist.replica.variable import ReplicaVariable
+from interdist.replica.variable import ReplicaComponent, ReplicaVariable, single_copy
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica, regroup
 from interdist.values.distributed_variable import variable_kind
+from interdist.values.tensor import ArrayValue
 from interdist.values.variables import (
+    Variable,
     VariableAggregation,
     VariableSynchronization,
     check_mean_dtype,
@@ -45,6 +48,11 @@ _T = TypeVar("_T")
 def _is_central(x: Any) -> bool:
 
     return isinstance(x, CentralReplicaVariable)
+
+
+def _copies(x: Any) -> bool:
+    """A variable with one copy per replica (Mirrored/SyncOnRead; not OneDevice, not central)."""
+    return isinstance(x, ReplicaVariable) and not single_copy(x.meta)
 
 
 def _per_replica(x: Any) -> bool:
@@ -72,6 +80,41 @@ def _import_class(path: Any, pickled: bytes | None = None) -> type | None:
         if isinstance(obj, type):
             return obj
     return None
+
+
+_BAD_DESTINATIONS = (
+    "destinations must be one of a `DistributedValues` object, a tf.Variable object, or a device string."
+)
+
+
+def _refuse_sequence(destinations: Any, what: str) -> None:
+    if isinstance(destinations, (list, tuple)):
+        # TF 2.21: ``assert not isinstance(destinations, (list, tuple))``.
+        raise AssertionError(
+            f"{what}() takes one destination (a device string, a variable or a distributed value), "
+            f"not a {type(destinations).__name__} of them: {destinations!r}"
+        )
+
+
+def _refuse_none(destinations: Any, what: str) -> None:
+    if destinations is None:
+        raise AssertionError(f"{what}() requires destinations (a device string, a variable or a distributed value)")
+
+
+def _check_one_dtype(values: list[Any]) -> None:
+    """``batch_reduce_to`` packs its values into one collective: TF refuses mixed dtypes there."""
+    dtypes = set()
+    for v in values:
+        if isinstance(v, ReplicaVariable):
+            dtypes.add(np.dtype(v.dtype))  # not read: reading another replica's copy is a collective
+        elif isinstance(v, DistributedValues):
+            dtypes |= {np.asarray(_unwrap(c)).dtype for c in v.values[:1]}
+        else:
+            dtypes.add(np.asarray(_unwrap(v)).dtype)
+    if len(dtypes) > 1:
+        raise ValueError(
+            f"batch_reduce_to cannot reduce values of different dtypes in one batch: {sorted(d.name for d in dtypes)}"
+        )
 
 
 _NAMED: dict[tuple[type, str], type] = {}
@@ -183,11 +226,11 @@ class ReplicaStrategyView(_ReportsNotebookClass):
 
         replica = self._replica
         kind_of_strategy = replica.spec.get("kind")
-        if kind_of_strategy not in ("mirrored", "one_device"):
+        if kind_of_strategy not in ("mirrored", "one_device", "central_storage"):
             raise NotImplementedError(
                 "interdist creates variables inside a replica function only under MirroredStrategy, "
-                f"MultiWorkerMirroredStrategy and OneDeviceStrategy (this is {kind_of_strategy!r}); "
-                "create it in strategy.scope() instead"
+                f"MultiWorkerMirroredStrategy, OneDeviceStrategy and CentralStorageStrategy (this is "
+                f"{kind_of_strategy!r}); create it in strategy.scope() instead"
             )
         a = normalize_args(
             initial_value,
@@ -203,10 +246,11 @@ class ReplicaStrategyView(_ReportsNotebookClass):
                 "`NONE` variable synchronization mode is not supported with tf.distribute strategy. "
                 f"Please change the `synchronization` for variable: {name}"
             )
-        if a["synchronization"] == VariableSynchronization.AUTO:
-            a["synchronization"] = VariableSynchronization.ON_WRITE
+        if a["synchronization"] == VariableSynchronization.AUTO and kind_of_strategy == "mirrored":
+            a["synchronization"] = VariableSynchronization.ON_WRITE  # OneDevice keeps AUTO, as TF reports it
         check_mean_dtype(a)
-        kind = variable_kind(a["synchronization"])
+        central = kind_of_strategy == "central_storage"
+        kind = "central" if central else variable_kind(a["synchronization"])
         # Ids the notebook never hands out (its own count from 1): step and order within the step.
         var_id = (1 << 40) + replica.step * (1 << 16) + len(replica.created)
         meta = cast(VariableMeta, variable_meta(a, kind, kind_of_strategy))  # variable_meta is typed dict[str, Any]
@@ -215,7 +259,14 @@ class ReplicaStrategyView(_ReportsNotebookClass):
             value = replica.collective(
                 "broadcast", int(value.nbytes), lambda s, q, w: replica.collectives.broadcast(s, q, value, 0, w)
             )
-        programs.create_variable(replica, var_id, meta, value)
+        if central:
+            # TF 2.21: an AggregatingVariable on the parameter device, from replica 0's value; one copy, on
+            # the holder (replica/central_variable.py).
+            (device,) = self.extended.parameter_devices
+            meta.update({"shape": list(value.shape), "dtype": np.dtype(value.dtype).str, "device": device})
+            create_central_variable(replica, var_id, meta, value)
+        else:
+            programs.create_variable(replica, var_id, meta, value)
         replica.created.append(
             {"var_id": var_id, "meta": meta, "shape": tuple(value.shape), "dtype": np.dtype(value.dtype).str}
         )
@@ -237,22 +288,21 @@ class ReplicaStrategyView(_ReportsNotebookClass):
                 )
                 for r in range(self.num_replicas_in_sync)
             )
+        if _copies(value):
+            return tuple(value.values)  # TF: the component variables (see ReplicaComponent)
         if isinstance(value, DistributedValues):
             return value.values
-        if isinstance(value, ReplicaVariable) and not _is_central(value):
-            return value._all_copies()
-        return (value,)  # a central variable is one value, as in the notebook
+        return (value,)  # a OneDevice or central variable is one value, as in the notebook
 
     def reduce(self, reduce_op: Any, value: Any, axis: _reduction.Axis = None) -> Any:
         op = check_reduce_op(reduce_op, "reduce")
         self._require_cross_replica("reduce")
         if _nest.is_nested(value):
             return _nest.map_structure(lambda v: self.reduce(op, v, axis), value)  # as TF: leaf by leaf
-        if isinstance(value, DistributedValues):
-            return _reduction.reduce_components(op, [_unwrap(v) for v in value.values], axis)
-
         if isinstance(value, ReplicaVariable) and not _is_central(value):
             return _reduction.reduce_components(op, [as_array(c) for c in value._all_copies()], axis)
+        if isinstance(value, DistributedValues):
+            return _reduction.reduce_components(op, [_unwrap(v) for v in value.values], axis)
         if _is_central(value):
             value = value.read_value()  # one value, reduced as a non-distributed one (as in the notebook)
         if axis is not None:
@@ -265,7 +315,10 @@ class ReplicaStrategyView(_ReportsNotebookClass):
 
     def gather(self, value: Any, axis: int) -> Any:
         self._require_cross_replica("gather")
-        comps = value.values if isinstance(value, DistributedValues) else (value,)
+        if _copies(value):
+            comps: Any = value._all_copies()
+        else:
+            comps = value.values if isinstance(value, DistributedValues) else (value,)
         return _reduction.gather_components([_unwrap(c) for c in comps], axis)
 
     def run(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
@@ -318,37 +371,103 @@ class ReplicaExtendedView(_ReportsNotebookClass):
     def _n(self) -> int:
         return self._replica.world_size
 
-    def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
-        op = check_reduce_op(reduce_op, "reduce_to", self._replica.spec.get("kind", ""))
-        self._strategy._require_cross_replica("reduce_to")
-        if isinstance(destinations, str):
-            # One device: a single (not mirrored) value, as TF returns it.
-            out = self.reduce_to(op, value, None)
-            return out._component(0) if isinstance(out, DistributedValues) else out
+    def _kind(self) -> str:
+        return str(self._replica.spec.get("kind", ""))
 
-        if isinstance(value, DistributedValues):
-            if isinstance(value, Mirrored) and op == ReduceOp.MEAN:
-                return value
-            out = _reduction.reduce_components(op, [_unwrap(v) for v in value.values], None)
-        elif isinstance(value, ReplicaVariable) and not _is_central(value):
-            out = _reduction.reduce_components(op, [as_array(c) for c in value._all_copies()], None)
-        elif _is_central(value):
-            out = as_array(_reduction.reduce_non_distributed(op, value, self._n()))
-        else:
-            out = _reduction.reduce_non_distributed(op, value, self._n())
-        return Mirrored([out] * self._n())
+    # reduce_to / batch_reduce_to / broadcast_to: what the notebook's StrategyExtended returns (TF's
+    # simple_broadcast): a plain value for one destination device, a Mirrored for several.
+
+    def _devices_of(self, destinations: Any) -> list[str]:
+        """The devices ``destinations`` stands for (TF's ``validate_destinations``/``get_devices_from``)."""
+        if isinstance(destinations, str):
+            if not destinations:
+                raise ValueError(_BAD_DESTINATIONS + " Got an empty string.")
+            return [device_lib.canonicalize(destinations)]
+        if _copies(destinations):
+            return [str(d) for d in self._replica.devices]
+        if isinstance(destinations, (ReplicaVariable, ReplicaComponent)):
+            return [str(destinations.device)]
+        if isinstance(destinations, DistributedValues):
+            devices = [str(d) for d in self._replica.devices]
+            n = len(destinations.values)
+            return [devices[i] if i < len(devices) else devices[-1] for i in range(n)]
+        if isinstance(destinations, (Variable, ArrayValue)):
+            return [str(destinations.device)]  # a handle that knows its device
+        # A NumPy value is no destination, as in the notebook (TF 2.21 refuses NumPy values too).
+        raise ValueError(f"{_BAD_DESTINATIONS} Got {destinations!r}.")
+
+    def _broadcast(self, value: Any, destinations: Any) -> Any:
+        devices = self._devices_of(destinations)
+        if len(devices) == 1:
+            return value
+        return Mirrored([value] * len(devices))
+
+    def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
+        self._strategy._require_cross_replica("reduce_to")
+        _refuse_sequence(destinations, "reduce_to")
+        op = check_reduce_op(reduce_op, "reduce_to", self._kind())
+        if self._kind() == "one_device":
+            return value  # TF's OneDeviceExtended hands the value back as it is
+        return self._reduce_to(op, value, destinations)
+
+    def _reduce_to(self, op: ReduceOp, value: Any, destinations: Any) -> Any:
+        if isinstance(value, Mirrored):  # a MirroredVariable too
+            if op == ReduceOp.MEAN:
+                return value  # TF hands a mirrored value (a MirroredVariable too) back as it is
+            raise AssertionError(
+                f"reduce_to(SUM) of a mirrored value {type(value).__name__}: its copies are already equal; "
+                "use ReduceOp.MEAN (TF 2.21 fails an assert here)"
+            )
+        if not isinstance(value, DistributedValues):  # a plain value, a central variable
+            reduced = _reduction.reduce_non_distributed(op, value, self._n())
+            if op == ReduceOp.MEAN:
+                return value  # TF returns a non-distributed value itself for MEAN, to any destination
+            return self._broadcast(as_array(reduced), destinations)
+        self._devices_of(destinations)  # checked before the replicas reduce
+        return self._broadcast(as_array(self._strategy.reduce(op, value, axis=None)), destinations)
 
     def batch_reduce_to(self, reduce_op: Any, value_destination_pairs: Any, options: Any = None) -> list[Any]:
-        check_reduce_op(reduce_op, "batch_reduce_to", self._replica.spec.get("kind", ""))
-        return [self.reduce_to(reduce_op, v, d, options) for v, d in value_destination_pairs]
+        self._strategy._require_cross_replica("batch_reduce_to")
+        op = check_reduce_op(reduce_op, "batch_reduce_to", self._kind())
+        pairs = list(value_destination_pairs)
+        if self._kind() == "one_device":
+            for _, d in pairs:
+                _refuse_sequence(d, "batch_reduce_to")
+            return [v for v, _ in pairs]
+        for _, d in pairs:
+            self._devices_of(d)  # TF: ValueError for None and for a list of devices here
+        if self._n() > 1:
+            _check_one_dtype([v for v, _ in pairs])
+        out = []
+        for v, d in pairs:
+            if isinstance(v, ReplicaVariable) and (self._n() == 1 or not _copies(v)):
+                out.append(v)  # TF 2.21: a variable comes back as it is with one replica and from CentralStorage
+            elif isinstance(v, Mirrored):
+                # Unlike reduce_to, TF's batched path reduces a mirrored value's copies (SUM adds them, no assert).
+                out.append(self._broadcast(as_array(self._strategy.reduce(op, v, axis=None)), d))
+            elif isinstance(v, DistributedValues):
+                out.append(self._reduce_to(op, v, d))
+            else:
+                out.append(self._broadcast(as_array(v), d))  # TF's batched path copies a plain value
+        return out
 
     def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
         self._strategy._require_cross_replica("broadcast_to")
-        if isinstance(destinations, str):
-            return tensor
-        return Mirrored([tensor] * self._n())
+        _refuse_none(destinations, "broadcast_to")
+        _refuse_sequence(destinations, "broadcast_to")
+        if self._kind() == "one_device":
+            return tensor  # TF hands the tensor back as it is
+        return self._broadcast(as_array(tensor), destinations)
 
     def update(self, var: Any, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, group: bool = True) -> Any:
+        if isinstance(var, DistributedValues) and not isinstance(var, ReplicaVariable):
+            # e.g. another strategy's OneDevice variable: each replica holds its own snapshot, regrouped by
+            # merge_call into a PerReplica. TF 2.21 fails an internal assert here (checked with Keras SGD).
+            raise AssertionError(
+                f"update() requires a variable created in this strategy's scope, but got a {type(var).__name__} "
+                "(a variable of another strategy, one copy per replica?); create the variable in "
+                "this strategy's scope"
+            )
         if _is_central(var):
             return self._central_update(var, fn, args, kwargs, group)
         # TF 2.21 also allows it in replica context: each replica updates its own copy.

@@ -174,6 +174,7 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         [6.0, 6.0]
         >>> s.close()
         """
+        __tracebackhide__ = True  # a replica's error shows the user's frames, not interdist's
         self._check_usable()
         if not callable(fn):
             raise TypeError(f"run() requires a callable fn, but got {type(fn).__name__}")
@@ -232,6 +233,7 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
                 ((fn_arg, ("shipped", [self._select(r, b) for b in batches]), steps), {})
                 for r in range(self.num_replicas_in_sync)
             ]
+        __tracebackhide__ = True  # a replica's error shows the user's frames, not interdist's
         with self._enter_or_check():
             results = self._group.execute(
                 fused_steps, per_rank, system=True, what=f"run_steps of {_fn_name(fn)}", steps=steps

@@ -97,8 +97,16 @@ class StrategyExtended:
         if self._strategy.num_replicas_in_sync > 1:
             _check_one_dtype([v for v, _ in pairs])
         out = []
+        n = self._strategy.num_replicas_in_sync
         for v, d in pairs:
-            if isinstance(v, DistributedValues):
+            if isinstance(v, Variable) and (n == 1 or not isinstance(v, DistributedValues)):
+                # TF 2.21: a variable comes back as it is with one replica (M1) and from CentralStorage.
+                out.append(v)
+            elif isinstance(v, Mirrored):
+                # Unlike reduce_to, TF's batched path reduces a mirrored value's copies (SUM adds them, no assert).
+                copies = [as_array(np.asarray(c)) for c in self._strategy.experimental_local_results(v)]
+                out.append(self._broadcast(as_array(_reduction.reduce_components(op, copies, None)), d))
+            elif isinstance(v, DistributedValues):
                 out.append(self._reduce_to(op, v, d))
             else:
                 # TF's batched path copies a plain value to the destinations (no SUM check).

@@ -118,7 +118,11 @@ class VariablesMixin(ReplicaDispatch):
             meta = c["meta"]
             a = args_from_meta(cast("dict[str, Any]", meta), c["shape"], c["dtype"])  # typed dict[str, Any]
             self._var_metas[c["var_id"]] = meta
-            cls: Any = {"mirrored": self._variable_class, "sync_on_read": SyncOnReadVariable}[meta["kind"]]
+            cls: Any = {
+                "mirrored": self._variable_class,
+                "sync_on_read": SyncOnReadVariable,
+                "central": CentralVariable,
+            }[meta["kind"]]
             # Kept until the step's results are decoded (they may be this variable); after that it
             # lives as long as the notebook holds it, as TF's variable lives with its object.
             self._run_variables.append(cls(self, c["var_id"], a, self._variable_devices(meta["kind"])))
@@ -148,9 +152,11 @@ class VariablesMixin(ReplicaDispatch):
             for r in ranks:
                 self._group.restore_variable(r, var_id, meta, value)
             restored.append(meta["name"])
+        self._system(programs.share_optimizer_state, source, list(ranks))  # slots too, or the copies drift apart
         warnings.warn(
-            f"replica(s) {ranks} of {self!r} were restarted on new workers; {len(restored)} variable(s) were copied "
-            f"there from replica {source}. Values the lost replicas held (run results, dataset iterators) are gone.",
+            f"replica(s) {ranks} of {self!r} were restarted on new workers; {len(restored)} variable(s) and the "
+            f"optimizers' state were copied there from replica {source}. Values the lost replicas held (run "
+            "results, dataset iterators) are gone.",
             UserWarning,
             stacklevel=4,
         )

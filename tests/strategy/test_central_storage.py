@@ -54,7 +54,7 @@ def worker_state(s: Any) -> dict[int, dict[str, Any]]:
         state = getattr(rep, "central_state", None)
         return {
             "rank": rep.rank,
-            "kinds": {i: type(v).__name__ for i, v in rep.variables.items()},
+            "kinds": {i: type(v).__mro__[1].__name__ for i, v in rep.variables.items()},  # type(v): TF's name
             "values": {i: (None if not isinstance(v, CentralReplicaVariable) or v._value is None
                            else np.array(v._value)) for i, v in rep.variables.items()},
             "cache": sorted(state.cache) if state is not None else [],

@@ -111,3 +111,28 @@ def test_unreturned_variable_made_in_run_is_freed(mirrored2: Any) -> None:
     mirrored2.run(lambda: None)
     held = mirrored2._system(lambda replica: len([v for v in replica.variables if v >= 1 << 40]))
     assert [r.value for r in held] == [0, 0]
+
+
+def test_components_inside_run_write_only_their_own_copy(mirrored2: Any) -> None:
+    """``v.values[r]`` inside run: replica r writes its own copy (TF: that copy only); another replica's
+    copy lives in another process, so writing it there raises NotImplementedError naming the way out."""
+    with mirrored2.scope():
+        v = idist.Variable(np.float32(1.0), name="w")
+
+    def other() -> Any:
+        r = idist.get_replica_context().replica_id_in_sync_group
+        v.values[1 - r].assign(np.float32(0.0))
+
+    with pytest.raises(NotImplementedError, match="lives in replica"):
+        mirrored2.run(other)
+    assert copies(mirrored2, v) == [1.0, 1.0]
+
+    def own() -> Any:
+        r = idist.get_replica_context().replica_id_in_sync_group
+        v.values[r].assign(np.float32(r) + 5)
+        return [float(np.asarray(c)) for c in v.values]  # every replica reads every copy (a collective)
+
+    out = mirrored2.experimental_local_results(mirrored2.run(own))
+    assert [list(o) for o in out] == [[5.0, 6.0], [5.0, 6.0]]
+    assert copies(mirrored2, v) == [5.0, 6.0]
+    assert mirrored2.run(lambda: type(v).__name__) == "MirroredVariable"
