@@ -64,9 +64,26 @@ def scheduler_address(resolver: Any) -> tuple[str, str]:
     return (address if "://" in address else f"tcp://{address}"), f"{job}:{index}"
 
 
-def open_client(cluster: Any, resolver: Any, timeout: float) -> tuple[Any, bool]:
-    """A ``distributed.Client`` to the cluster: (client, whether we opened it and must close it)."""
+def _with_scheme(address: str, security: Any) -> str:
+    """``tls://`` for a TF_CONFIG address given with ``security`` that requires encryption."""
+    if getattr(security, "require_encryption", False) and address.startswith("tcp://"):
+        return "tls://" + address[len("tcp://") :]
+    return address
+
+
+def open_client(cluster: Any, resolver: Any, timeout: float, security: Any = None) -> tuple[Any, bool]:
+    """A ``distributed.Client`` to the cluster: (client, whether we opened it and must close it).
+
+    ``security`` (a ``distributed.security.Security``): the TLS credentials for a scheduler reached by
+    address (``cluster="tls://..."`` or TF_CONFIG); None takes Dask's config, as a ``Client`` does."""
     from distributed import Client
+
+    if security is not None and not hasattr(security, "get_connection_args"):
+        raise TypeError(f"security must be a distributed.security.Security, got {type(security).__name__}")
+    if security is not None and cluster is not None and not isinstance(cluster, str):
+        raise ValueError(
+            "security= applies to a scheduler reached by address; a Client or cluster object carries its own"
+        )
 
     if isinstance(cluster, Client):
         return cluster, False
@@ -81,8 +98,18 @@ def open_client(cluster: Any, resolver: Any, timeout: float) -> tuple[Any, bool]
         address, task = cluster, "the Dask scheduler"
     else:
         address, task = scheduler_address(resolver)
+        address = _with_scheme(address, security)
     try:
-        return Client(address, set_as_default=False, timeout=f"{timeout}s"), True  # type: ignore[no-untyped-call]  # distributed is untyped
+        client = Client(address, set_as_default=False, timeout=f"{timeout}s", security=security)  # type: ignore[no-untyped-call]  # distributed is untyped
+        return client, True
+    except TypeError as e:
+        if "TLS" not in str(e):
+            raise
+        raise ConnectionError(
+            f"the Dask scheduler at {address} speaks TLS and this process has no credentials for it: pass "
+            "security=distributed.security.Security(tls_ca_file=..., tls_client_cert=..., tls_client_key=..., "
+            "require_encryption=True)"
+        ) from e
     except (OSError, TimeoutError) as e:
         raise TimeoutError(
             f"could not reach {task} (Dask scheduler at {address}) within {timeout:g} s: {type(e).__name__}: {e}"

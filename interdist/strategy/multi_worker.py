@@ -94,6 +94,9 @@ class MultiWorkerMirroredStrategy(Strategy):
     cluster : str, distributed.Client or cluster object, optional
         The Dask cluster to use (default: the scheduler of the coordinator task of
         the resolver's cluster, as ``python -m interdist.server`` starts it).
+    security : distributed.security.Security, optional
+        TLS credentials for a scheduler reached by address or TF_CONFIG (servers started with
+        ``--tls-ca-file/--tls-cert/--tls-key``; a TF_CONFIG address then means ``tls://``).
 
     Examples
     --------
@@ -108,7 +111,9 @@ class MultiWorkerMirroredStrategy(Strategy):
 
     _extended_class = _MultiWorkerExtended
 
-    def __init__(self, cluster_resolver: Any = None, communication_options: Any = None, cluster: Any = None) -> None:
+    def __init__(
+        self, cluster_resolver: Any = None, communication_options: Any = None, cluster: Any = None, security: Any = None
+    ) -> None:
         options = communication_options if communication_options is not None else CommunicationOptions()
         if not isinstance(options, CommunicationOptions):
             raise ValueError(
@@ -128,7 +133,7 @@ class MultiWorkerMirroredStrategy(Strategy):
             self._cluster_resolver = resolver
             super().__init__(resolve_devices(None), None, spec=spec_extra)
             return
-        client, owned = roles.open_client(cluster, resolver, timeout)
+        client, owned = roles.open_client(cluster, resolver, timeout, security)
         try:
             if resolver is None:
                 resolver = DaskClusterResolver(client)
@@ -183,7 +188,8 @@ class ExperimentalMultiWorkerMirroredStrategy(MultiWorkerMirroredStrategy):
         cluster_resolver: Any = None,
         communication_options: Any = None,
         cluster: Any = None,
+        security: Any = None,
     ) -> None:
         if communication_options is None:
             communication_options = CommunicationOptions(implementation=communication)
-        super().__init__(cluster_resolver, communication_options, cluster)
+        super().__init__(cluster_resolver, communication_options, cluster, security)

@@ -63,6 +63,9 @@ class ParameterServerStrategy(Strategy):
         The Dask cluster (default: the scheduler of the resolver's chief task).
     timeout : float, optional
         Seconds to wait for the scheduler and for every task's worker.
+    security : distributed.security.Security, optional
+        TLS credentials for a scheduler reached by address or TF_CONFIG (as for
+        ``MultiWorkerMirroredStrategy``).
 
     Raises
     ------
@@ -81,6 +84,7 @@ class ParameterServerStrategy(Strategy):
         variable_partitioner: Any = None,
         cluster: Any = None,
         timeout: float | None = None,
+        security: Any = None,
     ) -> None:
         if variable_partitioner is not None and not callable(variable_partitioner):
             raise TypeError(f"variable_partitioner must be callable, but got {type(variable_partitioner).__name__}")
@@ -95,7 +99,7 @@ class ParameterServerStrategy(Strategy):
             resolver = None
         if resolver is not None:
             _check_spec(resolver.cluster_spec())
-        client, owned = roles.open_client(cluster, resolver, timeout)
+        client, owned = roles.open_client(cluster, resolver, timeout, security)
         try:
             resolver = resolver if resolver is not None else DaskClusterResolver(client)
             spec = resolver.cluster_spec()

@@ -154,6 +154,16 @@ def test_python_m_server_with_tls_refuses_a_client_without_the_credentials(tmp_p
             tls_client_cert=str(tmp_path / "cert.pem"),
             tls_client_key=str(tmp_path / "key.pem"),
         )
+        # the multi-worker strategies take the credentials themselves (security=), by address or TF_CONFIG
+        with pytest.raises(ConnectionError, match="speaks TLS .* pass security="):
+            idist.MultiWorkerMirroredStrategy(cluster=line["scheduler"],
+                                              communication_options=CommunicationOptions(timeout_seconds=3))
+        mw = idist.MultiWorkerMirroredStrategy(cluster=line["scheduler"], security=mine)
+        try:
+            assert mw.num_replicas_in_sync == 1
+            assert float(mw.run(lambda: np.float32(2.0) * 4)) == 8.0
+        finally:
+            mw.close()
         with Client(line["scheduler"], security=mine, timeout="20s", set_as_default=False) as client:
             s = idist.MirroredStrategy(["CPU:0"], cluster=client)
             try:
@@ -193,6 +203,15 @@ def test_python_m_server_tls_flags_are_checked(flags: list[str], words: str) -> 
         [sys.executable, "-m", "interdist.server", *flags], env=env, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 2 and words in out.stderr
+
+
+def test_security_must_be_a_security_and_goes_with_an_address() -> None:
+    from distributed.security import Security
+
+    with pytest.raises(TypeError, match="Security"):
+        idist.MultiWorkerMirroredStrategy(cluster="tls://127.0.0.1:1", security="secret")
+    with pytest.raises(ValueError, match="by address"):
+        idist.experimental.ParameterServerStrategy(cluster=object(), security=Security.temporary())
 
 
 def test_server_refuses_plain_tcp_with_a_security_that_requires_tls() -> None:
