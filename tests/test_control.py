@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
+import struct
 import threading
 import time
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -204,3 +207,67 @@ def test_arguments_out_of_band_are_private_writable_copies(mirrored2: idist.Mirr
         assert float(b) == float(y.sum() * 2) and int(c) == int(small.sum() - small.size) and bool(w)
     np.testing.assert_array_equal(x, np.arange(100_000, dtype=np.float32))  # the notebook's arrays unchanged
     np.testing.assert_array_equal(small, np.arange(10))
+
+
+def _raw_connection(server: object) -> socket.socket:
+    ep = server.endpoint()  # type: ignore[attr-defined]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(ep["path"])
+    sock.sendall(ep["token"])
+    assert sock.recv(2) == b"OK"
+    return sock
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        struct.pack("!QI", 5, 0) + b"\xc1\xc1\xc1\xc1\xc1",  # 0xc1: a byte msgpack never uses
+        struct.pack("!QI", 1, 0) + msgpack.packb(5),  # a message that is not a map
+        struct.pack("!QI", 3, 0) + b"\x93\x01\x02",  # a list
+    ],
+    ids=["not-msgpack", "an-int", "a-list"],
+)
+def test_a_malformed_frame_with_a_valid_token_closes_only_that_connection(frame: bytes) -> None:
+    """Review: "malformed frames with a valid token kill the connection's thread with an uncaught
+    exception". Now the connection is closed with a warning, and the server goes on."""
+    from interdist.worker.control_server import ControlServer
+
+    handled: list[object] = []
+    uncaught: list[object] = []
+    old_hook = threading.excepthook
+    threading.excepthook = lambda args: uncaught.append(args.exc_value)
+    server = ControlServer(lambda msg, reply: handled.append(msg) or reply({"ok": True, "step": msg.get("step")}))
+    try:
+        bad = _raw_connection(server)
+        bad.sendall(frame)
+        assert bad.recv(16) == b""  # closed by the server
+        bad.close()
+        good = local_control.ControlConnection(server.endpoint()["path"], server.endpoint()["token"])
+        good.send(local_control.pack({"op": "ping", "step": 1}), 1)
+        deadline = time.monotonic() + 10
+        while not handled and time.monotonic() < deadline:
+            time.sleep(0.01)
+        good.close()
+    finally:
+        server.close()
+        threading.excepthook = old_hook
+    assert handled == [{"op": "ping", "step": 1}]
+    assert uncaught == []
+
+
+def test_connections_beyond_the_limit_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from interdist.worker import control_server
+
+    monkeypatch.setattr(control_server, "MAX_CONNECTIONS", 2)
+    server = control_server.ControlServer(lambda msg, reply: None)
+    try:
+        kept = [_raw_connection(server) for _ in range(2)]
+        extra = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        extra.settimeout(10)
+        extra.connect(server.endpoint()["path"])
+        assert extra.recv(2) == b""  # closed at once, before any token is read
+        for s in [*kept, extra]:
+            s.close()
+    finally:
+        server.close()

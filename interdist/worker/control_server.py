@@ -50,6 +50,10 @@ def _remove_stale_dirs() -> None:
             continue
 
 
+#: Connections a worker's control server keeps at once (the notebook's, one per peer worker on this
+#: host, readers of its chunks); beyond this, new ones are refused, so idle connections cannot pile up.
+MAX_CONNECTIONS = 256
+
 class ControlServer:
     """One per worker: a listening Unix socket and one serving thread per connection.
 
@@ -86,6 +90,10 @@ class ControlServer:
                 if self.closed:
                     conn.close()
                     return
+                if len(self._conns) >= MAX_CONNECTIONS:
+                    conn.close()  # the notebook needs one, and each peer worker on this host one
+                    logger.warning("interdist: refused a control connection: %d are open already", MAX_CONNECTIONS)
+                    continue
                 self._conns.add(conn)
             threading.Thread(target=self._serve, args=(conn,), name="interdist-control", daemon=True).start()
 
@@ -114,8 +122,17 @@ class ControlServer:
             conn.settimeout(None)
             conn.sendall(b"OK")
             while True:
-                msg = read_message(conn)
+                try:
+                    msg = read_message(conn)
+                except OSError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a malformed frame: drop the connection, not the thread
+                    logger.warning("interdist: closing a control connection after a malformed frame: %s", exc)
+                    return
                 if msg is None:
+                    return
+                if not isinstance(msg, dict):
+                    logger.warning("interdist: closing a control connection after a %s message", type(msg).__name__)
                     return
                 try:
                     self._handle(msg, reply)
