@@ -54,6 +54,7 @@ def _remove_stale_dirs() -> None:
 #: host, readers of its chunks); beyond this, new ones are refused, so idle connections cannot pile up.
 MAX_CONNECTIONS = 256
 
+
 class ControlServer:
     """One per worker: a listening Unix socket and one serving thread per connection.
 
