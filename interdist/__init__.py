@@ -58,6 +58,7 @@ from .strategy.parameter_server import ParameterServerStrategy
 from .strategy.tpu import TPUStrategy
 from .values.distributed import DistributedValues, Mirrored, PerReplica
 from .values.distributed_variable import MirroredVariable, SyncOnReadVariable
+from .values.reprs import visualize
 from .values.tensor import RemoteValue, Tensor
 from .values.variables import Variable, VariableAggregation, VariableSynchronization
 
@@ -120,4 +121,5 @@ __all__ = [
     "in_cross_replica_context",
     "metrics",
     "optimizers",
+    "visualize",
 ]

@@ -71,6 +71,9 @@ class Checkpoint:
         self._objects = objects
         self._counter = 0
 
+    def __repr__(self) -> str:
+        return f"<interdist.Checkpoint of {', '.join(self._objects)}; save_counter={self._counter}>"
+
     def _variables(self) -> dict[str, Any]:
 
         out: dict[str, Any] = {}

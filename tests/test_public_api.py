@@ -61,6 +61,7 @@ def test_all_is_pinned() -> None:
             "in_cross_replica_context",
             "metrics",
             "optimizers",
+            "visualize",
         ]
     )
     for name in idist.__all__:

@@ -105,6 +105,9 @@ class DistributedDataset(_NoTransformations):
             return spec
         return _nest.map_structure(lambda s: PerReplicaSpec(s, n), rebatch_element_spec(spec, n))
 
+    def __repr__(self) -> str:
+        return f"<interdist.DistributedDataset of {self._dataset!r} over {_replicas(self._strategy)}>"
+
     def __iter__(self) -> DistributedIterator:
         sharded = self._worker_shards()
         if sharded is not None:
@@ -243,6 +246,9 @@ class DistributedIterator(_NoTransformations):
     def __iter__(self) -> DistributedIterator:
         return self
 
+    def __repr__(self) -> str:
+        return f"<interdist.{type(self).__name__} over {_replicas(self._strategy)}>"
+
     def __next__(self) -> Any:
         return next(self._steps)
 
@@ -265,6 +271,11 @@ class DistributedIterator(_NoTransformations):
 
 
 _ids = itertools.count(1)
+
+
+def _replicas(strategy: Any) -> str:
+    n = getattr(strategy, "num_replicas_in_sync", "?")
+    return f"{n} replica(s) of {type(strategy).__name__}"
 
 
 class DistributedDatasetsFromFunction(_NoTransformations):
@@ -314,6 +325,9 @@ class DistributedDatasetsFromFunction(_NoTransformations):
         if n == 1 or self._element_spec is None:
             return self._element_spec
         return _nest.map_structure(lambda s: PerReplicaSpec(s, n), self._element_spec)
+
+    def __repr__(self) -> str:
+        return f"<interdist.DistributedDatasetsFromFunction {self._key!r} over {_replicas(self._strategy)}>"
 
     def __iter__(self) -> Iterator[Any]:
         it_key = f"{self._key}:iter:{next(_ids)}"

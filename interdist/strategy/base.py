@@ -11,6 +11,8 @@ trip), ``variables.py``, ``cross_replica.py`` (``reduce``, ``gather``) and ``inp
 from __future__ import annotations
 
 import abc
+import html
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +34,7 @@ from interdist.strategy.cross_replica import CrossReplicaMixin
 from interdist.strategy.extended import StrategyExtended
 from interdist.strategy.input_distribution import InputMixin
 from interdist.strategy.variables import VariablesMixin
+from interdist.values import reprs
 
 
 class RunOptions:
@@ -250,6 +253,66 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
     def __repr__(self) -> str:
         return f"<interdist.{type(self).__name__} on {', '.join(self._devices)}>"
 
+    def _repr_html_(self) -> str:
+        """A card like Dask's ``Client``: replicas, devices, workers, hosts, health, dashboard.
+
+        Reads only what the notebook holds (the group's lost/busy replicas, the client's cached
+        dashboard address): no round trip to a worker.
+        """
+        e = html.escape
+        group = getattr(self, "_group", None)
+        addresses = list(getattr(group, "addresses", None) or self._lease.addresses)
+        names = list(getattr(self._lease, "names", None) or [])
+        lost = dict(getattr(group, "lost", None) or {})
+        busy = dict(getattr(group, "busy", None) or {})
+        closed = self._closed or bool(getattr(group, "closed", False))
+        devices = list(self._devices)
+        short = reprs.short_devices(devices)
+        hosts = sorted({_host(a) for a in addresses})
+        rows = []
+        for r, dev in enumerate(short):
+            address = addresses[r] if r < len(addresses) else ""
+            name = names[r] if r < len(names) else ""
+            if closed:
+                state = "closed"
+            elif r in lost:
+                state = "lost"
+            elif r in busy:
+                state = f"busy (step {busy[r][0]})"
+            else:
+                state = "ok"
+            colour = {"ok": "#2e7d32", "closed": "#777"}.get(state, "#c62828")
+            rows.append(
+                reprs.row(
+                    str(r),
+                    f'<span title="{e(devices[r])}">{e(dev)}</span>',
+                    f"<code>{e(address)}</code>",
+                    e(str(name)),
+                    f'<span style="color: {colour}">{e(state)}</span>',
+                )
+            )
+        health = "closed" if closed else "ok" if not (lost or busy) else f"{len(lost)} lost, {len(busy)} busy"
+        facts = [
+            ("Replicas", e(str(self.num_replicas_in_sync))),
+            ("Devices", e(", ".join(short))),
+            ("Hosts", e(", ".join(hosts)) + f" ({len(hosts)})"),
+            ("Health", e(health)),
+        ]
+        link = None if closed else self.dashboard_link
+        if link:
+            pages = [f'<a href="{e(link)}" target="_blank">{e(link)}</a>']
+            base = link.rsplit("/", 1)[0] if link.endswith("/status") else link.rstrip("/")
+            if getattr(self._lease, "embedded", False) and "interdist.dashboard.pages" in sys.modules:
+                # The pages the embedded cluster registered (dashboard/pages.py), by their view names.
+                pages += [
+                    f'<a href="{e(base)}/individual-interdist-{view}" target="_blank">interdist {view}</a>'
+                    for view in ("status", "timeline", "placement")
+                ]
+            facts.append(("Dashboard", " &middot; ".join(pages)))
+        body = reprs.table([], [reprs.row(f"<strong>{k}</strong>", v) for k, v in facts])
+        body += reprs.table(["replica", "device", "worker", "name", "state"], rows)
+        return reprs.card(type(self).__name__, f"{len(devices)} replica(s) on {len(hosts)} host(s)", body)
+
 
 def _class_path(cls: type) -> list[list[str]]:
     """``cls`` and its bases as ``[module, qualname]`` pairs, for the replicas to import by name.
@@ -281,6 +344,12 @@ def _close_group(group: DaskGroup, lease: cluster_lib.Lease) -> None:
         group.leave()
     finally:
         cluster_lib.release(lease)
+
+
+def _host(address: str) -> str:
+    """``tcp://10.0.0.5:40123`` -> ``10.0.0.5``."""
+    rest = address.split("://", 1)[-1]
+    return rest.rsplit(":", 1)[0] if ":" in rest else rest
 
 
 def _fn_name(fn: Any) -> str:

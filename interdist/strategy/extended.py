@@ -43,6 +43,12 @@ class StrategyExtended:
         assert s is not None
         return s
 
+    def __repr__(self) -> str:
+        s = self._container_strategy_weakref()
+        if s is None:
+            return f"<interdist.{type(self).__name__} of a strategy that no longer exists>"
+        return f"<interdist.{type(self).__name__} of {type(s).__name__} on {', '.join(s._devices)}>"
+
     @property
     def worker_devices(self) -> tuple[str, ...]:
         return tuple(self._strategy._devices)

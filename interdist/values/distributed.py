@@ -8,6 +8,8 @@ from typing import Any, cast
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
+from interdist.values import reprs
+
 
 class DistributedValues:
     """Base class for representing distributed values (one component per replica).
@@ -57,6 +59,10 @@ class DistributedValues:
         return f"{type(self).__name__}:{{\n{body}\n}}"
 
     __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        # Small components are read (as the text repr does); large ones show shape and dtype only.
+        return reprs.values_html(self, self._values, mirrored=isinstance(self, Mirrored))
 
 
 class PerReplica(DistributedValues):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from interdist import _context
 from interdist.protocol import pickling_target, register_variable, resolve_variable
+from interdist.values import reprs
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
 from interdist.values.tensor import ArrayValue
 from interdist.values.variables import (
@@ -61,6 +63,13 @@ class VariableComponent(ArrayValue, Variable):  # type: ignore[metaclass]  # num
     def read_value(self) -> np.ndarray:
         return np.array(self._get(), copy=True)
 
+    def _peek(self, limit: int) -> tuple[tuple[int, ...] | None, str | None, Any]:
+        # A copy is read from its worker for a repr only when small (values/reprs.py).
+        if math.prod(self.shape) <= limit:
+            a = np.asarray(self._get())
+            return a.shape, a.dtype.name, a
+        return self.shape, self.dtype.name, reprs.NOT_READ
+
     def value(self) -> np.ndarray:
         return self.read_value()
 
@@ -85,6 +94,7 @@ class _Handle:
 
     _strategy: Any
     _values: tuple[VariableComponent, ...]
+    kind: str
 
     def __init__(self, strategy: Any, var_id: int, args: dict[str, Any], devices: list[str]) -> None:
         self._strategy = strategy
@@ -151,6 +161,13 @@ class _Handle:
     def __repr__(self) -> str:
         body = ",\n".join(f"  {i}: {v!r}" for i, v in enumerate(self._values))
         return f"{type(self).__name__}:{{\n{body}\n}}"
+
+    def _repr_html_(self) -> str:
+        # Mirrored copies that differ are marked (when small enough to read: values/reprs.py).
+        title = f"{type(self).__name__} {self._name!r}"
+        if self._synchronization == VariableSynchronization.ON_READ:
+            title += f" (aggregation {self._aggregation.name})"
+        return reprs.values_html(self, self._values, mirrored=self.kind == "mirrored", title=title)
 
 
 class DistributedVariable(_Handle, DistributedValues, Variable):

@@ -6,6 +6,7 @@ operators and ufuncs give NumPy results) and carry the TF ``device`` string.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -13,6 +14,7 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from interdist._gpu import to_host
+from interdist.values.reprs import NOT_READ as _NOT_READ
 
 
 def _format_numpy(a: np.ndarray) -> str:
@@ -85,6 +87,14 @@ class ArrayValue(NDArrayOperatorsMixin):
 
     def __hash__(self) -> int:
         return id(self)
+
+    def _peek(self, limit: int) -> tuple[tuple[int, ...] | None, str | None, Any]:
+        """(shape, dtype, value) for a repr (``values/reprs.py``); the value is held here, so read it."""
+        v = self._get()
+        if isinstance(v, np.ndarray) or np.isscalar(v):
+            a = np.asarray(v)
+            return a.shape, a.dtype.name, a
+        return None, None, v
 
     def _repr_value(self) -> str:
         v = self._get()
@@ -173,6 +183,18 @@ class RemoteValue(ArrayValue):
     @property
     def is_fetched(self) -> bool:
         return self._cached is not _MISSING
+
+    def _peek(self, limit: int) -> tuple[tuple[int, ...] | None, str | None, Any]:
+        # Fetched only when small: a repr never moves a large array.
+        if self.is_fetched:
+            return super()._peek(limit)
+        shape = self._meta.get("shape")
+        if shape is None:
+            return None, None, _NOT_READ
+        shape = tuple(shape)
+        if math.prod(shape) <= limit:
+            return super()._peek(limit)
+        return shape, str(np.dtype(self._meta["dtype"]).name), _NOT_READ
 
 
 class _Missing:
