@@ -54,6 +54,9 @@ def shm_available() -> bool:
 
 
 PREFIX = "idist-"
+#: Segments up to this size are kept between collectives for reuse; larger ones are given back after
+#: each program (``SharedMemoryTransport.trim``).
+KEEP_BYTES = 64 << 20
 _HEADER = 64
 _ALIGN = 64
 # Packets with at least this many bytes of array buffers go through shared memory (smaller
@@ -305,6 +308,25 @@ class SharedMemoryTransport(Transport):
             if slot in self._slots.get(dsts, []):
                 self._slots[dsts].remove(slot)
                 slot.retire()
+
+    def trim(self) -> None:
+        """After a program: give back the memory of segments above ``KEEP_BYTES``.
+
+        Segments are kept for the next collective of the same size (no page faults, no new
+        mapping), which pinned twice a large all-reduce's bytes in every replica until the strategy
+        closed (a 1 GiB all-reduce: 2 GiB). A sender retires its large free segments here; a reader
+        unmaps the retired ones it still holds (a segment not retired yet may be written again, and
+        its name is gone: it stays mapped until its sender retires it)."""
+        with self._lock:
+            for slots in self._slots.values():
+                for big in [s for s in slots if s.free and s.capacity > KEEP_BYTES]:
+                    slots.remove(big)
+                    big.retire()
+        with self._map_lock:
+            for name in [k for k, (_, h) in self._mapped.items() if int(h[0])]:
+                shm, header = self._mapped.pop(name)
+                del header
+                _close(shm)
 
     def peer_id(self, dst: int) -> str:
         return self.inner.peer_id(dst)

@@ -228,6 +228,9 @@ class Replica:
                 self._emit_variable_updates(step)
                 for hook in self.program_hooks:
                     hook(False)
+                trim = getattr(self.transport, "trim", None)
+                if trim is not None:
+                    trim()  # large shared-memory segments go back after each program
             self.emit(
                 events.RunFinished(
                     self.group_id,

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import interdist as idist
+
 from interdist.collectives import algorithms
 from interdist.collectives.algorithms import Collectives
 from interdist.collectives.base import Packet
@@ -278,3 +280,34 @@ def test_one_segment_per_send_to_several_local_peers() -> None:
     for t in transports:
         t.close()
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"idist-{os.getpid()}-")]
+
+
+def test_large_segments_are_given_back_after_the_step(mirrored2: idist.MirroredStrategy) -> None:
+    """Review: "a 1 GiB all-reduce pins 2 GiB until close". Segments above KEEP_BYTES now go after the
+    program that used them (the reader's mapping by the end of the next one); small ones stay for reuse."""
+    import json
+
+    from interdist.collectives.shared_memory import KEEP_BYTES
+
+    n = (KEEP_BYTES + (8 << 20)) // 4
+
+    def big() -> object:
+        return idist.get_replica_context().all_reduce("SUM", np.ones(n, np.float32))[:1]
+
+    def small() -> object:
+        return idist.get_replica_context().all_reduce("SUM", np.ones(300_000, np.float32))[:1]
+
+    def held(replica: object) -> str:
+        t = replica.transport  # type: ignore[attr-defined]
+        slots = [s.capacity for ss in t._slots.values() for s in ss]
+        mapped = [shm.size for shm, _ in t._mapped.values()]
+        return json.dumps({"slots": slots, "mapped": mapped})
+
+    out = mirrored2.run(big)
+    assert [float(np.asarray(v)[0]) for v in mirrored2.experimental_local_results(out)] == [2.0, 2.0]
+    mirrored2.run(small)
+    mirrored2.run(small)
+    for m in mirrored2._system(held):
+        h = json.loads(m.value)
+        assert all(c <= KEEP_BYTES for c in h["slots"]) and all(sz <= KEEP_BYTES + (1 << 20) for sz in h["mapped"]), h
+        assert h["slots"], h  # the small collective's segment is kept for reuse
