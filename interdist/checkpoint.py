@@ -105,19 +105,24 @@ class Checkpoint:
             visit(name, obj)
         return out
 
-    def save(self, prefix: str | os.PathLike[str]) -> str:
-        """Write ``{prefix}-{n}`` (a directory) atomically; return its path."""
+    def save(self, prefix: str | os.PathLike[str], progress: bool = False) -> str:
+        """Write ``{prefix}-{n}`` (a directory) atomically; return its path.
+
+        ``progress=True`` shows a ``tqdm.auto`` bar in the cell, one tick per variable written.
+        """
         self._counter += 1
         target = Path(f"{os.fspath(prefix)}-{self._counter:06d}")
-        return self.write(target)
+        return self.write(target, progress=progress)
 
-    def write(self, path: str | os.PathLike[str]) -> str:
+    def write(self, path: str | os.PathLike[str], progress: bool = False) -> str:
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         try:
             index: dict[str, Any] = {"format": FORMAT, "variables": {}}
-            for i, (name, var) in enumerate(self._variables().items()):
+            variables = self._variables()
+            bar = _progress_bar(progress, len(variables), f"save {target.name}")
+            for i, (name, var) in enumerate(variables.items()):
                 value = _cross_replica_value(var)  # raises before anything is renamed into place
                 fname = _file_name(i)
                 np.save(tmp / fname, value, allow_pickle=False)
@@ -131,6 +136,8 @@ class Checkpoint:
                 }
                 strategy = getattr(var, "_strategy", None)
                 index["num_replicas"] = getattr(strategy, "num_replicas_in_sync", 1)
+                bar.update(1)
+            bar.close()
             (tmp / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True))
             if target.exists():
                 shutil.rmtree(target)
@@ -140,8 +147,11 @@ class Checkpoint:
             raise
         return str(target)
 
-    def restore(self, path: str | os.PathLike[str]) -> None:
-        """Assign every saved value to the variable of the same name (all checked before any is assigned)."""
+    def restore(self, path: str | os.PathLike[str], progress: bool = False) -> None:
+        """Assign every saved value to the variable of the same name (all checked before any is assigned).
+
+        ``progress=True`` shows a ``tqdm.auto`` bar in the cell, one tick per variable read and checked.
+        """
         root = Path(path)
         try:
             index = json.loads((root / "index.json").read_text())
@@ -158,6 +168,7 @@ class Checkpoint:
         if missing:
             raise ValueError(f"the checkpoint at {root} has no value for {missing}")
         values = {}
+        bar = _progress_bar(progress, len(variables), f"restore {root.name}")
         for name, var in variables.items():
             entry = saved[name]
             file = _entry_file(root, name, entry)
@@ -179,8 +190,29 @@ class Checkpoint:
                     f"the variable has shape {tuple(var.shape)} and dtype {var.dtype}"
                 )
             values[name] = value
+            bar.update(1)
+        bar.close()
         for name, var in variables.items():
             var.assign(values[name])
+
+
+class _NoBar:
+    """What ``progress=False`` gets: a bar that does nothing (and imports nothing)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(progress: bool, total: int, desc: str) -> Any:
+    """A ``tqdm.auto`` bar of ``total`` ticks when ``progress``, else one that does nothing."""
+    if not progress:
+        return _NoBar()
+    from tqdm.auto import tqdm  # only here: progress=False costs no import
+
+    return tqdm(total=total, desc=desc, unit="var")
 
 
 def _cross_replica_value(var: Any) -> np.ndarray:

@@ -130,6 +130,22 @@ class DistributedDataset(_NoTransformations):
             )
         return DistributedIterator(self._strategy, self._per_step(iter(self._dataset)), self.element_spec)
 
+    def progress(self, **tqdm_kwargs: Any) -> Any:
+        """``iter(self)`` with a ``tqdm.auto`` bar in the cell, one tick per global batch (an interdist addition).
+
+        ``for batch in dist_dataset.progress(): strategy.run(step, args=(batch,))`` shows the bar (a
+        widget in a notebook, text on stderr in a script); ``for batch in dist_dataset`` shows
+        nothing. The bar's total is the dataset's cardinality where it is known; keyword arguments
+        go to ``tqdm`` (``desc=``, ``total=``, ``leave=``...).
+        """
+        from tqdm.auto import tqdm  # only here: iterating without a bar imports nothing
+
+        if "total" not in tqdm_kwargs:
+            n = int(self._dataset.cardinality())  # negative: infinite or unknown
+            tqdm_kwargs["total"] = n if n >= 0 else None
+        tqdm_kwargs.setdefault("unit", "batch")
+        return tqdm(iter(self), **tqdm_kwargs)
+
     def _worker_shards(self) -> DistributedIterator | None:
         """Across several workers (MultiWorkerMirroredStrategy), auto-shard as TF does.
 

@@ -194,13 +194,17 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
             self._run_variables.clear()  # variables made in the step now live as long as the notebook holds them
             return out
 
-    def run_steps(self, fn: Callable[..., Any], iterator: Any, steps: int) -> Any:
+    def run_steps(self, fn: Callable[..., Any], iterator: Any, steps: int, progress: bool = False) -> Any:
         """Run ``fn(batch)`` for the next ``steps`` batches of ``iterator`` in one call to the replicas.
 
         The fused form of ``for _ in range(steps): strategy.run(fn, args=(next(iterator),))`` (in the
         spirit of Keras' ``steps_per_execution``): same results, every step's events recorded, one
         notebook-worker round trip. Returns the last step's result; raises ``StopIteration`` when the
         iterator has no batch left. Stops early (after fewer steps) at the end of the data.
+
+        ``progress=True`` shows a ``tqdm.auto`` bar of the steps in the cell (a widget in a notebook,
+        text on stderr in a script): the loop then goes to the replicas in chunks of
+        ``max(1, steps // 20)`` steps, one tick per chunk, with the same results.
 
         >>> import interdist as idist, numpy as np
         >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
@@ -213,6 +217,38 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         self._check_usable()
         if not isinstance(steps, int) or steps < 1:
             raise ValueError(f"run_steps requires steps >= 1, but got {steps!r}")
+        if not progress:
+            out, done = self._fused_call(fn, iterator, steps)
+            # Uneven ends: some replicas still hold batches. One plain step gives the others
+            # empty batches, as TF does; nothing left at all ends the iteration.
+            return self.run(fn, args=(next(iterator),)) if done == 0 else out
+        from tqdm.auto import tqdm  # only here: progress=False costs no import
+
+        chunk = max(1, steps // 20)
+        ran = 0
+        last: Any = None
+        with tqdm(total=steps, desc=f"run_steps of {_fn_name(fn)}", unit="step") as bar:
+            while ran < steps:
+                n = min(chunk, steps - ran)
+                try:
+                    out, done = self._fused_call(fn, iterator, n)
+                except StopIteration:
+                    if ran == 0:
+                        raise
+                    break  # the notebook's iterator ran out after the steps already run
+                if done == 0:
+                    # The end of the data: as in one fused call, the steps already run give the result.
+                    if ran == 0:
+                        return self.run(fn, args=(next(iterator),))
+                    break
+                last, ran = out, ran + done
+                bar.update(done)
+                if done < n:
+                    break  # a replica ran out of data: one fused call would have stopped here too
+        return last
+
+    def _fused_call(self, fn: Callable[..., Any], iterator: Any, steps: int) -> tuple[Any, int]:
+        """One call of ``fused_steps`` on the replicas: the last step's result and how many steps ran."""
         # ``fn`` travels inside the program's arguments; a function whose pickle can be reused goes
         # as those bytes (pickling it anew cost ~1 ms a call: client/fn_pickle.py).
         packed = cached_dumps(fn)
@@ -241,14 +277,12 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
             results = self._group.execute(
                 fused_steps, per_rank, system=True, what=f"run_steps of {_fn_name(fn)}", steps=steps
             )
-        done = results[0][1].value
+        done = int(results[0][1].value)
         if done == 0:
-            # Uneven ends: some replicas still hold batches. One plain step gives the others
-            # empty batches, as TF does; nothing left at all ends the iteration.
-            return self.run(fn, args=(next(iterator),))
+            return None, 0
         out = self._regroup([r[0] for r in results])
         self._run_variables.clear()
-        return out
+        return out, done
 
     def __repr__(self) -> str:
         return f"<interdist.{type(self).__name__} on {', '.join(self._devices)}>"
