@@ -32,6 +32,20 @@ def _worker_pid(s: idist.MirroredStrategy, rank: int) -> int:
     return int(s.experimental_local_results(pids)[rank])
 
 
+def _all_reduce_once_usable(s: idist.MirroredStrategy, x: float, timeout: float = 30.0) -> list[float]:
+    """An all-reduce of ``x`` as soon as the strategy takes steps again (a resumed replica must first
+    leave its aborted step: until then, the strategy says it is still running)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            out = s.run(lambda: idist.get_replica_context().all_reduce("SUM", np.float32(x)))
+            return [float(v) for v in s.experimental_local_results(out)]
+        except RuntimeError as e:
+            if "still running" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def test_a_stopped_replica_is_named_within_seconds_and_the_strategy_goes_on(strategy: idist.MirroredStrategy) -> None:
     s = strategy
     pid = _worker_pid(s, 1)
@@ -56,16 +70,7 @@ def test_a_stopped_replica_is_named_within_seconds_and_the_strategy_goes_on(stra
     finally:
         os.kill(pid, signal.SIGCONT)
     # resumed: the replica leaves the aborted step (its collective raises), and the strategy works again
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            out = s.run(lambda: idist.get_replica_context().all_reduce("SUM", np.float32(2.0)))
-            break
-        except RuntimeError as e:
-            if "still running" not in str(e) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-    assert [float(v) for v in s.experimental_local_results(out)] == [4.0, 4.0]
+    assert _all_reduce_once_usable(s, 2.0) == [4.0, 4.0]
 
 
 def test_a_slow_replica_is_not_frozen(strategy: idist.MirroredStrategy) -> None:
@@ -99,13 +104,4 @@ def test_a_replica_stopped_after_its_last_collective_is_named_too(strategy: idis
         assert time.monotonic() - t0 < settings.frozen_after + 6
     finally:
         os.kill(pid, signal.SIGCONT)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            out = s.run(lambda: idist.get_replica_context().all_reduce("SUM", np.float32(3.0)))
-            break
-        except RuntimeError as e:
-            if "still running" not in str(e) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-    assert [float(v) for v in s.experimental_local_results(out)] == [6.0, 6.0]
+    assert _all_reduce_once_usable(s, 3.0) == [6.0, 6.0]
