@@ -37,6 +37,16 @@ _cache: OrderedDict[Any, tuple[Any, list[Any], bytes]] = OrderedDict()
 _lock = threading.Lock()
 
 
+def ship_by_value(module: types.ModuleType) -> None:
+    """Pickle ``module`` (the user's own, next to the notebook) by value from now on: functions and
+    classes defined in it, and the module itself when a replica function names it, travel with the
+    function instead of being imported on the worker, where it does not exist. Cached pickles made
+    before are dropped (they name the module by import)."""
+    cloudpickle.register_pickle_by_value(module)
+    with _lock:
+        _cache.clear()
+
+
 def _code_reduce(code: types.CodeType) -> Any:
     """cloudpickle's reduction of a code object, with its file name kept.
 

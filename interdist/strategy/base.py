@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import abc
 import html
+import importlib
 import sys
+import types
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,7 +26,7 @@ from interdist import _context, _nest
 from interdist import device as device_lib
 from interdist.client import cluster as cluster_lib
 from interdist.client.event_log import EventLog
-from interdist.client.fn_pickle import cached_dumps
+from interdist.client.fn_pickle import cached_dumps, ship_by_value
 from interdist.client.group import DaskGroup
 from interdist.collectives.registry import get_backend
 from interdist.config import settings
@@ -132,6 +134,42 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         from interdist.dashboard import show
 
         return show(self, interval=interval, threshold_s=threshold_s)
+
+    def ship(self, *modules: Any) -> None:
+        """Make your own modules (a ``helpers.py`` next to the notebook) usable in replica functions on
+        every worker, also workers on other hosts that do not have the file.
+
+        Functions and classes from a shipped module travel by value with the replica function (through
+        cloudpickle's pickle-by-value), and so does the module when the function names it
+        (``import helpers; helpers.loss(x)``). Ship again after editing the file and reloading the
+        module (``importlib.reload``): the next step sends the new code. Modules are given as module
+        objects or names; installed packages (anything outside the notebook's own files) are refused,
+        since the workers import those themselves.
+
+        >>> import interdist as idist, types, sys
+        >>> helpers = types.ModuleType("helpers_doc"); exec("def double(x): return x * 2", helpers.__dict__)
+        >>> sys.modules["helpers_doc"] = helpers
+        >>> with idist.MirroredStrategy(["CPU:0"]) as s:
+        ...     s.ship(helpers)
+        ...     s.run(lambda: helpers.double(21))
+        42
+        """
+        for m in modules:
+            module = importlib.import_module(m) if isinstance(m, str) else m
+            if not isinstance(module, types.ModuleType):
+                raise TypeError(f"ship() takes modules or module names, got {type(m).__name__}")
+            top = module.__name__.split(".")[0]
+            if top in sys.stdlib_module_names or top in {"interdist", "numpy", "dask", "distributed", "cloudpickle"}:
+                raise ValueError(
+                    f"ship() is for your own modules; {module.__name__!r} is installed on the workers already"
+                )
+            path = getattr(module, "__file__", None) or ""
+            if "site-packages" in path or "dist-packages" in path:
+                raise ValueError(
+                    f"ship() is for your own modules; {module.__name__!r} is an installed package ({path}): "
+                    "install it on the workers instead"
+                )
+            ship_by_value(module)
 
     @property
     def client(self) -> Any:
