@@ -59,3 +59,21 @@ def canonicalize(device: str, job: str = "localhost", task: int = 0) -> str:
 def host_device(job: str = "localhost", task: int = 0) -> str:
     """The CPU of the notebook's host, where ``Strategy.reduce`` leaves its result."""
     return DeviceSpec(job=job, task=task).to_string()
+
+
+# -- the destinations of StrategyExtended's reduce_to/broadcast_to (the notebook's and a replica's) --------
+BAD_DESTINATIONS = "destinations must be one of a `DistributedValues` object, a tf.Variable object, or a device string."
+
+
+def refuse_sequence(destinations: object, what: str) -> None:
+    """TF 2.21: ``assert not isinstance(destinations, (list, tuple))``."""
+    if isinstance(destinations, (list, tuple)):
+        raise AssertionError(
+            f"{what}() takes one destination (a device string, a variable or a distributed value), "
+            f"not a {type(destinations).__name__} of them: {destinations!r}"
+        )
+
+
+def refuse_none(destinations: object, what: str) -> None:
+    if destinations is None:
+        raise AssertionError(f"{what}() requires destinations (a device string, a variable or a distributed value)")

@@ -82,25 +82,6 @@ def _import_class(path: Any, pickled: bytes | None = None) -> type | None:
     return None
 
 
-_BAD_DESTINATIONS = (
-    "destinations must be one of a `DistributedValues` object, a tf.Variable object, or a device string."
-)
-
-
-def _refuse_sequence(destinations: Any, what: str) -> None:
-    if isinstance(destinations, (list, tuple)):
-        # TF 2.21: ``assert not isinstance(destinations, (list, tuple))``.
-        raise AssertionError(
-            f"{what}() takes one destination (a device string, a variable or a distributed value), "
-            f"not a {type(destinations).__name__} of them: {destinations!r}"
-        )
-
-
-def _refuse_none(destinations: Any, what: str) -> None:
-    if destinations is None:
-        raise AssertionError(f"{what}() requires destinations (a device string, a variable or a distributed value)")
-
-
 def _check_one_dtype(values: list[Any]) -> None:
     """``batch_reduce_to`` packs its values into one collective: TF refuses mixed dtypes there."""
     dtypes = set()
@@ -381,7 +362,7 @@ class ReplicaExtendedView(_ReportsNotebookClass):
         """The devices ``destinations`` stands for (TF's ``validate_destinations``/``get_devices_from``)."""
         if isinstance(destinations, str):
             if not destinations:
-                raise ValueError(_BAD_DESTINATIONS + " Got an empty string.")
+                raise ValueError(device_lib.BAD_DESTINATIONS + " Got an empty string.")
             return [device_lib.canonicalize(destinations)]
         if _copies(destinations):
             return [str(d) for d in self._replica.devices]
@@ -394,7 +375,7 @@ class ReplicaExtendedView(_ReportsNotebookClass):
         if isinstance(destinations, (Variable, ArrayValue)):
             return [str(destinations.device)]  # a handle that knows its device
         # A NumPy value is no destination, as in the notebook (TF 2.21 refuses NumPy values too).
-        raise ValueError(f"{_BAD_DESTINATIONS} Got {destinations!r}.")
+        raise ValueError(f"{device_lib.BAD_DESTINATIONS} Got {destinations!r}.")
 
     def _broadcast(self, value: Any, destinations: Any) -> Any:
         devices = self._devices_of(destinations)
@@ -404,7 +385,7 @@ class ReplicaExtendedView(_ReportsNotebookClass):
 
     def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
         self._strategy._require_cross_replica("reduce_to")
-        _refuse_sequence(destinations, "reduce_to")
+        device_lib.refuse_sequence(destinations, "reduce_to")
         op = check_reduce_op(reduce_op, "reduce_to", self._kind())
         if self._kind() == "one_device":
             return value  # TF's OneDeviceExtended hands the value back as it is
@@ -432,7 +413,7 @@ class ReplicaExtendedView(_ReportsNotebookClass):
         pairs = list(value_destination_pairs)
         if self._kind() == "one_device":
             for _, d in pairs:
-                _refuse_sequence(d, "batch_reduce_to")
+                device_lib.refuse_sequence(d, "batch_reduce_to")
             return [v for v, _ in pairs]
         for _, d in pairs:
             self._devices_of(d)  # TF: ValueError for None and for a list of devices here
@@ -453,8 +434,8 @@ class ReplicaExtendedView(_ReportsNotebookClass):
 
     def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
         self._strategy._require_cross_replica("broadcast_to")
-        _refuse_none(destinations, "broadcast_to")
-        _refuse_sequence(destinations, "broadcast_to")
+        device_lib.refuse_none(destinations, "broadcast_to")
+        device_lib.refuse_sequence(destinations, "broadcast_to")
         if self._kind() == "one_device":
             return tensor  # TF hands the tensor back as it is
         return self._broadcast(as_array(tensor), destinations)

@@ -48,7 +48,7 @@ from interdist import _context, _nest
 from interdist import device as device_lib
 from interdist._convert import convert_for_variable
 from interdist.errors import WorkerLostError
-from interdist.protocol import VariableMeta, VarRef
+from interdist.protocol import VariableMeta
 from interdist.replica import central_variable as rv
 from interdist.strategy.base import Strategy
 from interdist.strategy.extended import StrategyExtended
@@ -158,16 +158,7 @@ class CentralStorageStrategy(Strategy):
         return out if group else _nest.pack_sequence_as(out, [(x,) for x in _nest.flatten(out)])
 
     def _decode(self, rank: int, result: Any) -> Any:
-        def leaf(m: Any) -> Any:
-            if m is None:
-                return None
-            if isinstance(m, VarRef):
-                return self._variable_by_id(m.var_id)
-            if m.shape is None:
-                return m.value
-            return self._remote(rank, m)
-
-        return _nest.map_structure(leaf, result)
+        return _nest.map_structure(lambda m: self._decode_leaf(rank, m), result)
 
     def _restore_replicas(self, ranks: list[int]) -> None:
         """After a worker restart: the replaced replicas learn the variables again (no values)."""

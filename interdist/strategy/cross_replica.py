@@ -74,19 +74,22 @@ class CrossReplicaMixin(ReplicaDispatch):
                 f"with that strategy, or pass plain values to {self!r}"
             )
         comps = self._select_all(value)
+        self._refuse_python_values(value, comps)
+        if all(not isinstance(c, StoreRef) for c in comps):
+            return Tensor(_reduction.reduce_components(op, list(comps), axis), host)
+        results = self._system(programs.reduce_values, per_rank=[(op, axis, c) for c in comps])
+        return Tensor(_meta_value(results[0], self, 0), host)
+
+    def _refuse_python_values(self, value: DistributedValues, comps: list[Any]) -> None:
+        """TF 2.21's Mirrored reduction needs tensors: a PerReplica of Python numbers (kept as they are by
+        experimental_distribute_values_from_function, or returned by run) fails there (checked)."""
         python = [c for c in comps if type(c) in (int, float, bool, complex, str)]
         if python and self._kind == "mirrored":
-            # TF 2.21's Mirrored reduction needs tensors: a PerReplica of Python numbers (kept as they are by
-            # experimental_distribute_values_from_function, or returned by run) fails there (checked).
             raise AttributeError(
                 f"strategy.reduce cannot reduce a {type(value).__name__} of Python {type(python[0]).__name__} "
                 f"values on {type(self).__name__} ('{type(python[0]).__name__}' object has no attribute 'device', "
                 "as in TF 2.21); return NumPy values (e.g. np.float32(x)) from value_fn or the replica function"
             )
-        if all(not isinstance(c, StoreRef) for c in comps):
-            return Tensor(_reduction.reduce_components(op, list(comps), axis), host)
-        results = self._system(programs.reduce_values, per_rank=[(op, axis, c) for c in comps])
-        return Tensor(_meta_value(results[0], self, 0), host)
 
     def _select_all(self, value: DistributedValues) -> list[Any]:
         out: list[Any] = []
@@ -107,15 +110,7 @@ class CrossReplicaMixin(ReplicaDispatch):
         if not isinstance(value, DistributedValues):
             return Tensor(_reduction.gather_components([value], axis), host)  # TF: the value itself
         comps = self._select_all(value)
-        python = [c for c in comps if type(c) in (int, float, bool, complex, str)]
-        if python and self._kind == "mirrored":
-            # TF 2.21's Mirrored reduction needs tensors: a PerReplica of Python numbers (kept as they are by
-            # experimental_distribute_values_from_function, or returned by run) fails there (checked).
-            raise AttributeError(
-                f"strategy.reduce cannot reduce a {type(value).__name__} of Python {type(python[0]).__name__} "
-                f"values on {type(self).__name__} ('{type(python[0]).__name__}' object has no attribute 'device', "
-                "as in TF 2.21); return NumPy values (e.g. np.float32(x)) from value_fn or the replica function"
-            )
+        self._refuse_python_values(value, comps)
         if all(not isinstance(c, StoreRef) for c in comps):
             return Tensor(_reduction.gather_components(list(comps), axis), host)
         results = self._system(programs.gather_values, per_rank=[(axis, c) for c in comps])

@@ -16,6 +16,7 @@ import numpy as np
 from interdist import _context, _nest, _reduction
 from interdist import device as device_lib
 from interdist.collectives.local import local_group
+from interdist.device import refuse_none, refuse_sequence
 from interdist.input.input_context import InputContext
 from interdist.protocol import GroupSpec
 from interdist.reduce_op import check_reduce_op
@@ -23,7 +24,6 @@ from interdist.replica.context import ReplicaContext
 from interdist.replica.programs import ValueContext
 from interdist.replica.replica import Replica
 from interdist.strategy.base import Strategy
-from interdist.strategy.extended import _refuse_none, _refuse_sequence
 from interdist.values.distributed import DistributedValues
 from interdist.values.variables import Variable
 
@@ -57,7 +57,7 @@ class _DefaultExtended:
     should_save_summary = True
 
     def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
-        _refuse_sequence(destinations, "reduce_to")
+        refuse_sequence(destinations, "reduce_to")
         check_reduce_op(reduce_op, "reduce_to")
         return value
 
@@ -65,12 +65,12 @@ class _DefaultExtended:
         check_reduce_op(reduce_op, "batch_reduce_to")
         pairs = list(value_destination_pairs)
         for _, d in pairs:
-            _refuse_sequence(d, "batch_reduce_to")
+            refuse_sequence(d, "batch_reduce_to")
         return [v for v, _ in pairs]
 
     def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
-        _refuse_none(destinations, "broadcast_to")
-        _refuse_sequence(destinations, "broadcast_to")
+        refuse_none(destinations, "broadcast_to")
+        refuse_sequence(destinations, "broadcast_to")
         # TF 2.21's default strategy raises NotImplementedError("TODO") here.
         raise NotImplementedError(
             "broadcast_to is not implemented by the default strategy (as in TF 2.21); "

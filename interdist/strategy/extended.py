@@ -71,7 +71,7 @@ class StrategyExtended:
         ``MirroredVariable``, a ``PerReplica``/``Mirrored`` value of several replicas).
         """
         self._strategy._require_cross_replica("reduce_to")
-        _refuse_sequence(destinations, "reduce_to")
+        device_lib.refuse_sequence(destinations, "reduce_to")
         return self._reduce_to(check_reduce_op(reduce_op, "reduce_to", self._strategy._kind), value, destinations)
 
     def _reduce_to(self, op: ReduceOp, value: Any, destinations: Any) -> Any:
@@ -123,8 +123,8 @@ class StrategyExtended:
     def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
         """Mirror ``tensor`` to the destination devices (one device: a single value)."""
         self._strategy._require_cross_replica("broadcast_to")
-        _refuse_none(destinations, "broadcast_to")
-        _refuse_sequence(destinations, "broadcast_to")
+        device_lib.refuse_none(destinations, "broadcast_to")
+        device_lib.refuse_sequence(destinations, "broadcast_to")
         return self._broadcast(as_array(tensor), destinations)
 
     def _broadcast(self, value: Any, destinations: Any) -> Any:
@@ -181,30 +181,11 @@ class StrategyExtended:
         return self._strategy.experimental_local_results(value)
 
 
-def _refuse_sequence(destinations: Any, what: str) -> None:
-    if isinstance(destinations, (list, tuple)):
-        # TF 2.21: ``assert not isinstance(destinations, (list, tuple))``.
-        raise AssertionError(
-            f"{what}() takes one destination (a device string, a variable or a distributed value), "
-            f"not a {type(destinations).__name__} of them: {destinations!r}"
-        )
-
-
-def _refuse_none(destinations: Any, what: str) -> None:
-    if destinations is None:
-        raise AssertionError(f"{what}() requires destinations (a device string, a variable or a distributed value)")
-
-
-_BAD_DESTINATIONS = (
-    "destinations must be one of a `DistributedValues` object, a tf.Variable object, or a device string."
-)
-
-
 def _devices_of(destinations: Any, strategy: Any = None) -> list[str]:
     """The devices ``destinations`` stands for (TF's ``validate_destinations``/``get_devices_from``)."""
     if isinstance(destinations, str):
         if not destinations:
-            raise ValueError(_BAD_DESTINATIONS + " Got an empty string.")
+            raise ValueError(device_lib.BAD_DESTINATIONS + " Got an empty string.")
         return [device_lib.canonicalize(destinations)]
     if isinstance(destinations, DistributedValues):
         # Component i lives on replica i's device (values made in the notebook carry the host's).
@@ -212,7 +193,7 @@ def _devices_of(destinations: Any, strategy: Any = None) -> list[str]:
         return [devices[i] if i < len(devices) else str(c.device) for i, c in enumerate(destinations.values)]
     if isinstance(destinations, (Variable, ArrayValue)):
         return [str(destinations.device)]
-    raise ValueError(f"{_BAD_DESTINATIONS} Got {destinations!r}.")
+    raise ValueError(f"{device_lib.BAD_DESTINATIONS} Got {destinations!r}.")
 
 
 def _check_one_dtype(values: list[Any]) -> None:

@@ -6,9 +6,10 @@ from typing import Any
 
 from interdist import _nest
 from interdist._convert import as_array
+from interdist.device import refuse_none, refuse_sequence
 from interdist.reduce_op import check_reduce_op
 from interdist.strategy.base import Strategy
-from interdist.strategy.extended import StrategyExtended, _refuse_none, _refuse_sequence
+from interdist.strategy.extended import StrategyExtended
 from interdist.strategy.mirrored import resolve_devices
 from interdist.values.distributed import PerReplica
 from interdist.values.distributed_variable import OneDeviceVariable
@@ -20,7 +21,7 @@ class _OneDeviceExtended(StrategyExtended):
 
     def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
         self._strategy._require_cross_replica("reduce_to")
-        _refuse_sequence(destinations, "reduce_to")
+        refuse_sequence(destinations, "reduce_to")
         check_reduce_op(reduce_op, "reduce_to", "one_device")
         return value
 
@@ -29,13 +30,13 @@ class _OneDeviceExtended(StrategyExtended):
         check_reduce_op(reduce_op, "batch_reduce_to", "one_device")
         pairs = list(value_destination_pairs)
         for _, d in pairs:
-            _refuse_sequence(d, "batch_reduce_to")
+            refuse_sequence(d, "batch_reduce_to")
         return [v for v, _ in pairs]
 
     def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
         self._strategy._require_cross_replica("broadcast_to")
-        _refuse_none(destinations, "broadcast_to")
-        _refuse_sequence(destinations, "broadcast_to")
+        refuse_none(destinations, "broadcast_to")
+        refuse_sequence(destinations, "broadcast_to")
         if isinstance(tensor, ArrayValue):
             return tensor  # TF hands the tensor back as it is
         return Tensor(as_array(tensor), self._strategy._devices[0])
