@@ -1,10 +1,11 @@
 """Where all_reduce's time goes, path against path, measured inside one strategy.run.
 
 For each size, the replicas alternate two settings collective by collective (interleaved
-A/B, so a busy machine slows both alike) and report medians: shared memory against Dask
-comms (``SharedMemoryTransport.threshold``), and all-gather-reduce against reduce-scatter
-+ all-gather (``algorithms.RS_MIN_ELEMENTS*``). The thresholds in interdist/collectives
-cite numbers from this script.
+A/B, so a busy machine slows both alike) and report medians: shared memory against
+sockets (``SharedMemoryTransport.threshold``/``threshold_one_peer``: the peers' packets are read off
+their channels, or over Dask comms between hosts), and all-gather-reduce (``shm``) against
+reduce-scatter + all-gather (``shm+rs``) and reduce-broadcast (``shm+rb``), each forced through
+``Collectives.algorithm``. The thresholds in interdist/collectives cite numbers from this script.
 """
 
 from __future__ import annotations
@@ -27,19 +28,20 @@ def _paths(v: Any, reps: int) -> dict[str, float]:
     rep = idist.get_replica_context()._replica  # type: ignore[union-attr]
     coll, transport = rep.collectives, rep.transport
     arrays = [np.asarray(v)]
-    settings: dict[str, tuple[int, int]] = {  # (shm threshold, RS_MIN_ELEMENTS_ONE_HOST)
-        "shm": (0, 1 << 62), "comms": (-1, 1 << 62), "shm+rs": (0, 0)}
+    settings: dict[str, tuple[int, str]] = {  # (shm threshold, forced algorithm)
+        "shm": (0, al.AG), "comms": (-1, al.AG), "shm+rs": (0, al.RS), "shm+rb": (0, al.RB)}
     times: dict[str, list[float]] = {k: [] for k in settings}
-    saved = transport.threshold, al.RS_MIN_ELEMENTS, al.RS_MIN_ELEMENTS_ONE_HOST
+    saved = transport.threshold, transport.threshold_one_peer, coll.algorithm
     try:
         for i in range(reps):
-            for j, (name, (threshold, rs)) in enumerate(settings.items()):
-                transport.threshold, al.RS_MIN_ELEMENTS, al.RS_MIN_ELEMENTS_ONE_HOST = threshold, 0, rs
+            for j, (name, (threshold, algorithm)) in enumerate(settings.items()):
+                transport.threshold = transport.threshold_one_peer = threshold
+                coll.algorithm = algorithm
                 t0 = time.perf_counter()
                 coll.all_reduce(rep.step, 1000 + i * len(settings) + j, arrays, idist.ReduceOp.SUM, "bench")
                 times[name].append(time.perf_counter() - t0)
     finally:
-        transport.threshold, al.RS_MIN_ELEMENTS, al.RS_MIN_ELEMENTS_ONE_HOST = saved
+        transport.threshold, transport.threshold_one_peer, coll.algorithm = saved
     return {k: statistics.median(v) for k, v in times.items()}
 
 

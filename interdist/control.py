@@ -91,6 +91,13 @@ def pack(msg: Any) -> list[Any]:
     return [_PREFIX.pack(len(header), len(blobs)) + lengths + header, *blobs]
 
 
+def pack_inline(msg: Any) -> list[Any]:
+    """``pack`` of a message known to have no field of ``BLOB_MIN`` bytes or more (a small collective
+    packet), without walking it for blobs: the same bytes as ``pack(msg)``."""
+    header: bytes = msgpack.packb(msg, use_bin_type=True, default=_default)
+    return [_PREFIX.pack(len(header), 0) + header]
+
+
 def send_parts(sock: socket.socket, parts: list[Any]) -> None:
     """Write every part, in order, without joining them (``sendmsg`` may write part of them)."""
     views = [memoryview(p).cast("B") for p in parts if len(p)]

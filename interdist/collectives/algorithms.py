@@ -18,8 +18,8 @@
 
 Which one runs is ``Collectives.algorithm``, the same on every rank (it comes with
 the group spec, from the strategy's ``cross_device_ops``: ``cross_device_ops.py``):
-``AUTO`` chooses by the thresholds below, from the shapes and whether the group
-spans hosts only (the same on every rank whenever the call is valid); any other
+``AUTO`` asks the cost model (``cost_model.py``; the thresholds below override it), from the
+shapes and whether the group spans hosts only (the same on every rank whenever the call is valid); any other
 value forces that algorithm at every size. The first message carries every rank's
 shapes and dtypes, so a shape or dtype mismatch raises the same ``ReplicaMismatchError`` (a
 ``ValueError``) on every rank in every algorithm, naming each replica's shape or dtype: TF never
@@ -38,29 +38,62 @@ import numpy as np
 
 from interdist._gpu import any_cupy, to_device, to_host
 from interdist._reduction import check_dtypes, check_shapes, mean_of_sum, reduce_arrays
-from interdist.collectives.base import Packet, Timing, Transport, pack, unpack
+from interdist.collectives import cost_model
+from interdist.collectives.base import (
+    Packet,
+    Timing,
+    Transport,
+    frame_description,
+    is_frame,
+    pack,
+    pack_arrays,
+    unpack,
+    unpack_arrays,
+)
 from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
-# Batches of at least this many elements (all arrays together) are reduce-scattered when the
-# group spans hosts: each rank then puts 2(n-1)/n of the data on the wire instead of (n-1).
-# On one host all-gather-reduce through shared memory won at every size measured (inside
-# strategy.run, 2 cores, float32, interleaved A/B, median of 20): 2 replicas 1 MB 3.4 vs
-# 6.2 ms, 4 MB 6.7 vs 15.7 ms, 16 MB 10.1 vs 17.7 ms, 64 MB 121 vs 180 ms; 4 replicas 4 MB
-# 28.8 vs 38.7 ms, 16 MB 76 vs 87 ms. The second round of messages costs more than the
-# halved arithmetic saves when replicas share 2 cores, so it stays off there by default.
-RS_MIN_ELEMENTS = int(os.environ.get("INTERDIST_RS_MIN_ELEMENTS", str(1 << 18)))
-RS_MIN_ELEMENTS_ONE_HOST = int(os.environ.get("INTERDIST_RS_MIN_ELEMENTS_ONE_HOST", str(1 << 62)))
+# ``AUTO`` asks the cost model (``cost_model.auto_choice``: an alpha-beta model of these three
+# algorithms with parameters fitted on this kind of machine by benchmarks/bench_cost_model.py; the
+# fit, predicted vs measured, is in docs/performance.md). On one host with 2 cores it picks
+# all-gather-reduce for 2 replicas and reduce-broadcast from 3 (measured inside strategy.run, slowest
+# replica, medians: 4 replicas 64 KB 1.2 vs 1.6 ms, 1 MB 2.2 vs 2.8 ms, 16 MB 18.7 vs 22.8 ms); across
+# hosts reduce-scatter + all-gather for large batches, all-gather-reduce for small ones.
+#
+# The thresholds AUTO used before, in elements (all arrays together), stay as overrides: when any of
+# these is set (by its environment variable, or assigned here), AUTO goes by the thresholds, those
+# left unset taking their former values (below). Reduce-scatter when the batch has RS_MIN_ELEMENTS
+# and either spans hosts or has RS_MIN_ELEMENTS_ONE_HOST; else reduce-broadcast from 3 replicas on
+# one host with RB_MIN_ELEMENTS_ONE_HOST; else all-gather-reduce.
+RS_MIN_ELEMENTS: int | None = None
+RS_MIN_ELEMENTS_ONE_HOST: int | None = None
+RB_MIN_ELEMENTS_ONE_HOST: int | None = None
+_FORMER_THRESHOLDS = (1 << 18, 1 << 62, 1 << 18)  # RS_MIN_ELEMENTS, RS_MIN_ELEMENTS_ONE_HOST, RB_MIN_ELEMENTS_ONE_HOST
+if os.environ.get("INTERDIST_RS_MIN_ELEMENTS"):
+    RS_MIN_ELEMENTS = int(os.environ["INTERDIST_RS_MIN_ELEMENTS"])
+if os.environ.get("INTERDIST_RS_MIN_ELEMENTS_ONE_HOST"):
+    RS_MIN_ELEMENTS_ONE_HOST = int(os.environ["INTERDIST_RS_MIN_ELEMENTS_ONE_HOST"])
+if os.environ.get("INTERDIST_RB_MIN_ELEMENTS_ONE_HOST"):
+    RB_MIN_ELEMENTS_ONE_HOST = int(os.environ["INTERDIST_RB_MIN_ELEMENTS_ONE_HOST"])
 
-# On one host, batches of at least this many elements among 3 or more replicas are reduced once, by
-# rank 0, and broadcast (``_reduce_broadcast``): every rank reducing all n arrays itself
-# (all-gather-reduce) moves n times the bytes through memory that one reduction does, and with
-# replicas sharing cores memory bandwidth is the limit. Measured inside strategy.run (2 cores,
-# float32, medians): 4 replicas 1 MB 3.7 vs 4.1 ms, 4 MB 6.5-7.1 vs 8.2-9.0 ms, 16 MB 18.7-19.3 vs
-# 22.3-23.3 ms; 3 replicas 4 MB 5.2 vs 5.9 ms, 16 MB 14.5 vs 16.4 ms; 1 MB on 3 replicas even.
-RB_MIN_ELEMENTS_ONE_HOST = int(os.environ.get("INTERDIST_RB_MIN_ELEMENTS_ONE_HOST", str(1 << 18)))
 
-AUTO = "auto"  # chosen per call by the thresholds above
+def auto_algorithm(elements: int, world_size: int, spans_hosts: bool) -> str:
+    """``AUTO``'s all_reduce algorithm for a batch of ``elements`` (the same on every rank: it depends
+    on shapes and topology only): the cost model's choice, or the thresholds above when any is set."""
+    thresholds = (RS_MIN_ELEMENTS, RS_MIN_ELEMENTS_ONE_HOST, RB_MIN_ELEMENTS_ONE_HOST)
+    if all(t is None for t in thresholds):
+        return cost_model.auto_choice(elements, world_size, spans_hosts)
+    rs, rs_one_host, rb_one_host = (
+        former if t is None else t for t, former in zip(thresholds, _FORMER_THRESHOLDS, strict=True)
+    )
+    if elements >= rs and (elements >= rs_one_host or spans_hosts):
+        return RS
+    if world_size >= 3 and elements >= rb_one_host and not spans_hosts:
+        return RB
+    return AG
+
+
+AUTO = "auto"  # chosen per call by ``auto_algorithm`` above
 AG = "all-gather-reduce"
 RS = "reduce-scatter-all-gather"
 RB = "reduce-broadcast"
@@ -154,6 +187,17 @@ class Collectives:
         self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, nbytes)
         return out
 
+    @_forget_on_error
+    def barrier(self, step: int, seq: int, what: str) -> None:
+        """Return once every rank has reached this collective (an empty message to each peer)."""
+        t0 = time.perf_counter()
+        peers = self._peers()
+        if peers:
+            self.transport.send_packet(peers, step, seq, Packet(b""), detached=True)
+        got, wait = self._take(step, seq, peers, what)
+        self._release(got)
+        self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, 0, "barrier")
+
     def _open(self, packet: Packet) -> Any:
         """The object of a received packet, owning its memory (shared views are copied out)."""
         buffers = self.transport.view(packet)  # sets packet.shared for views of reused memory
@@ -211,12 +255,10 @@ class Collectives:
             return self._all_gather_reduce(step, seq, arrays, shapes, op, what)
         # AUTO. Shapes and topology only: the same choice on every rank. (Whether the group spans
         # hosts is symmetric: if it does, every rank has a peer on another host.)
-        size = sum(a.size for a in arrays)
-        spans = self.transport.spans_hosts()
-        use_rs = size >= RS_MIN_ELEMENTS and (size >= RS_MIN_ELEMENTS_ONE_HOST or spans)
-        if use_rs:
+        chosen = auto_algorithm(sum(a.size for a in arrays), self.world_size, self.transport.spans_hosts())
+        if chosen == RS:
             return self._reduce_scatter_all_gather(step, seq, arrays, shapes, op, what)
-        if self.world_size >= 3 and size >= RB_MIN_ELEMENTS_ONE_HOST and not spans:
+        if chosen == RB:
             return self._reduce_broadcast(step, seq, arrays, shapes, op, what)
         return self._all_gather_reduce(step, seq, arrays, shapes, op, what)
 
@@ -242,30 +284,52 @@ class Collectives:
         for i in range(len(mine[0])):
             check_dtypes([m[1][i] for m in all_metas], "all_reduce")
             check_shapes([tuple(m[0][i]) for m in all_metas], "all_reduce")
-            dtype = np.dtype(mine[1][i])
-            if dtype.kind != "b" and dtype.name not in COLLECTIVE_DTYPES:
-                # TF 2.21's CollectiveReduceV2 takes these only: InvalidArgumentError ("Value for attr 'T' of
-                # uint8 is not in the list of allowed values") for int8/16, unsigned, complex, strings, objects.
-                raise ValueError(
-                    f"all_reduce cannot {mine[2]} values of dtype {dtype.name}: TF's collective all-reduce takes "
-                    f"{', '.join(COLLECTIVE_DTYPES)} only; cast them first (e.g. x.astype(np.int32))"
-                )
+            _check_collective_dtypes([mine[1][i]], mine[2])
+
+    def _contribution(self, arrays: list[np.ndarray], meta: tuple[Any, list[str], str]) -> Packet:
+        """What a rank sends of its arrays to be reduced: a raw frame, or a pickle of ``(meta, arrays)``
+        when one cannot be framed (then the receivers' checks name the mismatch)."""
+        packet = pack_arrays(arrays, meta[2])
+        return pack((meta, arrays)) if packet is None else packet
+
+    def _contributions(
+        self, got: dict[int, Packet], mine: Packet, meta: tuple[Any, list[str], str]
+    ) -> dict[int, list[np.ndarray]]:
+        """The peers' arrays (views of what they sent: read them before ``_release``), once every rank's
+        (shapes, dtypes, op) were found to agree; else the same ``ReplicaMismatchError`` on every rank."""
+        same = is_frame(mine.header)
+        description = frame_description(mine.header) if same else b""
+        arrays: dict[int, list[np.ndarray]] = {}
+        metas: dict[int, Any] = {}
+        for r, p in got.items():
+            buffers = self.transport.view(p)
+            if is_frame(p.header):
+                same = same and frame_description(p.header) == description
+                metas[r], arrays[r] = unpack_arrays(p.header, buffers)
+            else:
+                same = False
+                metas[r], arrays[r] = unpack(p, buffers)
+        if same:  # the same description as bytes: the same op, shapes and dtypes everywhere
+            _check_collective_dtypes(meta[1], meta[2])
+        else:
+            self._check(meta, metas)
+        return arrays
 
     def _all_gather_reduce(
         self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]], op: ReduceOp, what: str
     ) -> list[np.ndarray]:
         t0 = time.perf_counter()
         meta = (shapes, _dtypes(arrays), op.value)
-        packet = pack((meta, arrays))
-        self.transport.send_packet(self._peers(), step, seq, packet)
-        got, wait = self._take(step, seq, self._peers(), what)
+        packet = self._contribution(arrays, meta)
+        peers = self._peers()
+        self.transport.send_packet(peers, step, seq, packet)
+        got, wait = self._take(step, seq, peers, what)
         recv: Any = None
         parts: Any = None
         try:
             # Reduce straight from the received buffers (shared memory: no copy in between).
-            recv = {r: unpack(p, self.transport.view(p)) for r, p in got.items()}
-            self._check(meta, {r: m for r, (m, _) in recv.items()})
-            parts = [arrays if r == self.rank else recv[r][1] for r in range(self.world_size)]
+            recv = self._contributions(got, packet, meta)
+            parts = [arrays if r == self.rank else recv[r] for r in range(self.world_size)]
             out = [_reduce_owned([p[i] for p in parts], op) for i in range(len(arrays))]
         finally:
             recv = parts = None  # views of the senders' segments: gone before they are released
@@ -283,8 +347,9 @@ class Collectives:
         t0 = time.perf_counter()
         root, peers = self.root, self._peers()
         meta = (shapes, _dtypes(arrays), op.value)
+        mine = self._contribution(arrays, meta)
         if self.rank != root:
-            packet = pack((meta, arrays))
+            packet = mine
             self.transport.send_packet([root], step, seq, packet)
             got, wait = self._take(step, _phase2(seq), [root], what)
             try:
@@ -302,13 +367,12 @@ class Collectives:
         error: ValueError | None = None
         out: list[np.ndarray] = []
         try:
-            recv = {r: unpack(p, self.transport.view(p)) for r, p in got.items()}
             try:
-                self._check(meta, {r: m for r, (m, _) in recv.items()})
+                recv = self._contributions(got, mine, meta)
             except ValueError as e:
                 error = e
             else:
-                parts = [arrays if r == root else recv[r][1] for r in range(self.world_size)]
+                parts = [arrays if r == root else recv[r] for r in range(self.world_size)]
                 out = [_reduce_owned([p[i] for p in parts], op) for i in range(len(arrays))]
         finally:
             recv = parts = None  # views of the senders' segments: gone before they are released
@@ -334,6 +398,9 @@ class Collectives:
 
         sent = 0
         meta = (shapes, _dtypes(arrays), op.value)
+        # A pickle, not a frame: the checks compare the whole arrays' shapes (in ``meta``), not the
+        # chunks' (a (4, 4) and a (16,) array have chunks of one shape).
+        described = pack(meta)
         for j in peers:  # round 1: chunk j of every array to its owner j
             packet = pack((meta, [chunk(i, j) for i in range(len(arrays))]))
             sent += packet.nbytes
@@ -342,9 +409,8 @@ class Collectives:
         recv: Any = None
         parts: Any = None
         try:
-            recv = {r: unpack(p, self.transport.view(p)) for r, p in got.items()}
-            self._check(meta, {r: m for r, (m, _) in recv.items()})
-            parts = [[chunk(i, me) for i in range(len(arrays))] if r == me else recv[r][1] for r in range(n)]
+            recv = self._contributions(got, described, meta)
+            parts = [[chunk(i, me) for i in range(len(arrays))] if r == me else recv[r] for r in range(n)]
             mine = [_reduce_owned([p[i] for p in parts], op) for i in range(len(arrays))]
         finally:
             recv = parts = None
@@ -370,6 +436,25 @@ class Collectives:
         wait += wait2
         self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, sent, RS)
         return [o.reshape(s) for o, s in zip(outs, shapes, strict=True)]
+
+
+_ALLOWED_DTYPES: set[str] = set()  # dtype strings found acceptable (``_check_collective_dtypes``)
+
+
+def _check_collective_dtypes(dtypes: list[str], op: str) -> None:
+    """What ``Collectives._check`` says of dtypes that agree on every rank: TF's collective dtypes only."""
+    for d in dtypes:
+        if d in _ALLOWED_DTYPES:
+            continue
+        dtype = np.dtype(d)
+        if dtype.kind != "b" and dtype.name not in COLLECTIVE_DTYPES:
+            # TF 2.21's CollectiveReduceV2 takes these only: InvalidArgumentError ("Value for attr 'T' of
+            # uint8 is not in the list of allowed values") for int8/16, unsigned, complex, strings, objects.
+            raise ValueError(
+                f"all_reduce cannot {op} values of dtype {dtype.name}: TF's collective all-reduce takes "
+                f"{', '.join(COLLECTIVE_DTYPES)} only; cast them first (e.g. x.astype(np.int32))"
+            )
+        _ALLOWED_DTYPES.add(d)
 
 
 def _dtypes(arrays: list[np.ndarray]) -> list[str]:

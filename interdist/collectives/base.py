@@ -26,10 +26,13 @@ segment.
 from __future__ import annotations
 
 import pickle
+import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import numpy as np
 
 from interdist.collectives.mailbox import Mailbox
 
@@ -85,6 +88,156 @@ def unpack(packet: Packet, buffers: list[Any] | None = None, copy: bool = False)
     # user code needs writable ones.
     bufs = [bytearray(b) if copy or memoryview(b).readonly else b for b in bufs]
     return pickle.loads(packet.header, buffers=bufs)
+
+
+# -- raw array frames --------------------------------------------------------------------------
+# A batch of plain numeric arrays (what an all_reduce sends) travels as a small binary
+# description and the arrays' raw bytes: no pickle on either side, and the description of
+# every rank is compared as bytes (equal: the same op, shapes and dtypes, so the checks
+# that name a mismatch run only when there is one). Measured inside one strategy.run, 2
+# replicas, 4 KB all_reduce: pickling (meta, arrays) and unpickling it cost 25-40 us of
+# the replica thread's time per collective. Arrays under INBAND_MAX travel in the header
+# (one buffer), larger ones as buffers of their own (shared memory on one host).
+#
+# Header: MAGIC, then uint32 description length, then the description: uint16 array count,
+# uint8 op length, op (ASCII); per array: uint8 dtype-string length, dtype string
+# (``dtype.str``, e.g. "<f4"), uint8 in-band flag, uint8 ndim, ndim x int64 shape. Then the
+# in-band arrays' bytes, each starting at a multiple of _FRAME_ALIGN.
+FRAME_MAGIC = b"IDR1"  # never the start of a pickle (protocol 2+ begins with 0x80)
+_FRAME_ALIGN = 16
+_U32 = struct.Struct("<I")
+_DESC_HEAD = struct.Struct("<HB")
+_ARRAY_HEAD = struct.Struct("<BB")
+_FRAMEABLE_KINDS = frozenset("biufc")
+
+
+def _frameable(a: np.ndarray) -> bool:
+    d = a.dtype
+    return d.kind in _FRAMEABLE_KINDS and d.fields is None and d.subdtype is None and type(a) is np.ndarray
+
+
+class _Layout:
+    """What a frame of one batch layout (op, dtypes, shapes) looks like; built once per layout."""
+
+    __slots__ = ("description", "dtypes", "end", "inband", "offsets", "op", "pads", "prefix", "shapes", "sizes", "strs")
+
+    def __init__(self, op: str, dtypes: list[np.dtype[Any]], shapes: list[tuple[int, ...]]) -> None:
+        self.op = op
+        desc = [_DESC_HEAD.pack(len(dtypes), len(op)), op.encode("ascii")]
+        self.inband: list[bool] = []
+        self.sizes: list[int] = []
+        for d, shape in zip(dtypes, shapes, strict=True):
+            dt = d.str.encode("ascii")
+            size = 1
+            for n in shape:
+                size *= n
+            small = size * d.itemsize < INBAND_MAX
+            desc += [bytes((len(dt),)), dt, _ARRAY_HEAD.pack(small, len(shape)), struct.pack(f"<{len(shape)}q", *shape)]
+            self.inband.append(small)
+            self.sizes.append(size)
+        self.description = b"".join(desc)
+        self.prefix = FRAME_MAGIC + _U32.pack(len(self.description)) + self.description
+        self.dtypes, self.shapes, self.strs = dtypes, shapes, [d.str for d in dtypes]
+        at = len(self.prefix)
+        self.offsets: list[int] = []  # of each in-band array in the header (-1: a buffer of its own)
+        self.pads: list[bytes] = []  # the padding before each in-band array
+        for d, small, size in zip(dtypes, self.inband, self.sizes, strict=True):
+            if not small:
+                self.offsets.append(-1)
+                continue
+            pad = -at % _FRAME_ALIGN
+            self.pads.append(b"\0" * pad)
+            self.offsets.append(at + pad)
+            at += pad + size * d.itemsize
+        self.end = at
+
+
+_LAYOUTS: dict[Any, _Layout] = {}  # by (op, dtypes, shapes) on the sending side, by description on the receiving one
+_MAX_LAYOUTS = 256
+
+
+def _layout(key: Any, make: Any) -> _Layout:
+    got = _LAYOUTS.get(key)
+    if got is None:
+        if len(_LAYOUTS) >= _MAX_LAYOUTS:
+            _LAYOUTS.clear()
+        got = _LAYOUTS[key] = make()
+    return got
+
+
+def pack_arrays(arrays: list[np.ndarray], op: str) -> Packet | None:
+    """``arrays`` (NumPy, numeric) as a raw frame with ``op``; ``None`` when one cannot be framed."""
+    for a in arrays:
+        if not _frameable(a):
+            return None
+    key = (op, *[(a.dtype, a.shape) for a in arrays])
+    layout = _layout(key, lambda: _Layout(op, [a.dtype for a in arrays], [a.shape for a in arrays]))
+    parts: list[Any] = [layout.prefix]
+    buffers: list[Any] = []
+    pads = iter(layout.pads)
+    for a, small in zip(arrays, layout.inband, strict=True):
+        if not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)
+        if small:
+            parts.append(next(pads))
+            if a.size:
+                parts.append(memoryview(a).cast("B") if a.ndim else a.tobytes())  # type: ignore[arg-type]
+        else:
+            buffers.append(memoryview(a).cast("B"))  # type: ignore[arg-type]
+    return Packet(b"".join(parts), buffers)
+
+
+def is_frame(header: bytes) -> bool:
+    """Whether a packet's header is a raw array frame (else a pickle)."""
+    return header[:4] == FRAME_MAGIC
+
+
+def frame_description(header: bytes) -> bytes:
+    """The op, dtypes and shapes part of a frame, as bytes (equal on two ranks: the same batch layout)."""
+    (n,) = _U32.unpack_from(header, len(FRAME_MAGIC))
+    start = len(FRAME_MAGIC) + _U32.size
+    return bytes(header[start : start + n])
+
+
+def _parse(description: bytes) -> _Layout:
+    mv = memoryview(description)
+    count, oplen = _DESC_HEAD.unpack_from(mv, 0)
+    at = _DESC_HEAD.size
+    op = bytes(mv[at : at + oplen]).decode("ascii")
+    at += oplen
+    dtypes: list[np.dtype[Any]] = []
+    shapes: list[tuple[int, ...]] = []
+    for _ in range(count):
+        tlen = mv[at]
+        dtypes.append(np.dtype(bytes(mv[at + 1 : at + 1 + tlen]).decode("ascii")))
+        at += 1 + tlen
+        _, ndim = _ARRAY_HEAD.unpack_from(mv, at)
+        at += _ARRAY_HEAD.size
+        shapes.append(tuple(struct.unpack_from(f"<{ndim}q", mv, at)))
+        at += 8 * ndim
+    layout = _Layout(op, dtypes, shapes)
+    if layout.description != description:
+        raise ValueError("a malformed array frame (its description does not round-trip)")
+    return layout
+
+
+def unpack_arrays(
+    header: bytes, buffers: list[Any]
+) -> tuple[tuple[list[tuple[int, ...]], list[str], str], list[np.ndarray]]:
+    """A frame's (shapes, dtype strings, op) and its arrays: read-only views of ``header`` and ``buffers``."""
+    description = frame_description(header)
+    layout = _layout(description, lambda: _parse(description))
+    arrays: list[np.ndarray] = []
+    next_buffer = 0
+    for d, shape, size, off in zip(layout.dtypes, layout.shapes, layout.sizes, layout.offsets, strict=True):
+        if off >= 0:
+            a = np.frombuffer(header, d, size, off) if size else np.empty(0, d)
+        else:
+            a = np.frombuffer(buffers[next_buffer], d, size)
+            next_buffer += 1
+        a.flags.writeable = False  # a view of received memory: read it, never change it
+        arrays.append(a.reshape(shape))
+    return (list(layout.shapes), list(layout.strs), layout.op), arrays
 
 
 class Transport(ABC):
@@ -191,4 +344,17 @@ class Timing:
     algorithm: str = ""
 
 
-__all__ = ["INBAND_MAX", "BackendUnavailableError", "Packet", "Timing", "Transport", "pack", "unpack"]
+__all__ = [
+    "FRAME_MAGIC",
+    "INBAND_MAX",
+    "BackendUnavailableError",
+    "Packet",
+    "Timing",
+    "Transport",
+    "frame_description",
+    "is_frame",
+    "pack",
+    "pack_arrays",
+    "unpack",
+    "unpack_arrays",
+]

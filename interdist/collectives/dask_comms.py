@@ -14,11 +14,15 @@ import asyncio
 import concurrent.futures
 import os
 import secrets
+import socket
+import struct
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing import shared_memory
 from typing import Any
 
+import msgpack
 import numpy as np
 from distributed.protocol.serialize import to_serialize
 from distributed.utils import sync
@@ -92,24 +96,17 @@ class DaskTransport(Transport):
                 raise
 
         far = []
-        parts: list[Any] | None = None  # the message for the sockets, packed once for every peer
+        parts: list[Any] | None = None  # the packet as written to a channel, once for every peer
         for d in dsts:
             conn = self._socket(d)
             if conn is None:
                 far.append(d)
                 continue
             if parts is None:
-                raw = {
-                    "h": packet.header,
-                    "s": packet.shm,
-                    "b": [np.frombuffer(b, np.uint8).data for b in packet.buffers],
-                }
-                parts = local_control.pack(
-                    {"op": "coll", "group": self._group_id, "step": step, "seq": seq, "src": self.rank, "payload": raw}
-                )
+                parts = channel_parts(step, seq, self.rank, packet)
             try:
                 # Written before this returns: the packet holds nothing of the caller's afterwards.
-                conn.post(parts)
+                self._post(conn, parts)
             except OSError as exc:
                 self.mailbox.abort(step, f"could not deliver to replica {d} ({self._peers[d]}): {exc!r}")
                 if on_error is not None:
@@ -124,6 +121,39 @@ class DaskTransport(Transport):
             # Frames read from the caller's arrays: they must not change until delivered. A
             # packet of bytes only (small, pickled in-band) holds nothing of the caller's.
             self._pending.extend(futures)
+
+    def _post(self, conn: local_control.ControlConnection, parts: list[Any]) -> None:
+        """Write a message to a peer's channel (a non-blocking socket). While the peer's buffer is full
+        (its replica reads only while it waits for a packet), read this replica's own channels: a peer
+        blocked sending to us then goes on, so two replicas never wait on each other's buffers."""
+        views = [memoryview(p).cast("B") for p in parts if len(p)]
+        deadline: float | None = None
+        with conn._write_lock:
+            if conn.broken:
+                raise ConnectionError("the connection to this peer was lost")
+            try:
+                while views:
+                    try:
+                        sent = conn.sock.sendmsg(views[:64])
+                    except (BlockingIOError, InterruptedError):
+                        now = time.monotonic()
+                        deadline = now + local_control.PEER_TIMEOUT if deadline is None else deadline
+                        if now >= deadline:
+                            raise TimeoutError(
+                                f"the peer read nothing for {local_control.PEER_TIMEOUT:g} s (frozen?)"
+                            ) from None
+                        self.mailbox.wait_writable(conn.sock, min(0.5, deadline - now))
+                        continue
+                    while sent:
+                        if sent >= views[0].nbytes:
+                            sent -= views[0].nbytes
+                            views.pop(0)
+                        else:
+                            views[0] = views[0][sent:]
+                            sent = 0
+            except OSError:
+                conn.broken = True
+                raise
 
     def _socket(self, dst: int) -> local_control.ControlConnection | None:
         """The control socket of ``dst``'s worker when it shares this host; ``None`` until it is ready.
@@ -158,6 +188,15 @@ class DaskTransport(Transport):
         def run() -> None:
             for addr in todo:
                 conn = local_control.connect_from_worker(self._worker, addr)
+                if conn is not None:
+                    # From now on the peer's waiting replica thread reads this socket itself (a channel
+                    # of its mailbox); writes never block (``_post``).
+                    conn.sock.setblocking(False)
+                    try:
+                        self._post(conn, local_control.pack_inline({"op": "channel", "group": self._group_id}))
+                    except OSError:
+                        conn.close()
+                        conn = None
                 with self._socks_lock:
                     self._connecting.discard(addr)
                     if self._closed_socks:
@@ -178,6 +217,8 @@ class DaskTransport(Transport):
 
     def flush(self, timeout: float | None = None) -> None:
         # A delivery slower than the collective timeout means the peer is wedged: raise.
+        if not self._pending:
+            return  # the common case on one host: every packet was written before send_packet returned
         timeout = 60.0 if timeout is None else timeout
         pending, self._pending = self._pending, []
         done, not_done = concurrent.futures.wait(pending, timeout=timeout)
@@ -276,6 +317,57 @@ def answer_probe(name: str, token: str) -> bool:
         return buf is not None and bytes(buf[:16]) == token.encode()
     finally:
         shm.close()
+
+
+# A packet on a channel (after the ``channel`` request that hands the connection over): this fixed
+# head, the buffers' lengths (uint64 each), the header, the shared-memory reference (msgpack, or
+# nothing) and the buffers. No msgpack map to build and walk per packet, no copy of the header
+# out of it: 4 KB all_reduce on 2 replicas, ~15 us less of the replica thread per collective.
+_CHANNEL_HEAD = struct.Struct("<qqiIIH")  # step, seq, src, header length, reference length, buffers
+_LENGTH = struct.Struct("<Q")
+
+
+def channel_parts(step: int, seq: int, src: int, packet: Packet) -> list[Any]:
+    """``packet`` as the parts to write to a channel, in order."""
+    ref = b"" if packet.shm is None else msgpack.packb(packet.shm, use_bin_type=True)
+    views = [np.frombuffer(b, np.uint8).data for b in packet.buffers]
+    head = _CHANNEL_HEAD.pack(step, seq, src, len(packet.header), len(ref), len(views))
+    lengths = b"".join(_LENGTH.pack(v.nbytes) for v in views)
+    return [head + lengths + packet.header + ref, *views]
+
+
+def _parse_packets(data: Any) -> tuple[list[tuple[int, int, int, Any]], int, int]:
+    """A channel's parser (``Mailbox.add_channel``): the packets at the start of ``data``, the bytes
+    they take, and the length of the next packet when its head has come (else 0)."""
+    out: list[tuple[int, int, int, Any]] = []
+    at, size = 0, len(data)
+    view = memoryview(data)
+    while size - at >= _CHANNEL_HEAD.size:
+        step, seq, src, header_len, ref_len, nbufs = _CHANNEL_HEAD.unpack_from(data, at)
+        b = at + _CHANNEL_HEAD.size
+        if size < b + _LENGTH.size * nbufs:
+            break
+        lengths = [_LENGTH.unpack_from(data, b + _LENGTH.size * i)[0] for i in range(nbufs)]
+        b += _LENGTH.size * nbufs
+        end = b + header_len + ref_len + sum(lengths)
+        if size < end:
+            return out, at, end - at
+        header = bytes(view[b : b + header_len])
+        b += header_len
+        ref = msgpack.unpackb(view[b : b + ref_len], raw=False, use_list=False) if ref_len else None
+        b += ref_len
+        buffers = []
+        for n in lengths:
+            buffers.append(view[b : b + n])
+            b += n
+        out.append((step, seq, src, Packet(header, buffers, ref)))
+        at = end
+    return out, at, 0
+
+
+def accept_channel(mailbox: Mailbox, sock: socket.socket) -> None:
+    """A peer's connection (after its ``channel`` request): its packets go to ``mailbox`` directly."""
+    mailbox.add_channel(sock, _parse_packets)
 
 
 def packet_from_payload(payload: Any) -> Any:

@@ -7,18 +7,94 @@ peer that will not come. A waiter whose peers' messages are already on their way
 gets them first (``ABORT_GRACE``), and a replica that reaches a collective of an
 aborted step sends nothing (``Replica.collective``): an update that follows a
 collective is then applied by every replica of the step or by none.
+
+Channels: a peer on this host may hand its stream of packets to the mailbox itself
+(``add_channel``, a socket). The thread that waits in ``take`` then reads it: one wake-up
+per packet (the kernel's, on the socket) instead of two (a serving thread's, then the
+waiter's through the condition), and no serving thread's share of the 2 cores. Packets
+that come another way (Dask comms, the worker's control thread) and aborts wake that
+reader through a pipe (the doorbell). Nobody reads a channel while no one waits: packets
+wait in the kernel's socket buffer, and a sender whose peer's buffer is full reads its own
+channels while it waits (``wait_writable``), so two replicas sending each other large
+messages never wait on each other.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
+from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError, ReplicaMismatchError
 
 Tag = tuple[int, int]  # (step, seq)
+
+#: A channel's parser: the packets at the start of a buffer, as (step, seq, src, payload), how many
+#: bytes they took, and how long the next packet is in all when its head has come (else 0).
+Parser = Callable[[Any], tuple[list[tuple[int, int, int, Any]], int, int]]
+
+_RECV_BYTES = 1 << 16
+
+
+class _Channel:
+    """One peer's stream of packets (a non-blocking socket) and the bytes of a packet read in part.
+
+    A packet longer than one read is received in place, into a buffer of its length (a 16 MB packet
+    read 64 KB at a time and joined as it grows would be copied ~250 times)."""
+
+    def __init__(self, sock: socket.socket, parse: Parser) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.parse = parse
+        self.pending = b""
+        self.big: bytearray | None = None  # a long packet being filled in place
+        self.got = 0
+
+    def read(self) -> list[tuple[int, int, int, Any]] | None:
+        """The whole packets that have come; ``None`` at end of stream (the peer closed or died)."""
+        out: list[tuple[int, int, int, Any]] = []
+        while True:
+            try:
+                if self.big is not None:
+                    n = self.sock.recv_into(memoryview(self.big)[self.got :])
+                    if n == 0:
+                        return None
+                    self.got += n
+                    if self.got == len(self.big):
+                        got, _, _ = self.parse(self.big)
+                        out += got
+                        self.big, self.got = None, 0
+                    continue
+                chunk = self.sock.recv(_RECV_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return out
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            data = self.pending + chunk if self.pending else chunk
+            got, used, need = self.parse(data)
+            out += got
+            rest = data[used:]
+            if need > _RECV_BYTES and need > len(rest):
+                self.big = bytearray(need)
+                self.big[: len(rest)] = rest
+                self.got, self.pending = len(rest), b""
+                continue
+            self.pending = rest
+            if len(chunk) < _RECV_BYTES:
+                return out  # the socket is drained (a further recv would say so with a syscall)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
 
 #: How long a collective of an aborted step still waits for messages already on their way (seconds).
 ABORT_GRACE = 0.25
@@ -29,20 +105,208 @@ class Mailbox:
         self._cond = threading.Condition()
         self._messages: dict[tuple[int, int, int], Any] = {}
         self._aborted: dict[int, str] = {}
+        # rank -> (first step, last step of its program, the step it returned in, its collectives there):
+        # a peer whose function returned (the notebook says so, ``peer_finished``) sends nothing more.
+        self._finished: dict[int, tuple[int, int, int, int]] = {}
         # Called (outside the lock) with each message dropped unread: a step moved on, a take
         # timed out or was aborted half-way. The shared-memory transport frees the sender's
         # segment there, so an abandoned message never pins or leaks one.
         self.on_drop: Callable[[Any], None] | None = None
+        self._floor = -(1 << 62)  # the step begun last: packets of earlier steps are dropped on arrival
+        self._channels: dict[int, _Channel] = {}  # by file descriptor
+        self._new_channels: list[_Channel] = []  # added while a reader polls: it registers them
+        self._reading = False  # a thread polls the channels (one at a time)
+        self._poller: Any = None
+        self._doorbell: tuple[int, int] | None = None  # (read end, write end) of the wake-up pipe
+        self._closed = False
+        self._stale_doorbell: tuple[int, int] | None = None
 
     def put(self, step: int, seq: int, src: int, payload: Any) -> None:
         with self._cond:
             self._messages[(step, seq, src)] = payload
             self._cond.notify_all()
+            if self._reading:
+                self._ring()
 
     def abort(self, step: int, reason: str) -> None:
         with self._cond:
             self._aborted.setdefault(step, reason)
             self._cond.notify_all()
+            if self._reading:
+                self._ring()
+
+    def peer_finished(self, rank: int, first: int, last: int, last_step: int, collectives: int) -> None:
+        """Replica ``rank``'s function of the program of steps ``first``..``last`` returned, in step
+        ``last_step`` after ``collectives`` collectives there: a take waiting for a later one of its
+        packets fails at once (``ReplicaMismatchError``) instead of at its timeout."""
+        with self._cond:
+            self._finished[rank] = (first, last, last_step, collectives)
+            self._cond.notify_all()
+            if self._reading:
+                self._ring()
+
+    def _never_coming(self, step: int, seq: int, srcs: list[int], out: dict[int, Any]) -> list[str]:
+        """Why packets of ``srcs`` for (step, seq) will never come: their replicas returned before."""
+        why = []
+        for src in srcs:
+            f = self._finished.get(src)
+            if src in out or f is None or not f[0] <= step <= f[1]:
+                continue
+            # It sent everything it ever will for this step before it returned (its reply came after),
+            # so what is not here after a moment's grace was never sent.
+            if step > f[2]:
+                why.append(f"replica {src} returned from its function in an earlier step ({f[2]}) of this program")
+            else:
+                after = f" after {f[3]} collective(s)" if step == f[2] else ""
+                why.append(f"replica {src} returned from its function{after} without entering it")
+        return why
+
+    # -- channels ------------------------------------------------------------------
+    def add_channel(self, sock: socket.socket, parse: Parser) -> None:
+        """From now on, ``sock``'s packets are read by whoever waits in ``take`` (parsed by ``parse``)."""
+        channel = _Channel(sock, parse)
+        with self._cond:
+            if self._closed:
+                channel.close()
+                return
+            if self._doorbell is None:
+                r, w = os.pipe()
+                os.set_blocking(r, False)
+                os.set_blocking(w, False)
+                self._doorbell = (r, w)
+                self._poller = select.poll()
+                self._poller.register(r, select.POLLIN)
+            self._new_channels.append(channel)
+            if self._reading:
+                self._ring()
+            else:
+                self._register_new()
+                self._cond.notify_all()  # a waiter on the condition starts reading it
+
+    def has_channels(self) -> bool:
+        return bool(self._channels or self._new_channels)
+
+    def _register_new(self) -> None:
+        """Under the lock, with no reader polling: poll the channels added since."""
+        for c in self._new_channels:
+            self._channels[c.fd] = c
+            self._poller.register(c.fd, select.POLLIN)
+        self._new_channels.clear()
+
+    def _ring(self) -> None:
+        """Wake the thread polling the channels (under the lock)."""
+        if self._doorbell is not None:
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(self._doorbell[1], b"!")
+
+    def _read_channels(self, timeout: float, writable: socket.socket | None = None) -> None:
+        """Wait up to ``timeout`` s for a packet, the doorbell or (``writable``) room to write; store
+        what came. Called with the lock held and ``_reading`` set; returns with the lock held."""
+        self._register_new()
+        poller = self._poller
+        out_fd = -1 if writable is None else writable.fileno()
+        if out_fd >= 0:  # (one socket may be a channel too: then it is polled both ways meanwhile)
+            poller.register(out_fd, select.POLLOUT | (select.POLLIN if out_fd in self._channels else 0))
+        self._cond.release()
+        got: list[tuple[int, int, int, Any]] = []
+        gone: list[_Channel] = []
+        try:
+            ready = poller.poll(max(0.0, timeout) * 1000)
+            for fd, _ in ready:
+                if self._doorbell is not None and fd == self._doorbell[0]:
+                    with contextlib.suppress(BlockingIOError, OSError):
+                        os.read(fd, 4096)
+                    continue
+                channel = self._channels.get(fd)
+                if channel is None:
+                    continue  # the socket to write to
+                packets = channel.read()
+                if packets is None:
+                    gone.append(channel)
+                else:
+                    got += packets
+        finally:
+            if out_fd >= 0:
+                with contextlib.suppress(KeyError, ValueError, OSError):
+                    if out_fd in self._channels:
+                        poller.register(out_fd, select.POLLIN)
+                    else:
+                        poller.unregister(out_fd)
+            self._cond.acquire()
+        dropped = []
+        for c in gone:
+            self._channels.pop(c.fd, None)
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                poller.unregister(c.fd)
+            c.close()
+        for step, seq, src, payload in got:
+            if step < self._floor:
+                dropped.append(payload)  # a packet of a step that moved on (aborted, or never taken)
+            else:
+                self._messages[(step, seq, src)] = payload
+        if got or gone:
+            self._cond.notify_all()
+        if dropped:
+            self._cond.release()
+            try:
+                self._drop(dropped)
+            finally:
+                self._cond.acquire()
+
+    def _wait(self, timeout: float) -> None:
+        """Under the lock: wait up to ``timeout`` s for a put, an abort or (read here) a packet."""
+        if (self._channels or self._new_channels) and not self._reading:
+            self._reading = True
+            try:
+                self._read_channels(timeout)
+            finally:
+                self._reading = False
+                self._close_stale_doorbell()
+                self._cond.notify_all()  # another waiter may take the reading over
+        else:
+            self._cond.wait(timeout)
+
+    def wait_writable(self, sock: socket.socket, timeout: float) -> None:
+        """Wait up to ``timeout`` s until ``sock`` takes more bytes, reading this mailbox's channels
+        meanwhile (a peer that is itself blocked sending to us is then unblocked)."""
+        with self._cond:
+            if (self._channels or self._new_channels) and not self._reading:
+                self._reading = True
+                try:
+                    self._read_channels(timeout, writable=sock)
+                finally:
+                    self._reading = False
+                    self._close_stale_doorbell()
+                    self._cond.notify_all()
+                return
+        poller = select.poll()
+        poller.register(sock, select.POLLOUT)
+        poller.poll(max(0.0, timeout) * 1000)
+
+    def _close_channels(self) -> None:
+        with self._cond:
+            self._closed = True
+            channels = [*self._channels.values(), *self._new_channels]
+            self._channels.clear()
+            self._new_channels.clear()
+            doorbell, self._doorbell = self._doorbell, None
+            if doorbell is not None and self._reading:
+                with contextlib.suppress(OSError):
+                    os.write(doorbell[1], b"!")
+                self._stale_doorbell = doorbell  # a reader polls it now: it closes it when done
+                doorbell = None
+        for c in channels:
+            c.close()
+        if doorbell is not None:
+            for fd in doorbell:
+                os.close(fd)
+
+    def _close_stale_doorbell(self) -> None:
+        """Under the lock, once no reader polls: close a doorbell left by ``_close_channels``."""
+        stale, self._stale_doorbell = self._stale_doorbell, None
+        for fd in stale or ():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def aborted(self, step: int) -> str | None:
         with self._cond:
@@ -54,16 +318,29 @@ class Mailbox:
 
     def begin_step(self, step: int) -> None:
         """Forget what belongs to steps before ``step`` (later steps may already have messages)."""
-        if not self._messages and not self._aborted:
+        self._floor = step
+        if self._channels and not self._reading:
+            with self._cond:
+                if not self._reading:  # read what waits in the channels (packets of steps gone are dropped)
+                    self._reading = True
+                    try:
+                        self._read_channels(0.0)
+                    finally:
+                        self._reading = False
+                        self._close_stale_doorbell()
+        if not self._messages and not self._aborted and not self._finished:
             return  # the common case between steps without collectives (a fused loop's): no lock
         with self._cond:
             dropped = [self._messages.pop(k) for k in [k for k in self._messages if k[0] < step]]
             for s in [s for s in self._aborted if s < step]:
                 del self._aborted[s]
+            for r in [r for r, f in self._finished.items() if f[1] < step]:
+                del self._finished[r]
         self._drop(dropped)
 
     def drain(self) -> None:
-        """Drop every message (the group is closing)."""
+        """Drop every message and close the channels (the group is closing)."""
+        self._close_channels()
         with self._cond:
             dropped = list(self._messages.values())
             self._messages.clear()
@@ -92,6 +369,7 @@ class Mailbox:
     ) -> dict[int, Any]:
         deadline = time.monotonic() + timeout
         grace_end: float | None = None
+        never_end: float | None = None
         with self._cond:
             while True:
                 for src in srcs:
@@ -99,6 +377,15 @@ class Mailbox:
                         out[src] = self._messages.pop((step, seq, src))
                 if len(out) == len(srcs):
                     return out
+                if self._finished:
+                    never = self._never_coming(step, seq, srcs, out)
+                    if never:
+                        now = time.monotonic()
+                        never_end = now + ABORT_GRACE if never_end is None else never_end
+                        if now >= never_end:
+                            raise ReplicaMismatchError(f"{what} can never complete: {'; '.join(never)}")
+                        self._wait(never_end - now)  # packets still in a channel are read here
+                        continue
                 reason = self._aborted.get(step)
                 if reason is not None:
                     # Messages already on their way still complete the collective: a peer that had
@@ -107,7 +394,7 @@ class Mailbox:
                     grace_end = now + ABORT_GRACE if grace_end is None else grace_end
                     if now >= grace_end:
                         raise CollectiveAbortedError(f"{what} was aborted: {reason}")
-                    self._cond.wait(grace_end - now)
+                    self._wait(grace_end - now)
                     continue
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -116,4 +403,4 @@ class Mailbox:
                         f"{what} timed out after {timeout:g} s waiting for replica(s) {missing} "
                         f"(arrived: {sorted(out)}); see interdist.config.set_collective_timeout"
                     )
-                self._cond.wait(min(left, 0.5))
+                self._wait(min(left, 0.5))

@@ -66,6 +66,14 @@ _ALIGN = 64
 # 16 MB 14.3 vs 34.5 ms; 4 workers 64 KB 7.8 vs 16.0 ms, 16 MB 86 vs 182 ms. It wins from
 # the smallest out-of-band buffer up, so the threshold is that size.
 SHM_THRESHOLD = int(os.environ.get("INTERDIST_SHM_THRESHOLD", str(16 << 10)))
+# A packet for one peer only goes through shared memory from this size: since packets to same-host
+# peers are read straight off a socket by the waiting replica (mailbox channels), writing the bytes
+# there costs less than a segment's copy-in, map and release up to ~256 KB. Measured with
+# benchmarks/bench_collective_paths.py (2 replicas, all_reduce, shm vs socket, medians, load ~3 on
+# 2 cores): 16 KB 0.25 vs 0.18 ms, 64 KB 0.24 vs 0.19 ms, 256 KB 0.23 vs 0.22 ms, 1 MB 0.55 vs
+# 1.19 ms. With several local peers one segment serves them all and wins from 16 KB (4 replicas:
+# 16 KB 1.20 vs 1.55 ms, 64 KB 1.10 vs 1.63 ms), so SHM_THRESHOLD stays the limit there.
+SHM_THRESHOLD_ONE_PEER = int(os.environ.get("INTERDIST_SHM_THRESHOLD_ONE_PEER", str(128 << 10)))
 _tokens = itertools.count(1)
 
 
@@ -209,6 +217,8 @@ class SharedMemoryTransport(Transport):
         self.inner = inner
         self.is_local = is_local or (lambda dst: True)
         self.threshold = SHM_THRESHOLD if threshold is None else threshold
+        # (A threshold given explicitly, as in tests and benchmarks, holds for one peer too.)
+        self.threshold_one_peer = max(self.threshold, SHM_THRESHOLD_ONE_PEER) if threshold is None else threshold
         self._slots: dict[tuple[int, ...], list[_Slot]] = {}  # by the local ranks that read them
         self._slot_peer: dict[tuple[int, ...], tuple[str, ...]] = {}  # who the slots were mapped by
         self._mapped: dict[str, tuple[shared_memory.SharedMemory, np.ndarray]] = {}
@@ -229,7 +239,8 @@ class SharedMemoryTransport(Transport):
         detached: bool = False,
     ) -> None:
         data = sum(memoryview(b).nbytes for b in packet.buffers)
-        if data < self.threshold or self.threshold < 0 or self._closed:
+        limit = self.threshold if len(dsts) > 1 else self.threshold_one_peer
+        if data < limit or self.threshold < 0 or self._closed:
             self.inner.send_packet(dsts, step, seq, packet, on_error, detached)
             return
         far = [d for d in dsts if not self.is_local(d)]

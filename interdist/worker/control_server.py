@@ -100,6 +100,7 @@ class ControlServer:
 
     def _serve(self, conn: socket.socket) -> None:
         write_lock = threading.Lock()
+        handed_over = False
 
         def reply(msg: Mapping[str, Any]) -> None:
             parts = pack(msg)
@@ -135,6 +136,19 @@ class ControlServer:
                 if not isinstance(msg, dict):
                     logger.warning("interdist: closing a control connection after a %s message", type(msg).__name__)
                     return
+                if msg.get("op") == "channel":
+                    # A peer's stream of collective packets: from now on the replica thread that waits for
+                    # them reads the socket itself (``Mailbox.add_channel``); this thread lets go of it.
+                    with self._lock:
+                        self._conns.discard(conn)
+                    handed_over = True
+                    try:
+                        self._handle({"op": "channel", "group": msg.get("group"), "socket": conn}, reply)
+                    except Exception as exc:  # noqa: BLE001 - the peer then sees the connection closed
+                        logger.warning("interdist: refused a collectives channel: %s", exc)
+                        with contextlib.suppress(OSError):
+                            conn.close()
+                    return
                 try:
                     self._handle(msg, reply)
                 except Exception as exc:  # noqa: BLE001 - reported as this step's reply
@@ -142,10 +156,11 @@ class ControlServer:
         except OSError:
             return
         finally:
-            with self._lock:
-                self._conns.discard(conn)
-            with contextlib.suppress(OSError):
-                conn.close()
+            if not handed_over:
+                with self._lock:
+                    self._conns.discard(conn)
+                with contextlib.suppress(OSError):
+                    conn.close()
 
     def close(self) -> None:
         atexit.unregister(self.close)

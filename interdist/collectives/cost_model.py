@@ -1,0 +1,523 @@
+"""An alpha-beta cost model of ``all_reduce``: which algorithm to run, and what scale would cost.
+
+Every algorithm is a few *phases*. In a phase each busy replica waits ``rounds`` message
+latencies (``alpha``), handles ``msgs`` messages (``overhead`` each: packing, a socket write,
+a wake-up), moves ``moved`` bytes over a link (``beta`` seconds per byte) and adds ``reduced``
+bytes into a running total (``gamma`` seconds per byte). Two effects make replicas that run
+at once slower than one alone, and the model keeps both:
+
+- *contention*: ``k`` busy replicas on a host with ``cores`` cores run ``max(1, k / cores)``
+  times slower (CPU work and memory traffic: messages, copies, additions);
+- *a shared network link*: the replicas of one host that cross to other hosts at once share
+  that host's link, so their bytes add up on it.
+
+Links: ``intra`` between replicas of one host (interdist: shared memory, one write per message
+however many local peers read it; NCCL: NVLink), ``inter`` between hosts (interdist: Dask comms
+over TCP, one send per peer; NCCL: InfiniBand). The time of an algorithm is the sum of its
+phases (the slowest replica of each phase). Every term is linear in the parameters
+``(intra.alpha, intra.overhead, intra.beta, inter.alpha, inter.overhead, inter.beta, gamma)``,
+so :func:`fit` is a (non-negative, relative-error weighted) linear least squares on measured
+times; ``cores`` is a property of the machine and is not fitted.
+
+Algorithms, for ``n`` replicas of ``b`` bytes each on ``h`` hosts (``g = ceil(n / h)`` per host):
+
+- interdist's own three (``algorithms.py``), as implemented:
+
+  - all-gather-reduce (``AG``): one round; each replica sends its ``b`` bytes to every peer
+    (shared memory: written once) and adds the ``n - 1`` others itself.
+  - reduce-scatter + all-gather (``RS``): two rounds; each replica moves and adds ``1/n`` of
+    the data to and from every peer.
+  - reduce-broadcast (``RB``): every replica sends to a root, which adds once and sends the
+    result back; the root works alone in the middle.
+
+  Across hosts every message of these is counted on the ``inter`` link (point to point).
+- at scale, the textbook algorithms (Thakur, Rabenseifner & Gropp, "Optimization of collective
+  communication operations in MPICH", IJHPCA 19(1), 2005; NCCL's ring and double binary trees,
+  Jeaugey, "Massively scale your deep learning training with NCCL 2.4", NVIDIA blog, 2019):
+
+  - ``RING``: ``2(n-1)`` steps, each replica moves ``2(n-1)/n * b`` and adds ``(n-1)/n * b``;
+    one replica per host crosses to the next host in each step.
+  - ``TREE``: a pipelined (double) binary tree, reduce up then broadcast down: ``2 log2 n``
+    latencies, ``2 b`` moved and ``b`` added per replica.
+  - ``HIERARCHICAL``: ring reduce-scatter inside each host, ring all-reduce of each replica's
+    ``b/g`` shard across the ``h`` hosts (the ``g`` shards of a host share its link), ring
+    all-gather inside the host.
+
+The parameters of this kind of machine (``PRESETS["shm"]`` and ``PRESETS["tcp"]``) were fitted
+by ``benchmarks/bench_cost_model.py`` (figures in ``docs/performance.md``); ``PRESETS["nccl"]``
+comes from published figures (see its ``source``). ``INTERDIST_COST_MODEL`` may name a JSON
+file written by the benchmark (``--save``): its parameter sets replace the presets of the same
+name, so ``AUTO`` then chooses by what was measured on the machine at hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# The names ``algorithms.py`` uses for its all_reduce algorithms (kept equal to its constants;
+# this module imports nothing from there, which imports from here).
+AG = "all-gather-reduce"
+RS = "reduce-scatter-all-gather"
+RB = "reduce-broadcast"
+RING = "ring"
+TREE = "tree"
+HIERARCHICAL = "hierarchical"
+#: The algorithms interdist runs (``best_algorithm`` chooses among these by default).
+IMPLEMENTED = (AG, RS, RB)
+#: The algorithms the model knows: interdist's and, for predictions at scale, the textbook ones.
+MODELLED = (AG, RS, RB, RING, TREE, HIERARCHICAL)
+#: The order of the parameters in :meth:`Params.vector` (and of the columns :func:`fit` solves for).
+PARAMETERS = ("intra.alpha", "intra.overhead", "intra.beta", "inter.alpha", "inter.overhead", "inter.beta", "gamma")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One kind of link between replicas."""
+
+    alpha: float  #: seconds of latency per round of messages on the critical path
+    overhead: float  #: seconds a replica spends per message it sends or receives
+    beta: float  #: seconds per byte a replica moves over the link (1 / bandwidth)
+
+
+@dataclass(frozen=True)
+class Params:
+    """One parameter set: a kind of machine and how its replicas talk (JSON: :meth:`to_json`)."""
+
+    name: str
+    intra: Link  #: between replicas on one host
+    inter: Link  #: between hosts
+    gamma: float  #: seconds per byte added into a running total
+    cores: float  #: replicas a host runs at once without sharing a core (``inf``: never shared)
+    shared: bool = True  #: one write per message to replicas of one host (shared memory), else one per peer
+    source: str = ""  #: where the figures come from
+
+    def vector(self) -> np.ndarray:
+        """The fitted parameters, in the order of ``PARAMETERS``."""
+        i, o = self.intra, self.inter
+        return np.array([i.alpha, i.overhead, i.beta, o.alpha, o.overhead, o.beta, self.gamma], dtype=np.float64)
+
+    def with_vector(self, v: Sequence[float] | np.ndarray, source: str | None = None) -> Params:
+        """A copy with the parameters of ``v`` (in the order of ``PARAMETERS``)."""
+        x = [float(a) for a in v]
+        if len(x) != len(PARAMETERS):
+            raise ValueError(f"expected {len(PARAMETERS)} parameters ({', '.join(PARAMETERS)}), got {len(x)}")
+        return dataclasses.replace(
+            self,
+            intra=Link(x[0], x[1], x[2]),
+            inter=Link(x[3], x[4], x[5]),
+            gamma=x[6],
+            source=self.source if source is None else source,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["cores"] = None if math.isinf(self.cores) else self.cores
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Params:
+        cores = d.get("cores")
+        return cls(
+            name=str(d["name"]),
+            intra=Link(**{k: float(v) for k, v in d["intra"].items()}),
+            inter=Link(**{k: float(v) for k, v in d["inter"].items()}),
+            gamma=float(d["gamma"]),
+            cores=math.inf if cores is None else float(cores),
+            shared=bool(d.get("shared", True)),
+            source=str(d.get("source", "")),
+        )
+
+
+# -- parameter sets -------------------------------------------------------------------------
+# "shm": this class of machine (2 cores, loopback), replicas on one host through shared memory,
+# between hosts through Dask comms over TCP. Fitted by benchmarks/bench_cost_model.py
+# (docs/performance.md has the run: predicted vs measured, load).
+_SHM = Params(
+    name="shm",
+    intra=Link(alpha=0.0, overhead=1.28e-4, beta=8.45e-11),
+    inter=Link(alpha=9.5e-5, overhead=1.17e-4, beta=3.29e-10),
+    gamma=2.01e-10,
+    cores=2.0,
+    source="fitted by benchmarks/bench_cost_model.py on a 2-core VM (docs/performance.md)",
+)
+# "tcp": every message over Dask comms, also between replicas of one host (no shared memory).
+_TCP = dataclasses.replace(
+    _SHM,
+    name="tcp",
+    intra=_SHM.inter,
+    shared=False,
+    source="fitted by benchmarks/bench_cost_model.py on a 2-core VM, Dask comms over loopback (docs/performance.md)",
+)
+# "nccl": GPUs, NVLink inside a host and InfiniBand between hosts. Published figures (``beta`` is
+# per byte sent *or* received, so a link of B bytes/s each way has beta = 1 / (2 B), and a ring's
+# time 2(n-1)/n b / busbw gives beta = 1 / (2 busbw)):
+# - NVLink: NCCL's all_reduce_perf reaches a bus bandwidth of ~230 GB/s on the 8 A100s of a DGX
+#   A100 (NVIDIA's NCCL tests and DGX A100 performance notes).
+# - InfiniBand: a DGX A100 has 8 x 200 Gb/s HDR adapters, 200 GB/s per host each way, which NCCL
+#   drives with several rings (channels) at once; ~190 GB/s bus bandwidth across nodes is reported.
+# - latency: a few microseconds per step inside a node, ~5-10 us across nodes (Jeaugey, "Massively
+#   scale your deep learning training with NCCL 2.4", NVIDIA blog, 2019: ring latency grows with n,
+#   tree latency with log2 n); here 5 us and 10 us per round, 1 us per message.
+# - gamma: a GPU adds at memory speed (~1.5 TB/s of HBM2e, 3 accesses per element added).
+_NCCL = Params(
+    name="nccl",
+    intra=Link(alpha=5e-6, overhead=1e-6, beta=1 / (2 * 230e9)),
+    inter=Link(alpha=1e-5, overhead=1e-6, beta=1 / (2 * 190e9)),
+    gamma=3 / 1.5e12,
+    cores=math.inf,
+    shared=False,
+    source="published figures: NCCL tests bus bandwidth on DGX A100 (NVLink ~230 GB/s, 8 x HDR InfiniBand "
+    "~190 GB/s), NCCL 2.4 latencies (Jeaugey 2019); see docs/performance.md",
+)
+_BUILTIN: dict[str, Params] = {p.name: p for p in (_SHM, _TCP, _NCCL)}
+
+
+def _load_presets() -> dict[str, Params]:
+    presets = dict(_BUILTIN)
+    path = os.environ.get("INTERDIST_COST_MODEL")
+    if path:
+        presets.update(load(path))
+    return presets
+
+
+def load(path: str) -> dict[str, Params]:
+    """Parameter sets from a JSON file written by :func:`save` (a list of :meth:`Params.to_json`)."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of parameter sets, got {type(data).__name__}")
+    return {p.name: p for p in (Params.from_json(d) for d in data)}
+
+
+def save(path: str, params: Iterable[Params]) -> None:
+    """Write parameter sets as JSON (read back by :func:`load` and ``INTERDIST_COST_MODEL``)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump([p.to_json() for p in params], f, indent=1)
+        f.write("\n")
+
+
+#: The parameter sets by transport name: ``"shm"`` (interdist on this kind of machine: shared
+#: memory on a host, Dask comms between hosts), ``"tcp"`` (Dask comms everywhere), ``"nccl"``.
+PRESETS: dict[str, Params] = _load_presets()
+
+
+# -- the formulas -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Phase:
+    inter: bool  # over the inter-host link (else intra)
+    rounds: float
+    msgs: float
+    moved: float  # bytes per replica
+    reduced: float  # bytes per replica
+    busy: float  # replicas of one host working at once (contention)
+    link_share: float = 1.0  # replicas whose bytes cross the host's inter link at once
+
+
+def _cost(p: Params, phases: Iterable[_Phase]) -> float:
+    total = 0.0
+    for ph in phases:
+        link = p.inter if ph.inter else p.intra
+        slow = max(1.0, ph.busy / p.cores)
+        share = ph.link_share if ph.inter else slow  # memory bandwidth is shared like the cores
+        total += ph.rounds * link.alpha + ph.msgs * link.overhead * slow + ph.moved * link.beta * share
+        total += ph.reduced * p.gamma * slow
+    return total
+
+
+def _log2(n: int) -> float:
+    return float(math.ceil(math.log2(n))) if n > 1 else 0.0
+
+
+def phases(algorithm: str, nbytes: float, world_size: int, hosts: int = 1, shared: bool = True) -> list[_Phase]:
+    """The phases of ``algorithm`` for ``world_size`` replicas of ``nbytes`` each on ``hosts`` hosts.
+
+    ``shared``: a message to several replicas of one host is written once, and read in place
+    (interdist's shared memory); else every peer gets its own copy (point to point).
+    """
+    n, h, b = world_size, hosts, float(nbytes)
+    if n < 1 or h < 1 or h > n:
+        raise ValueError(f"need 1 <= hosts <= world_size, got world_size={n}, hosts={h}")
+    if b < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    if algorithm not in MODELLED:
+        raise ValueError(f"unknown all_reduce algorithm {algorithm!r}; modelled: {', '.join(MODELLED)}")
+    if n == 1:
+        return [_Phase(False, 0, 0, b, 0, 1)]  # the result is a copy of the replica's own batch
+    g = math.ceil(n / h)
+    x = h > 1  # messages cross hosts: counted on the inter link, point to point
+    # replicas of one host busy at once, and sharing the inter link (on one host: all n, no inter link)
+    busy, share = (g, g) if x else (n, 1)
+    shm = shared and not x
+    # ``moved`` counts the bytes a replica sends plus those it receives (both cost it CPU time or
+    # link time); through shared memory, writing a message once and copying it out count.
+    if algorithm == AG:  # send to every peer (shared memory: written once), add the n-1 others in place
+        return [_Phase(x, 1, 2 * (n - 1), b if shm else 2 * (n - 1) * b, (n - 1) * b, busy, share)]
+    if algorithm == RS:
+        part = b / n
+        # round 1: chunk j to replica j, add the n chunks received; round 2: own reduced chunk to every
+        # peer (shared memory: written once) and every peer's chunk copied into place in a fresh array
+        if shm:
+            return [
+                _Phase(x, 1, 2 * (n - 1), (n - 1) * part, (n - 1) * part, busy, share),
+                _Phase(x, 1, 2 * (n - 1), b, 0, busy, share),
+            ]
+        assembly = 0.0 if x else b  # over loopback the copy into place competes with the sockets for the cores
+        return [
+            _Phase(x, 1, 2 * (n - 1), 2 * (n - 1) * part, (n - 1) * part, busy, share),
+            _Phase(x, 1, 2 * (n - 1), 2 * (n - 1) * part + assembly, 0, busy, share),
+        ]
+    if algorithm == RB:
+        if shm:  # peers write to the root; the root adds alone and writes once; the peers copy out
+            return [
+                _Phase(False, 1, 1, b, 0, n - 1),
+                _Phase(False, 1, 2 * (n - 1), b, (n - 1) * b, 1),
+                _Phase(False, 0, 1, b, 0, n - 1),
+            ]
+        # the root takes every peer's bytes in, adds alone, and sends the result to every peer
+        return [
+            _Phase(x, 1, n - 1, (n - 1) * b, 0, 1),
+            _Phase(x, 0, 0, 0, (n - 1) * b, 1),
+            _Phase(x, 1, n - 1, (n - 1) * b, 0, 1),
+        ]
+    if algorithm == RING:  # across hosts one replica of each host sends to the next host per step
+        return [_Phase(x, 2 * (n - 1), 4 * (n - 1), 4 * (n - 1) / n * b, (n - 1) / n * b, busy, 1)]
+    if algorithm == TREE:  # pipelined: each replica sends and receives about 2b in all
+        lg = _log2(n)
+        return [_Phase(x, 2 * lg, 4 * lg, 4 * b, b, busy, 1)]
+    # HIERARCHICAL: ring reduce-scatter inside the host, ring all-reduce of the shards across hosts, all-gather
+    out = []
+    if g > 1:
+        out.append(_Phase(False, 2 * (g - 1), 4 * (g - 1), 4 * (g - 1) / g * b, (g - 1) / g * b, g))
+    if h > 1:
+        shard = b / g
+        out.append(_Phase(True, 2 * (h - 1), 4 * (h - 1), 4 * (h - 1) / h * shard, (h - 1) / h * shard, g, g))
+    return out
+
+
+def predict(
+    algorithm: str,
+    nbytes: float,
+    world_size: int,
+    hosts: int = 1,
+    transport: str = "shm",
+    params: Params | None = None,
+) -> float:
+    """Predicted seconds of one ``all_reduce`` of ``nbytes`` per replica.
+
+    ``transport`` names a parameter set of ``PRESETS`` (``params`` overrides it).
+    """
+    p = params if params is not None else preset(transport)
+    return _cost(p, phases(algorithm, nbytes, world_size, hosts, p.shared))
+
+
+def preset(transport: str) -> Params:
+    try:
+        return PRESETS[transport]
+    except KeyError:
+        raise ValueError(f"no cost model parameters for transport {transport!r}; known: {', '.join(PRESETS)}") from None
+
+
+def best_algorithm(
+    nbytes: float,
+    world_size: int,
+    hosts: int = 1,
+    transport: str = "shm",
+    candidates: Sequence[str] = IMPLEMENTED,
+    params: Params | None = None,
+    margin: float = 0.0,
+) -> str:
+    """The fastest of ``candidates`` by the model (a pure function of its arguments, so every rank
+    that passes the same arguments chooses the same). The first candidate is the default: another
+    is chosen only when predicted at least ``margin`` (a fraction) faster; exact ties go to the
+    earliest."""
+    if not candidates:
+        raise ValueError("no candidate algorithms")
+    if not 0 <= margin < 1:
+        raise ValueError(f"margin must be in [0, 1), got {margin}")
+    p = params if params is not None else preset(transport)
+    t = {a: _cost(p, phases(a, nbytes, world_size, hosts, p.shared)) for a in candidates}
+    best = min(candidates, key=lambda a: (t[a], candidates.index(a)))
+    return best if t[best] < (1 - margin) * t[candidates[0]] or margin == 0 else candidates[0]
+
+
+#: The algorithms ``AUTO`` weighs, the default (one round of messages) first: on one host
+#: reduce-scatter + all-gather never clearly won a measurement (its second round costs more than the
+#: model's bytes say: docs/performance.md), and across hosts reduce-broadcast funnels every byte
+#: through one host's link.
+AUTO_CANDIDATES_ONE_HOST = (AG, RB)
+AUTO_CANDIDATES_HOSTS = (AG, RS)
+#: ``AUTO`` leaves all-gather-reduce only for an algorithm predicted this much faster: the model's
+#: errors are larger than that (docs/performance.md), so a near tie keeps the default.
+AUTO_MARGIN = 0.05
+
+
+@functools.lru_cache(maxsize=4096)
+def auto_choice(elements: int, world_size: int, spans_hosts: bool) -> str:
+    """``Collectives``' ``AUTO`` choice for a batch of ``elements`` among ``world_size`` replicas.
+
+    A pure function of shapes and topology, so every rank chooses the same: the bytes are counted
+    as 4 per element whatever the dtype (a dtype mismatch between replicas still picks one algorithm
+    and raises the same error everywhere), and a group that spans hosts is modelled as one replica
+    per host (how many hosts is not known alike on every rank; whether the group spans them is).
+    The parameters are ``PRESETS["shm"]``.
+    """
+    if spans_hosts:
+        return best_algorithm(4 * elements, world_size, world_size, "shm", AUTO_CANDIDATES_HOSTS, margin=AUTO_MARGIN)
+    return best_algorithm(4 * elements, world_size, 1, "shm", AUTO_CANDIDATES_ONE_HOST, margin=AUTO_MARGIN)
+
+
+# -- scaling --------------------------------------------------------------------------------
+def step_time(
+    compute_s: float,
+    grad_bytes: float,
+    world_size: int,
+    per_host: int,
+    algorithm: str,
+    transport: str = "nccl",
+    overlap: float = 0.0,
+    params: Params | None = None,
+) -> float:
+    """Seconds per synchronous data-parallel step: ``compute_s`` of work per replica, then one
+    all-reduce of ``grad_bytes``, of which the fraction ``overlap`` hides behind the compute
+    (backpropagation sends early layers' gradients while later ones are computed)."""
+    if not 0 <= overlap <= 1:
+        raise ValueError(f"overlap must be in [0, 1], got {overlap}")
+    hosts = max(1, math.ceil(world_size / per_host))
+    comm = predict(algorithm, grad_bytes, world_size, hosts, transport, params)
+    return compute_s + max(comm - overlap * compute_s, 0.0) if world_size > 1 else compute_s
+
+
+def scaling_efficiency(
+    compute_s: float,
+    grad_bytes: float,
+    world_size: int,
+    per_host: int,
+    algorithm: str,
+    transport: str = "nccl",
+    overlap: float = 0.0,
+    params: Params | None = None,
+) -> float:
+    """Weak scaling efficiency: throughput of ``world_size`` replicas over ``world_size`` times one's."""
+    one = step_time(compute_s, grad_bytes, 1, per_host, algorithm, transport, overlap, params)
+    return one / step_time(compute_s, grad_bytes, world_size, per_host, algorithm, transport, overlap, params)
+
+
+# -- fitting -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Measurement:
+    """One measured all_reduce: the median seconds of ``algorithm`` on ``nbytes`` per replica."""
+
+    algorithm: str
+    nbytes: float
+    world_size: int
+    hosts: int
+    seconds: float
+
+
+def features(m: Measurement, base: Params) -> np.ndarray:
+    """How much each parameter (in ``PARAMETERS`` order) contributes to ``m`` per unit of its value
+    (on a machine like ``base``: its ``cores`` and ``shared``)."""
+    ph = phases(m.algorithm, m.nbytes, m.world_size, m.hosts, base.shared)
+    unit = base.with_vector([0.0] * len(PARAMETERS))
+    return np.array([_cost(unit.with_vector(np.eye(len(PARAMETERS))[k]), ph) for k in range(len(PARAMETERS))])
+
+
+def nnls(a: np.ndarray, y: np.ndarray, iterations: int = 200) -> np.ndarray:
+    """Non-negative least squares, ``argmin |a x - y|`` with ``x >= 0`` (Lawson and Hanson's active set)."""
+    k = a.shape[1]
+    x = np.zeros(k)
+    passive = np.zeros(k, dtype=bool)
+    w = a.T @ (y - a @ x)
+    tol = 1e-12 * max(1.0, float(np.abs(w).max()) if k else 1.0)
+    for _ in range(iterations):
+        if passive.all() or not (w[~passive] > tol).any():
+            break
+        j = int(np.argmax(np.where(passive, -np.inf, w)))
+        passive[j] = True
+        while True:
+            z = np.zeros(k)
+            z[passive] = np.linalg.lstsq(a[:, passive], y, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            neg = passive & (z <= 0)
+            step = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + step * (z - x)
+            passive &= x > tol * 1e-6
+            x[~passive] = 0.0
+        w = a.T @ (y - a @ x)
+    return x
+
+
+def fit(
+    measurements: Sequence[Measurement],
+    base: Params = _SHM,
+    name: str | None = None,
+    source: str = "fitted",
+    free: Sequence[str] | None = None,
+) -> Params:
+    """The parameters that best predict ``measurements`` (least relative error, all >= 0).
+
+    Only the parameters named in ``free`` (default: all of ``PARAMETERS``) that the measurements
+    involve are fitted; the others (the inter link when all ran on one host) keep ``base``'s
+    values. ``base.cores`` and ``base.shared`` are used as they are.
+    """
+    if not measurements:
+        raise ValueError("fit needs at least one measurement")
+    unknown = set(free or ()) - set(PARAMETERS)
+    if unknown:
+        raise ValueError(f"unknown parameters {sorted(unknown)}; known: {', '.join(PARAMETERS)}")
+    a = np.array([features(m, base) for m in measurements])
+    y = np.array([m.seconds for m in measurements], dtype=np.float64)
+    if (y <= 0).any():
+        raise ValueError("measured times must be > 0")
+    used = np.abs(a).sum(axis=0) > 0
+    if free is not None:
+        used &= np.array([k in free for k in PARAMETERS])
+    fixed = base.vector()
+    rest = y - a[:, ~used] @ fixed[~used]
+    w = 1.0 / y  # relative error: 0.1 ms and 100 ms points count alike
+    x = fixed.copy()
+    x[used] = nnls(a[:, used] * w[:, None], rest * w)
+    return dataclasses.replace(base.with_vector(x, source), name=name or base.name)
+
+
+__all__ = [
+    "AG",
+    "AUTO_CANDIDATES_HOSTS",
+    "AUTO_CANDIDATES_ONE_HOST",
+    "AUTO_MARGIN",
+    "HIERARCHICAL",
+    "IMPLEMENTED",
+    "MODELLED",
+    "PARAMETERS",
+    "PRESETS",
+    "RB",
+    "RING",
+    "RS",
+    "TREE",
+    "Link",
+    "Measurement",
+    "Params",
+    "auto_choice",
+    "best_algorithm",
+    "features",
+    "fit",
+    "load",
+    "nnls",
+    "phases",
+    "predict",
+    "preset",
+    "save",
+    "scaling_efficiency",
+    "step_time",
+]

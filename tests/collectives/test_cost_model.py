@@ -1,0 +1,181 @@
+"""The all_reduce cost model (interdist/collectives/cost_model.py) and AUTO's use of it (algorithms.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from interdist.collectives import algorithms
+from interdist.collectives import cost_model as cm
+from interdist.reduce_op import ReduceOp
+
+from ._harness import local_group, run_threads
+
+
+def _params(alpha: float = 0.0, overhead: float = 0.0, beta: float = 0.0, gamma: float = 0.0,
+            inter: cm.Link | None = None, cores: float = math.inf, shared: bool = True) -> cm.Params:
+    return cm.Params("t", cm.Link(alpha, overhead, beta), inter or cm.Link(0.0, 0.0, 0.0), gamma, cores, shared)
+
+
+# -- formulas -------------------------------------------------------------------------------
+@pytest.mark.parametrize(("algorithm", "rounds"), [(cm.AG, 1), (cm.RS, 2), (cm.RB, 2), (cm.RING, 6), (cm.TREE, 4)])
+def test_latency_rounds_on_one_host(algorithm: str, rounds: int) -> None:
+    assert cm.predict(algorithm, 1000, 4, params=_params(alpha=1.0)) == rounds
+
+
+def test_bytes_moved_through_shared_memory_and_point_to_point() -> None:
+    shm, p2p = _params(beta=1.0), _params(beta=1.0, shared=False)
+    # all-gather-reduce: one write of 100 bytes through shared memory; 3 sends + 3 receives point to point
+    assert cm.predict(cm.AG, 100, 4, params=shm) == 100
+    assert cm.predict(cm.AG, 100, 4, params=p2p) == 600
+    # reduce-scatter + all-gather: 3 chunks of 25 written, then 25 written and 75 copied into place
+    assert cm.predict(cm.RS, 100, 4, params=shm) == 175
+    # reduce-broadcast: peers write 100, the root writes 100, the peers copy 100 out
+    assert cm.predict(cm.RB, 100, 4, params=shm) == 300
+    assert cm.predict(cm.RING, 100, 4, params=shm) == 300  # 4 (n-1)/n b sent + received
+    # one replica: a copy of its own batch
+    assert cm.predict(cm.AG, 100, 1, params=shm) == 100
+
+
+def test_reduction_and_contention() -> None:
+    # 4 replicas on 2 cores: all-gather-reduce adds 3 x 100 bytes on each, all 4 at once -> twice as slow
+    assert cm.predict(cm.AG, 100, 4, params=_params(gamma=1.0, cores=2)) == 600
+    assert cm.predict(cm.AG, 100, 4, params=_params(gamma=1.0)) == 300
+    # reduce-broadcast: the root adds alone (no contention)
+    assert cm.predict(cm.RB, 100, 4, params=_params(gamma=1.0, cores=2)) == 300
+
+
+def test_hierarchical_uses_both_links() -> None:
+    p = _params(alpha=1.0, inter=cm.Link(10.0, 0.0, 0.0))
+    # 8 replicas on 2 hosts: ring inside each host (2 x 3 rounds), ring across the 2 hosts (2 x 1 rounds)
+    assert cm.predict(cm.HIERARCHICAL, 1000, 8, hosts=2, params=p) == 6 * 1 + 2 * 10
+    assert cm.predict(cm.RING, 1000, 8, hosts=2, params=p) == 14 * 10  # every step waits for the slow link
+    # the shards of a host's 4 replicas share its link: 4 x (4 (h-1)/h x b/4) bytes
+    q = _params(inter=cm.Link(0.0, 0.0, 1.0))
+    assert cm.predict(cm.HIERARCHICAL, 1000, 8, hosts=2, params=q) == 2000
+
+
+def test_bad_arguments_raise() -> None:
+    with pytest.raises(ValueError, match="unknown all_reduce algorithm 'butterfly'"):
+        cm.predict("butterfly", 10, 2)
+    with pytest.raises(ValueError, match="need 1 <= hosts <= world_size"):
+        cm.predict(cm.AG, 10, 2, hosts=3)
+    with pytest.raises(ValueError, match="no cost model parameters for transport 'carrier-pigeon'"):
+        cm.predict(cm.AG, 10, 2, transport="carrier-pigeon")
+
+
+# -- fitting --------------------------------------------------------------------------------
+def test_fit_recovers_known_parameters() -> None:
+    truth = cm.Params("truth", cm.Link(2e-5, 7e-5, 1e-10), cm.Link(1e-4, 2e-4, 8e-10), 3e-10, 2.0)
+    data = [
+        cm.Measurement(a, nbytes, n, h, cm.predict(a, nbytes, n, h, params=truth))
+        for a in cm.IMPLEMENTED
+        for nbytes in (4 << 10, 1 << 20, 16 << 20)
+        for n in (2, 3, 4)
+        for h in (1, n)
+    ]
+    start = dataclasses.replace(truth, intra=cm.Link(1.0, 1.0, 1.0), inter=cm.Link(1.0, 1.0, 1.0), gamma=1.0)
+    got = cm.fit(data, start)
+    np.testing.assert_allclose(got.vector(), truth.vector(), rtol=1e-6)
+
+
+def test_fit_keeps_what_the_data_do_not_involve() -> None:
+    truth = cm.preset("shm")
+    one_host = [cm.Measurement(cm.AG, b, n, 1, cm.predict(cm.AG, b, n, params=truth))
+                for b in (1 << 12, 1 << 20, 1 << 24) for n in (2, 3, 4)]
+    base = dataclasses.replace(truth, inter=cm.Link(5.0, 6.0, 7.0))
+    got = cm.fit(one_host, base, free=("intra.overhead", "intra.beta", "gamma"))
+    assert got.inter == cm.Link(5.0, 6.0, 7.0)
+    assert got.intra.alpha == truth.intra.alpha
+    np.testing.assert_allclose([got.intra.overhead, got.intra.beta, got.gamma],
+                               [truth.intra.overhead, truth.intra.beta, truth.gamma], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"unknown parameters \['delta'\]"):
+        cm.fit(one_host, base, free=("delta",))
+    with pytest.raises(ValueError, match="at least one measurement"):
+        cm.fit([], base)
+
+
+def test_nnls_keeps_parameters_non_negative() -> None:
+    a = np.array([[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]])
+    y = np.array([3.0, 2.0, 1.0])  # unconstrained: intercept 4, slope -1
+    np.testing.assert_allclose(np.linalg.lstsq(a, y, rcond=None)[0], [4.0, -1.0])
+    np.testing.assert_allclose(cm.nnls(a, y), [2.0, 0.0])
+
+
+def test_params_round_trip_through_json(tmp_path: Path) -> None:
+    path = tmp_path / "params.json"
+    cm.save(str(path), [cm.preset("shm"), cm.preset("nccl")])
+    raw = json.loads(path.read_text())
+    assert raw[1]["cores"] is None  # inf is not JSON
+    back = cm.load(str(path))
+    assert back == {"shm": cm.preset("shm"), "nccl": cm.preset("nccl")}
+
+
+# -- choosing ---------------------------------------------------------------------------------
+def test_best_algorithm_is_deterministic_and_breaks_ties_by_order() -> None:
+    flat = _params()  # every algorithm costs 0
+    assert cm.best_algorithm(1 << 20, 4, params=flat) == cm.AG
+    assert cm.best_algorithm(1 << 20, 4, params=flat, candidates=(cm.RB, cm.AG)) == cm.RB
+    picks = {cm.best_algorithm(b, n) for _ in range(3) for b in (4096,) for n in (4,)}
+    assert len(picks) == 1
+
+
+@pytest.mark.parametrize("elements", [1, 1 << 10, 1 << 16, 1 << 18, 1 << 22])
+def test_auto_keeps_the_measured_behaviour_of_this_machine(elements: int) -> None:
+    # one host, 2 replicas: all-gather-reduce at every size; 3 or more: reduce-broadcast
+    assert cm.auto_choice(elements, 2, False) == cm.AG
+    assert cm.auto_choice(elements, 4, False) == cm.RB
+    assert cm.auto_choice(elements, 2, True) in cm.AUTO_CANDIDATES_HOSTS
+
+
+def test_auto_across_hosts_reduce_scatters_large_batches_only() -> None:
+    assert cm.auto_choice(1 << 10, 4, True) == cm.AG
+    assert cm.auto_choice(1 << 22, 4, True) == cm.RS
+
+
+def test_collectives_follow_the_model_and_the_threshold_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    def algorithms_used(world: int) -> list[list[str]]:
+        return run_threads(local_group(world), lambda r, c: [
+            (c.all_reduce(1, seq, [np.full(n, r + 1.0)], ReduceOp.SUM, "t"), c.last_timing.algorithm)[1]
+            for seq, n in ((1, 999), (2, 1000))])
+
+    # the model: 4 replicas sharing 2 cores reduce once at the root even for tiny batches; 3 do not
+    assert cm.auto_choice(999, 4, False) == cm.auto_choice(1000, 4, False) == cm.RB
+    assert cm.auto_choice(999, 3, False) == cm.AG
+    assert algorithms_used(4) == [[cm.RB, cm.RB]] * 4
+    assert algorithms_used(3) == [[cm.AG, cm.AG]] * 3
+    # any threshold set: AUTO goes by the thresholds, the unset ones at their former values
+    monkeypatch.setattr(algorithms, "RB_MIN_ELEMENTS_ONE_HOST", 1000)
+    assert algorithms_used(4) == [[cm.AG, cm.RB]] * 4
+    assert algorithms.auto_algorithm(1 << 30, 3, True) == cm.RS  # RS_MIN_ELEMENTS at its former 1 << 18
+    assert algorithms.auto_algorithm((1 << 18) - 1, 3, True) == cm.AG
+
+
+def test_algorithm_names_match() -> None:
+    assert (cm.AG, cm.RS, cm.RB) == (algorithms.AG, algorithms.RS, algorithms.RB)
+
+
+def _child(code: str, **env: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                         capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout.strip()
+
+
+def test_environment_overrides(tmp_path: Path) -> None:
+    # a parameter file from the benchmark replaces the preset of its name; copies made dear there:
+    # reduce-broadcast copies each batch 3 times (in, out, back), all-gather-reduce once
+    path = tmp_path / "p.json"
+    cm.save(str(path), [dataclasses.replace(cm.preset("shm"), intra=cm.Link(0.0, 0.0, 1e-6))])
+    code = ("from interdist.collectives import algorithms as a, cost_model as c; "
+            "print(a.auto_algorithm(999, 3, False), a.auto_algorithm(1000, 3, False), a.RS_MIN_ELEMENTS, "
+            "c.PRESETS['shm'].intra.beta, c.auto_choice(1 << 20, 4, False))")
+    got = _child(code, INTERDIST_RB_MIN_ELEMENTS_ONE_HOST="1000", INTERDIST_COST_MODEL=str(path))
+    assert got == f"{cm.AG} {cm.RB} None 1e-06 {cm.AG}"
