@@ -136,8 +136,12 @@ class Checkpoint:
                 }
                 strategy = getattr(var, "_strategy", None)
                 index["num_replicas"] = getattr(strategy, "num_replicas_in_sync", 1)
+                if i == 0:
+                    _fire_injected_faults(variables.values())
                 bar.update(1)
             bar.close()
+            # The index last, and the whole directory renamed into place only once complete: a save
+            # killed at any point (the notebook or a worker) leaves the previous checkpoints as they were.
             (tmp / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True))
             if target.exists():
                 shutil.rmtree(target)
@@ -152,6 +156,12 @@ class Checkpoint:
 
         ``progress=True`` shows a ``tqdm.auto`` bar in the cell, one tick per variable read and checked.
         """
+        for var, value in self._load(path, progress).values():
+            var.assign(value)
+
+    def _load(self, path: str | os.PathLike[str], progress: bool = False) -> dict[str, tuple[Any, np.ndarray]]:
+        """Each variable's saved value, read and checked against the index and the variable (raises
+        ``ValueError`` before anything is assigned)."""
         root = Path(path)
         try:
             index = json.loads((root / "index.json").read_text())
@@ -167,7 +177,7 @@ class Checkpoint:
         missing = sorted(set(variables) - set(saved))
         if missing:
             raise ValueError(f"the checkpoint at {root} has no value for {missing}")
-        values = {}
+        values: dict[str, tuple[Any, np.ndarray]] = {}
         bar = _progress_bar(progress, len(variables), f"restore {root.name}")
         for name, var in variables.items():
             entry = saved[name]
@@ -189,11 +199,25 @@ class Checkpoint:
                     f"checkpoint value {name!r} has shape {value.shape} and dtype {value.dtype}, but "
                     f"the variable has shape {tuple(var.shape)} and dtype {var.dtype}"
                 )
-            values[name] = value
+            values[name] = (var, value)
             bar.update(1)
         bar.close()
-        for name, var in variables.items():
-            var.assign(values[name])
+        return values
+
+
+def _fire_injected_faults(variables: Any) -> None:
+    """``idist.debug.inject(..., at="checkpoint_save")``: the armed fault fires now, in the middle of a
+    save (one attribute read per strategy when nothing is armed)."""
+    seen: set[int] = set()
+    for var in variables:
+        strategy = getattr(var, "_strategy", None)
+        if strategy is None or id(strategy) in seen:
+            continue
+        seen.add(id(strategy))
+        hook = getattr(strategy, "_checkpoint_fault", None)
+        if hook is not None:
+            strategy._checkpoint_fault = None  # once
+            hook()
 
 
 class _NoBar:

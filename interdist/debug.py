@@ -4,12 +4,18 @@ replica prints."""
 from __future__ import annotations
 
 import builtins
+import contextlib
+import os
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from interdist import _context, _gpu, events, protocol
 from interdist.replica import faults
+from interdist.values import ps_variable
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,121 @@ def print(fmt: str, *args: Any, **kwargs: Any) -> None:  # jax.debug.print's nam
     builtins.print(fmt.format(*args, **kwargs))
 
 
-def inject(strategy: Any, replica: int, fault: str, at: str = "step", seconds: float = 3.0) -> None:
+def log_scalar(name: str, value: Any) -> None:
+    """Log one number from inside a replica function: the dashboard draws a line per replica over the
+    steps (its "scalars" tab), and ``strategy.events`` and the Chrome trace keep it (a counter track).
+
+    Only the number travels, with the step's reply (and live to an open dashboard), as a
+    ``ScalarLogged`` event.
+
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     def step():
+    ...         r = idist.get_replica_context().replica_id_in_sync_group
+    ...         idist.debug.log_scalar("loss", np.float32(0.5 + r))
+    ...     s.run(step)
+    ...     [(e.replica, e.value) for e in s.events.events if e.kind == "scalar-logged"]
+    [(0, 0.5), (1, 1.5)]
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"log_scalar needs a name (a non-empty str), got {name!r}")
+    a = np.asarray(_gpu.to_host(value.numpy() if hasattr(value, "numpy") else value))
+    if a.size != 1 or a.dtype.kind not in "biuf":
+        raise ValueError(f"log_scalar logs one real number, got {a.dtype} of shape {a.shape}")
+    replica = getattr(_context.current().strategy, "_replica", None)
+    if replica is None:
+        raise RuntimeError(
+            "idist.debug.log_scalar is called inside a replica function (strategy.run(fn)): "
+            "there is no replica to log for here"
+        )
+    replica.emit(events.ScalarLogged(replica.group_id, replica.step, replica.rank, time.time(), name, float(a)))
+
+
+def visualize_placement(strategy: Any) -> Any:
+    """A picture of where ``strategy``'s state lives, as ``jax.debug.visualize_array_sharding`` draws an
+    array's: hosts, their workers, each worker's devices (a replica's, central storage's parameter
+    device, a parameter-server task), and on each device a chip per copy (or shard) of each variable,
+    coloured by variable; a copy that differs from the others has a red border. A static SVG in a
+    notebook (saved with it, shown with no kernel); a text tree in a terminal. The live version is the
+    dashboard's "placement" tab.
+
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     with s.scope():
+    ...         v = idist.Variable(np.zeros(2, np.float32), name="v")
+    ...     print(repr(idist.debug.visualize_placement(s)).replace(s._lease.addresses[0], "A")
+    ...           .replace(s._lease.addresses[1], "B"))
+    MirroredStrategy: 2 replicas
+    host 127.0.0.1
+      worker A
+        CPU:0 (replica 0): v
+      worker B
+        CPU:1 (replica 1): v
+    """
+    from interdist.dashboard import placement_layout  # Bokeh-free, but the dashboard package loads Bokeh
+
+    title = f"{type(strategy).__name__}: {strategy.num_replicas_in_sync} replicas"
+    ps_tasks = getattr(strategy, "_ps_tasks", None)
+    if ps_tasks is not None:  # ParameterServerStrategy: no replica group, no events; its handles know
+        store = strategy._store
+        handles = [v for (st, _), v in sorted(ps_variable._handles.items()) if st == store]
+        variables = [
+            (v._name, v._shape, v._dtype.name, [(sh.device, sh.start, sh.stop) for sh in v._shards]) for v in handles
+        ]
+        workers = list(zip(strategy._lease.addresses, strategy._devices, strict=False))
+        ps = [(t.address, d) for t, d in zip(ps_tasks, strategy._ps_devices, strict=True)]
+        title = f"{type(strategy).__name__}: {len(workers)} worker(s), {len(ps)} ps task(s)"
+        return placement_layout.PlacementPicture(placement_layout.from_parameter_servers(workers, ps, variables), title)
+    from interdist.dashboard.model import DashboardModel
+
+    model = DashboardModel()
+    for r, (address, device) in enumerate(_workers(strategy)):
+        model.note_worker(r, address, device)
+    model.feed_many(list(strategy.events.events))
+    return placement_layout.PlacementPicture(placement_layout.from_model(model), title)
+
+
+@contextlib.contextmanager
+def performance_report(
+    filename: str | os.PathLike[str] = "interdist-report.html", strategy: Any = None, title: str | None = None
+) -> Iterator[None]:
+    """Write a one-file HTML report of what the replicas did inside the ``with`` block, as Dask's
+    ``performance_report`` does: the collective timeline and timings, the variables' values per replica,
+    the logged scalars and the placement. BokehJS is inline: the file opens anywhere, with no kernel.
+
+    Every strategy whose replicas sent events during the block gets a section (only ``strategy`` when
+    given). Its timeline and timings are the block's; its values, placement and run numbers are its state.
+
+    >>> import interdist as idist, numpy as np, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "report.html")
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     with idist.performance_report(path):
+    ...         _ = s.run(lambda: idist.get_replica_context().all_reduce("sum", np.float32(1)))
+    >>> "all_reduce" in open(path).read()
+    True
+    """
+    since = time.time()
+    yield
+    from interdist.dashboard.report import write_report  # Bokeh: loaded only for a report
+
+    chosen = [strategy] if strategy is not None else list(protocol._client_strategies.values())
+    sections = []
+    for s in chosen:
+        evs = list(getattr(getattr(s, "events", None), "events", ()))
+        if evs and max(e.time for e in evs) >= since:
+            label = f"{type(s).__name__} ({s.num_replicas_in_sync} replicas, group {evs[0].group})"
+            sections.append((label, evs, _workers(s)))
+    write_report(filename, sections, since=since, title=title or "interdist performance report")
+
+
+def _workers(strategy: Any) -> list[tuple[str, str]]:
+    """Each replica's (worker address, device), for the placement picture."""
+    lease = getattr(strategy, "_lease", None)
+    devices = list(getattr(strategy.extended, "worker_devices", ()))
+    return list(zip(getattr(lease, "addresses", ()), devices, strict=False))
+
+
+def inject(strategy: Any, replica: int | str, fault: str, at: str = "step", seconds: float = 3.0) -> None:
     """Arm one fault on one replica for the strategy's next program: faults on purpose, for teaching and
     for testing what a failure looks like (``interdist/replica/faults.py``).
 
@@ -76,8 +196,12 @@ def inject(strategy: Any, replica: int, fault: str, at: str = "step", seconds: f
     SIGSTOP, for ``seconds``: the notebook names it frozen after ``config.settings.frozen_after``),
     ``"kill"`` (its worker process dies: ``WorkerLostError``, and an embedded cluster starts it again).
     ``at``: ``"step"`` (the start of the replica function), ``"collective"`` (before its first
-    collective), a collective's name (``"all_reduce"``, ``"all_gather"``, ``"merge_call"``), or
-    ``"update"`` (before its first variable update in replica context).
+    collective), a collective's name (``"all_reduce"``, ``"all_gather"``, ``"merge_call"``),
+    ``"update"`` (before its first variable update in replica context), or ``"checkpoint_save"``
+    (in the middle of the next ``Checkpoint.save``, after its first variable is written).
+    On a ``ParameterServerStrategy``, ``replica`` is a worker task's index, or ``"worker:i"`` or
+    ``"ps:i"``, and ``at`` is ``"ps_step"`` (a worker: the start of its next step; a ps task: when
+    it next applies a step's updates) or ``"checkpoint_save"``.
 
     >>> import interdist as idist, numpy as np
     >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
@@ -93,13 +217,18 @@ def inject(strategy: Any, replica: int, fault: str, at: str = "step", seconds: f
         raise ValueError(f"fault must be one of {faults.FAULTS}, got {fault!r}")
     if not isinstance(at, str) or not at:
         raise TypeError(f"at must be a point name such as {faults.POINTS} or a collective's name, got {at!r}")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 3600:
+        raise ValueError(f"seconds must be a number of seconds between 0 and 3600, got {seconds!r}")
+    if hasattr(strategy, "_inject"):  # ParameterServerStrategy: tasks, not replicas
+        strategy._inject(replica, fault, at, float(seconds))
+        return
     n = strategy.num_replicas_in_sync
     if isinstance(replica, bool) or not isinstance(replica, int):
         raise TypeError(f"replica must be a replica index (int), got {replica!r}")
     if not 0 <= replica < n:
         raise ValueError(f"replica {replica} is not a replica of this strategy (0..{n - 1})")
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 3600:
-        raise ValueError(f"seconds must be a number of seconds between 0 and 3600, got {seconds!r}")
     if not hasattr(strategy, "_system"):
         raise TypeError(f"inject needs an interdist strategy with replicas on workers, got {type(strategy).__name__}")
     strategy._system(faults.arm, replica, fault, at, float(seconds))
+    if at == "checkpoint_save":  # Checkpoint.write calls this once, in the middle of its next save
+        strategy._checkpoint_fault = lambda: strategy._system(faults.fire_point, "checkpoint_save")

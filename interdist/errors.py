@@ -7,6 +7,8 @@ so ``except ValueError`` works as it would with TensorFlow.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class InterdistError(RuntimeError):
     """Base class of the engine's own failures."""
@@ -87,3 +89,20 @@ class ReplicaMismatchError(InternalError, ValueError):
     ``InternalError`` (an aborted collective) on another, depending on the dtype and the reduce
     path; this error is both, so code that catches either of TF's classes catches it.
     """
+
+
+class UnavailableError(Exception):
+    """``tf.errors.UnavailableError``: a task the program needs cannot be reached (its process is gone).
+
+    As in TF (an ``OpError``, not a ``RuntimeError``), ``ClusterCoordinator.schedule``, ``join``,
+    ``done``, ``RemoteValue.fetch`` and variable reads raise it when a parameter server is lost;
+    ``task`` names it (``/job:ps/replica:0/task:0``). A parameter server's variables die with its
+    process: ``ParameterServerStrategy.recover(checkpoint)`` brings them back from a checkpoint.
+    """
+
+    def __init__(self, message: str, task: str | None = None) -> None:
+        super().__init__(message)
+        self.task = task
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self.args[0]) if self.args else "", self.task), dict(self.__dict__))

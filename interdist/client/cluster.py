@@ -79,16 +79,16 @@ def _list_for_lab(lease: Lease, cluster: Any, n: int) -> None:
     lease.registry_file = register(cluster.scheduler_address, lease.dashboard_link, n)  # never raises
 
 
-def _start_local_cpu(n: int) -> Lease:
+def _start_local_cpu(n: int, security: Any = None, key: tuple[Any, ...] | None = None) -> Lease:
     from distributed import Client, LocalCluster
 
     from interdist.dashboard.pages import register_pages
 
     register_pages()  # the scheduler reads its dashboard pages once, as it starts
     with _malloc_env():
-        cluster = _local_cluster(n, LocalCluster)
+        cluster = _local_cluster(n, LocalCluster, security)
     client = Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]  # distributed is untyped
-    lease = _lease_from(client, cluster, n, embedded=True, key=("CPU", n))
+    lease = _lease_from(client, cluster, n, embedded=True, key=key or ("CPU", n))
     _list_for_lab(lease, cluster, n)
     return lease
 
@@ -103,7 +103,7 @@ def embedded_security() -> Any:
     return Security.temporary()  # type: ignore[no-untyped-call]  # distributed is untyped
 
 
-def _local_cluster(n: int, LocalCluster: Any) -> Any:  # noqa: N803 - the class, imported lazily
+def _local_cluster(n: int, LocalCluster: Any, security: Any = None) -> Any:  # noqa: N803 - the class, imported lazily
     return LocalCluster(
         n_workers=n,
         threads_per_worker=1,
@@ -112,7 +112,7 @@ def _local_cluster(n: int, LocalCluster: Any) -> Any:  # noqa: N803 - the class,
         # kernel's process group (Kernel > Interrupt does not kill them), gone with the notebook.
         worker_class=WorkerProcess,
         host="127.0.0.1",
-        security=embedded_security(),
+        security=security if security is not None else embedded_security(),
         dashboard_address="127.0.0.1:0",
         silence_logs=logging.ERROR,
         memory_limit=0,
@@ -165,13 +165,30 @@ def _name_key(name: Any, addr: str) -> tuple[int, Any, str]:
     return (1, str(name), addr)
 
 
-def acquire(devices: list[DeviceSpec], cluster: Any = None) -> Lease:
-    """Workers for ``devices``: from ``cluster`` (address, Client, cluster object) or an embedded pool."""
+def acquire(devices: list[DeviceSpec], cluster: Any = None, security: Any = None) -> Lease:
+    """Workers for ``devices``: from ``cluster`` (address, Client, cluster object) or an embedded pool.
+
+    ``security`` (a ``distributed.security.Security``): the credentials to reach a scheduler given by
+    address or cluster object; with no cluster, the embedded cluster speaks TLS with them (instead of
+    credentials made for it alone), pooled only for strategies given the same credentials."""
     n = len(devices)
     gpu = devices[0].device_type == "GPU"
     if cluster is None:
         kind = devices[0].device_type
         key: tuple[Any, ...] = ("GPU", tuple(d.index for d in devices)) if gpu else (kind, n)
+        if security is not None:
+            if gpu:
+                raise NotImplementedError(
+                    "security= with GPU devices and no cluster: start a dask_cuda.LocalCUDACluster with "
+                    "security= yourself and pass it as cluster= (with security=)"
+                )
+            key = (
+                kind,
+                n,
+                "security",
+                getattr(security, "tls_ca_file", None),
+                getattr(security, "tls_client_cert", None),
+            )
         with _pool_lock:
             idle = _idle.get(key) or []
             while idle:
@@ -180,18 +197,24 @@ def acquire(devices: list[DeviceSpec], cluster: Any = None) -> Lease:
                     lease.released = False
                     return lease
                 _shutdown(lease)
-        lease = _start_local_gpu([d.index for d in devices]) if gpu else _start_local_cpu(n)
+        lease = _start_local_gpu([d.index for d in devices]) if gpu else _start_local_cpu(n, security, key)
         _ensure_reaper()
         return lease
     from distributed import Client
 
     if isinstance(cluster, Client):
+        if security is not None:
+            raise ValueError(
+                "a distributed.Client carries its own security: pass security= with a scheduler address or a "
+                "cluster object, or make the Client with Client(address, security=...)"
+            )
         lease = _lease_from(cluster, None, n, embedded=False)
     elif isinstance(cluster, str):
-        client = Client(cluster, set_as_default=False, timeout="10s")  # type: ignore[no-untyped-call]  # distributed is untyped
+        client = Client(cluster, set_as_default=False, timeout="10s", security=security)  # type: ignore[no-untyped-call]  # distributed is untyped
         lease = _lease_from(client, None, n, embedded=False, key=("own-client", n))
     elif hasattr(cluster, "scheduler_address"):
-        client = Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]  # distributed is untyped
+        extra = {"security": security} if security is not None else {}
+        client = Client(cluster, set_as_default=False, **extra)  # type: ignore[no-untyped-call]  # distributed is untyped
         lease = _lease_from(client, None, n, embedded=False, key=("own-client", n))
     else:
         raise TypeError(

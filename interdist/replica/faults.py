@@ -6,7 +6,11 @@ on one replica for its next program and fires once, at the first matching point:
 
 - ``at``: ``"step"`` (the start of the replica function), ``"collective"`` (before any collective),
   or one collective by name (``"all_reduce"``, ``"all_gather"``, ``"merge_call"``...), or
-  ``"update"`` (before a variable update in replica context);
+  ``"update"`` (before a variable update in replica context), or ``"checkpoint_save"`` (in the
+  middle of the next ``Checkpoint.save``/``write``, after its first variable is written);
+- on a ``ParameterServerStrategy``, ``"ps_step"``: on a worker task, at the start of the next step
+  it runs; on a ps task, when it next applies a step's updates (``worker/ps_store.py``); and
+  ``"checkpoint_save"`` on either;
 - ``fault``: ``"raise"`` (``InjectedFaultError``), ``"slow"`` (sleeps ``seconds``, alive), ``"freeze"``
   (the whole worker process stops, as under SIGSTOP, and resumes after ``seconds``), ``"kill"``
   (the worker process dies, as under SIGKILL; an embedded cluster starts it again).
@@ -28,7 +32,8 @@ if TYPE_CHECKING:
     from interdist.replica.replica import Replica
 
 FAULTS = ("raise", "slow", "freeze", "kill")
-POINTS = ("step", "collective", "update")
+POINTS = ("step", "collective", "update", "checkpoint_save")
+PS_POINTS = ("ps_step", "checkpoint_save")
 
 
 def arm(replica: Replica, rank: int, fault: str, at: str, seconds: float) -> None:
@@ -42,8 +47,26 @@ def fire(replica: Replica, at: str, op: str | None = None) -> None:
     if armed is None or armed["at"] not in (at, op):
         return
     replica.armed_fault = None  # once
-    fault, seconds = armed["fault"], float(armed["seconds"])
-    where = f"{op or at} of step {replica.step} on replica {replica.rank}"
+    point = _POINT_NAMES.get(op or at, op or at)
+    act(armed["fault"], float(armed["seconds"]), f"{point} on replica {replica.rank} (engine step {replica.step})")
+
+
+# How the points read in a message (the others are collectives' names: "all_reduce").
+_POINT_NAMES = {
+    "step": "the start of the replica function",
+    "update": "a variable update",
+    "checkpoint_save": "Checkpoint.save",
+}
+
+
+def fire_point(replica: Replica, at: str) -> None:
+    """A system program: fire a fault armed at ``at`` (a point outside replica functions:
+    ``"checkpoint_save"``) on the replica that holds it; the others do nothing."""
+    fire(replica, at)
+
+
+def act(fault: str, seconds: float, where: str) -> None:
+    """Do ``fault`` here, now (``where`` names the point, the step and the replica or task)."""
     if fault == "raise":
         raise InjectedFaultError(f"fault injected by idist.debug.inject: raise at {where}")
     if fault == "slow":

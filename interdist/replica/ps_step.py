@@ -19,6 +19,7 @@ import numpy as np
 
 from interdist import _nest
 from interdist._convert import apply_op
+from interdist.errors import UnavailableError
 from interdist.values.distributed import DistributedValues
 from interdist.values.tensor import ArrayValue
 from interdist.values.variables import Variable
@@ -33,8 +34,37 @@ VARIABLE_IN_STEP = (
 )
 
 
+#: Seconds a call waits to connect to a parameter server before asking the scheduler whether it is
+#: still there (Dask's own connect timeout is 30 s: a dead ps must be named sooner).
+PS_CONNECT_TIMEOUT = 2.0
+
+
+def ps_task(device: str) -> str:
+    """``/job:ps/replica:0/task:0`` of a shard's device ``/job:ps/replica:0/task:0/device:CPU:0``."""
+    return device.rsplit("/device:", 1)[0]
+
+
+def unavailable(task: str, address: str, why: str) -> UnavailableError:
+    return UnavailableError(
+        f"parameter server {task} (Dask worker {address}) is unavailable: {why}. A parameter server's "
+        "variables are lost with its process: once it is back (a nanny restarts it, or start a worker "
+        "with the same name), call strategy.recover(checkpoint) to restore them from the last checkpoint "
+        "and go on (TF's answer: restart the parameter server and restore from a checkpoint)",
+        task=task,
+    )
+
+
 class Connection:
-    """Calls handlers on workers from a thread that is not the event loop's."""
+    """Calls handlers on workers from a thread that is not the event loop's.
+
+    A call to a parameter server (its address in ``tasks``) that cannot connect within
+    ``PS_CONNECT_TIMEOUT``, or whose connection breaks, asks the scheduler whether the worker is
+    still there: gone, it raises ``UnavailableError`` naming the task; there, it is tried once more
+    with Dask's own timeout (every ps handler may run twice: a step's updates apply once).
+    """
+
+    #: ps addresses found gone: later calls to them fail at once (``ClientConnection`` keeps them).
+    lost: dict[str, UnavailableError]
 
     def _sync(self, coro_fn: Callable[[], Any]) -> Any:
         raise NotImplementedError
@@ -42,13 +72,62 @@ class Connection:
     def _rpc(self, address: str) -> Any:
         raise NotImplementedError
 
-    def call_many(self, calls: list[tuple[str, str, dict[str, Any]]]) -> list[Any]:
-        """``[(address, handler, kwargs)]`` concurrently; the results in order."""
+    def _scheduler(self) -> Any:
+        raise NotImplementedError
+
+    def call_many(self, calls: list[tuple[str, str, dict[str, Any]]], tasks: dict[str, str] | None = None) -> list[Any]:
+        """``[(address, handler, kwargs)]`` concurrently; the results in order. ``tasks``: the ps
+        tasks' names by address, for the calls that go to parameter servers."""
+        tasks = tasks or {}
+        lost = getattr(self, "lost", None)
+        if lost:
+            for a, _, _ in calls:
+                if a in lost:
+                    raise lost[a]
+
+        async def one(a: str, h: str, kw: dict[str, Any]) -> Any:
+            if a not in tasks:
+                return await getattr(self._rpc(a), h)(**kw)
+            try:
+                return await self._call(a, h, kw, PS_CONNECT_TIMEOUT)
+            except UnavailableError as e:  # raised by the ps itself: a new process, without the variables
+                if e.task is None:
+                    raise unavailable(tasks[a], a, str(e)) from None
+                raise
+            except (TimeoutError, OSError) as e:
+                if not await self._listed(a):
+                    err = unavailable(tasks[a], a, f"its worker left the cluster ({type(e).__name__}: {e})")
+                    if lost is not None:
+                        lost[a] = err
+                    raise err from None
+                try:  # still listed: slow, or the scheduler has not seen it die yet
+                    return await self._call(a, h, kw, None)
+                except (TimeoutError, OSError) as e2:
+                    raise unavailable(tasks[a], a, f"it does not answer ({type(e2).__name__}: {e2})") from None
 
         async def go() -> list[Any]:
-            return list(await asyncio.gather(*[getattr(self._rpc(a), h)(**kw) for a, h, kw in calls]))
+            return list(await asyncio.gather(*[one(a, h, kw) for a, h, kw in calls]))
 
         return list(self._sync(go)) if calls else []
+
+    async def _call(self, address: str, handler: str, kwargs: dict[str, Any], connect_timeout: float | None) -> Any:
+        """One call, connecting within ``connect_timeout`` seconds (None: Dask's own timeout)."""
+        raise NotImplementedError
+
+    async def _listed(self, address: str) -> bool:
+        """Whether the scheduler still lists the worker at ``address`` (waits up to 1 s for it to leave:
+        a killed worker's stream closes at once, but the scheduler may not have read that yet)."""
+        deadline = asyncio.get_running_loop().time() + 1.0
+        while True:
+            try:
+                info = await asyncio.wait_for(self._scheduler().identity(n_workers=-1), 5)
+            except (TimeoutError, OSError):
+                return True  # the scheduler does not answer: no verdict, keep trying the worker
+            if address not in info.get("workers", {}):
+                return False
+            if asyncio.get_running_loop().time() >= deadline:
+                return True
+            await asyncio.sleep(0.1)
 
 
 def read_shards(conn: Connection, store: str, variables: list[Any]) -> tuple[dict[int, np.ndarray], dict[str, int]]:
@@ -58,7 +137,8 @@ def read_shards(conn: Connection, store: str, variables: list[Any]) -> tuple[dic
         for shard in v._shards:
             wanted.setdefault(shard.address, []).append(shard.shard_id)
     addrs = list(wanted)
-    replies = conn.call_many([(a, "interdist_ps_read", {"store": store, "shard_ids": wanted[a]}) for a in addrs])
+    tasks = {s.address: ps_task(s.device) for v in variables for s in v._shards}
+    replies = conn.call_many([(a, "interdist_ps_read", {"store": store, "shard_ids": wanted[a]}) for a in addrs], tasks)
     parts: dict[int, np.ndarray] = {}
     counts: dict[str, int] = {}
     for a, raw in zip(addrs, replies, strict=True):
@@ -137,7 +217,10 @@ class StepContext:
             for a, u in per_ps.items()
         ]
         self.updates = []
-        return sum(bool(r) for r in self.conn.call_many(calls))
+        tasks = {s.address: ps_task(s.device) for v in self.vars.values() for s in v._shards}
+        for a in per_ps:
+            tasks.setdefault(a, f"the parameter server at {a}")
+        return sum(bool(r) for r in self.conn.call_many(calls, tasks))
 
 
 def materialize(result: Any) -> Any:

@@ -22,7 +22,7 @@ from typing import Any
 
 import cloudpickle
 
-from interdist import _context, _nest
+from interdist import _context, _nest, debug
 from interdist import device as device_lib
 from interdist.client import cluster as cluster_lib
 from interdist.client.event_log import EventLog
@@ -65,8 +65,11 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
     _extended_class: type[StrategyExtended] = StrategyExtended
     _kind = "mirrored"
 
-    def __init__(self, devices: list[str], cluster: Any = None, spec: GroupSpec | None = None) -> None:
+    def __init__(
+        self, devices: list[str], cluster: Any = None, spec: GroupSpec | None = None, security: Any = None
+    ) -> None:
         self._devices = devices
+        self._security = security  # TLS credentials for an address or an embedded cluster (client/cluster.py)
         self._closed = False
         self._colocate_with: Any = None
         self._var_ids = iter(range(1, 1 << 62))
@@ -104,7 +107,7 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
 
     def _acquire(self, specs: list[Any], cluster: Any) -> cluster_lib.Lease:
         # A hook: multi-worker strategies pick their workers by TF task name (strategy/multi_worker.py).
-        return cluster_lib.acquire(specs, cluster)
+        return cluster_lib.acquire(specs, cluster, self._security)
 
     # -- lifecycle ---------------------------------------------------------------
     def close(self) -> None:
@@ -133,7 +136,15 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         """A live dashboard of the replicas (ipywidgets), see ``interdist.dashboard.show``."""
         from interdist.dashboard import show
 
-        return show(self, interval=interval, threshold_s=threshold_s)
+        ref = weakref.ref(self)  # the dashboard must not keep the strategy alive
+
+        def inject(**kwargs: Any) -> None:  # the dashboard's fault control
+            strategy = ref()
+            if strategy is None:
+                raise RuntimeError("the strategy is gone")
+            debug.inject(strategy, **kwargs)
+
+        return show(self, interval=interval, threshold_s=threshold_s, inject=inject)
 
     def ship(self, *modules: Any) -> None:
         """Make your own modules (a ``helpers.py`` next to the notebook) usable in replica functions on

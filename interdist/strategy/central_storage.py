@@ -69,6 +69,11 @@ class _CentralExtended(StrategyExtended):
 class CentralStorageStrategy(Strategy):
     """A one-machine strategy that puts all variables on a single device.
 
+    ``security`` (a ``distributed.security.Security``): the TLS credentials to reach the scheduler named
+    by ``cluster`` (an address or a cluster object); with no ``cluster``, the embedded cluster speaks
+    TLS with these credentials instead of ones made for it alone, so that other clients holding them
+    (and only those) can reach it.
+
     >>> import interdist as idist, numpy as np
     >>> s = idist.experimental.CentralStorageStrategy(["CPU:0", "CPU:1"], parameter_device="CPU:0")
     >>> with s.scope():
@@ -83,7 +88,13 @@ class CentralStorageStrategy(Strategy):
 
     _kind = "central_storage"
 
-    def __init__(self, compute_devices: Any = None, parameter_device: str | None = None, cluster: Any = None) -> None:
+    def __init__(
+        self,
+        compute_devices: Any = None,
+        parameter_device: str | None = None,
+        cluster: Any = None,
+        security: Any = None,
+    ) -> None:
         devices = resolve_devices(compute_devices, allow_duplicates=True)
         if parameter_device is None:
             # TF's default with several compute devices is the host's CPU, spelled "/device:CPU:0".
@@ -93,7 +104,10 @@ class CentralStorageStrategy(Strategy):
         # The worker that holds the values (see the module docstring).
         self._holder = devices.index(self._parameter_device) if self._parameter_device in devices else 0
         super().__init__(
-            devices, cluster, spec={"parameter_devices": [self._parameter_device], "central_holder": self._holder}
+            devices,
+            cluster,
+            spec={"parameter_devices": [self._parameter_device], "central_holder": self._holder},
+            security=security,
         )
 
     def _parameter_devices(self) -> list[str]:

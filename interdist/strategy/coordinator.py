@@ -15,7 +15,10 @@ re-creates them the same way).
 
 Errors follow TF: the first error a step raises is raised once, by the next
 ``schedule``, ``join`` or ``done``; the steps still queued then are cancelled
-(their ``RemoteValue.fetch`` raises ``interdist.errors.CancelledError``). ``RemoteValue`` and
+(their ``RemoteValue.fetch`` raises ``interdist.errors.CancelledError``). A lost parameter
+server is TF's ``UnavailableError`` (``interdist.errors.UnavailableError``, naming the ps task): the
+queued steps fail with it at once, and every ``schedule``, ``join`` and ``done`` raises it until
+``strategy.recover(checkpoint)`` has brought the variables back. ``RemoteValue`` and
 ``PerWorkerValues`` live in ``coordinator_values.py``; this module re-exports them, as TF's
 ``tf.distribute.experimental.coordinator`` does.
 
@@ -37,7 +40,7 @@ from typing import Any
 import cloudpickle
 
 from interdist import _nest
-from interdist.errors import CancelledError, WorkerLostError
+from interdist.errors import CancelledError, UnavailableError, WorkerLostError
 from interdist.input.dataset import Dataset
 from interdist.replica import ps_input
 from interdist.strategy.coordinator_datasets import (
@@ -79,6 +82,8 @@ class ClusterCoordinator(PerWorkerResources):
         self._error: BaseException | None = None  # the first error not raised yet (TF keeps one)
         self._cancelling = False
         self._stopped = False
+        # A lost parameter server: every schedule, join and done raises it until strategy.recover().
+        self._ps_error: UnavailableError | None = None
         self._ids = itertools.count()
         self._session = uuid.uuid4().hex[:8]
         self._addresses: list[str] = strategy._worker_addresses  # updated in place when a worker is replaced
@@ -105,6 +110,10 @@ class ClusterCoordinator(PerWorkerResources):
         """
         if not callable(fn):
             raise TypeError(f"schedule() requires a callable fn, but got {type(fn).__name__}")
+        known = self.strategy._known_lost()  # the notebook met a lost ps already: no step waits to find it
+        if known is not None:
+            with self._cond:
+                self._ps_error = self._ps_error or known
         self._raise_error()
         closure = _Closure(f"{self._session}-{next(self._ids)}", fn, tuple(args or ()), dict(kwargs or {}))
         with self._cond:
@@ -121,7 +130,9 @@ class ClusterCoordinator(PerWorkerResources):
         As in TF, the steps still queued when an error is raised are cancelled.
         """
         with self._cond:
-            self._cond.wait_for(lambda: self._inflight == 0 or self._error is not None or self._stopped)
+            self._cond.wait_for(
+                lambda: self._inflight == 0 or self._error is not None or self._ps_error is not None or self._stopped
+            )
         self._raise_error()
 
     def done(self) -> bool:
@@ -160,7 +171,15 @@ class ClusterCoordinator(PerWorkerResources):
 
     # -- internals -------------------------------------------------------------
     def _raise_error(self) -> None:
-        """Raise the pending error once, after cancelling the queued steps (TF's ``_raise_if_error``)."""
+        """Raise the pending error once, after cancelling the queued steps (TF's ``_raise_if_error``).
+
+        A lost parameter server's ``UnavailableError`` is raised every time, until ``strategy.recover``."""
+        with self._cond:
+            ps_error = self._ps_error
+            if ps_error is not None:
+                self._error = None
+        if ps_error is not None:
+            raise UnavailableError(str(ps_error), task=ps_error.task)
         with self._cond:
             if self._error is None:
                 return
@@ -197,11 +216,28 @@ class ClusterCoordinator(PerWorkerResources):
 
     def _finish(self, closure: _Closure, value: Any = None, error: BaseException | None = None) -> None:
         closure.remote._set(value, error)
+        failed: list[_Closure] = []
         with self._cond:
             if error is not None and self._error is None:
                 self._error = error
+            if isinstance(error, UnavailableError) and self._ps_error is None:
+                self._ps_error = error
+                failed = list(self._queue)  # they would only meet the lost parameter server
+                self._queue.clear()
+                self._inflight -= len(failed)
             self._inflight -= 1
             self._running -= 1
+            self._cond.notify_all()
+        if isinstance(error, UnavailableError):
+            self.strategy._ps_lost(error)
+            for c in failed:
+                c.remote._set(error=UnavailableError(f"step {c.step_id} was not run: {error}", task=error.task))
+
+    def _recovered(self) -> None:
+        """``strategy.recover`` restored the variables: steps may be scheduled again."""
+        with self._cond:
+            self._ps_error = None
+            self._error = None
             self._cond.notify_all()
 
     def _worker_loop(self, index: int) -> None:

@@ -48,6 +48,11 @@ class MirroredStrategy(Strategy):
     Each device is one replica, run by its own Dask worker process (an embedded
     ``LocalCluster`` on 127.0.0.1 unless ``cluster`` names another).
 
+    ``security`` (a ``distributed.security.Security``): the TLS credentials to reach the scheduler named
+    by ``cluster`` (an address or a cluster object); with no ``cluster``, the embedded cluster speaks
+    TLS with these credentials instead of ones made for it alone, so that other clients holding them
+    (and only those) can reach it.
+
     >>> import interdist as idist, numpy as np
     >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
     ...     r = s.run(lambda: idist.get_replica_context().replica_id_in_sync_group)
@@ -55,7 +60,9 @@ class MirroredStrategy(Strategy):
     [0, 1]
     """
 
-    def __init__(self, devices: Any = None, cross_device_ops: Any = None, cluster: Any = None) -> None:
+    def __init__(
+        self, devices: Any = None, cross_device_ops: Any = None, cluster: Any = None, security: Any = None
+    ) -> None:
         # TF accepts any object here and fails only when it is used (replica/context.py); a
         # CrossDeviceOps picks the replicas' all_reduce algorithm (collectives/cross_device_ops.py).
         self._cross_device_ops = cross_device_ops
@@ -66,4 +73,4 @@ class MirroredStrategy(Strategy):
         )
         resolved = resolve_devices(devices)
         choice = all_reduce_choice(cross_device_ops, resolved)
-        super().__init__(resolved, cluster, spec={"cross_device_ops": cdo, "all_reduce": choice})
+        super().__init__(resolved, cluster, spec={"cross_device_ops": cdo, "all_reduce": choice}, security=security)

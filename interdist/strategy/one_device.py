@@ -47,16 +47,21 @@ class OneDeviceStrategy(Strategy):
 
     ``run`` returns plain values (not ``PerReplica``) and variables are regular
     variables placed on the device.
+
+    ``security`` (a ``distributed.security.Security``): the TLS credentials to reach the scheduler named
+    by ``cluster`` (an address or a cluster object); with no ``cluster``, the embedded cluster speaks
+    TLS with these credentials instead of ones made for it alone, so that other clients holding them
+    (and only those) can reach it.
     """
 
     _variable_class = OneDeviceVariable  # type: ignore[assignment]  # a regular variable, not a DistributedVariable
     _kind = "one_device"
     _extended_class = _OneDeviceExtended
 
-    def __init__(self, device: str, cluster: Any = None) -> None:
+    def __init__(self, device: str, cluster: Any = None, security: Any = None) -> None:
         if not isinstance(device, str):
             raise TypeError(f"OneDeviceStrategy requires one device string such as 'CPU:0', but got {device!r}")
-        super().__init__(resolve_devices([device]), cluster)
+        super().__init__(resolve_devices([device]), cluster, security=security)
 
     def _variable_kind(self, args: dict[str, Any]) -> str:
         return "mirrored"

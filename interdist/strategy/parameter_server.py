@@ -8,12 +8,21 @@ waiting for the other workers (``replica/ps_step.py``, ``worker/ps_store.py``).
 
 The notebook is TF's coordinator (the ``chief``). ``strategy.run`` called in the
 notebook runs one step there, with the same read-then-apply rule.
+
+A ps task whose process dies takes its variables with it. Every call that needs it (a step, a
+read, a write) raises ``interdist.errors.UnavailableError`` naming it within seconds (a connection
+to it is given ``ps_step.PS_CONNECT_TIMEOUT``, then the scheduler is asked whether it is still
+there), as TF does. ``recover(checkpoint)`` then finds its restarted worker, places its variables
+there again and restores the checkpoint: TF's "restart the ps and restore from the last checkpoint".
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import gc
 import itertools
+import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -23,17 +32,19 @@ import cloudpickle
 import numpy as np
 
 from interdist import _context
+from interdist.checkpoint import Checkpoint, CheckpointManager
 from interdist.client import cluster as cluster_lib
 from interdist.client import roles
 from interdist.client.event_log import EventLog
 from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
+from interdist.errors import UnavailableError
 from interdist.partitioners import row_splits
-from interdist.replica import ps_input, ps_step, ps_worker
+from interdist.replica import faults, ps_input, ps_step, ps_worker
 from interdist.strategy.base import Strategy
 from interdist.strategy.extended import StrategyExtended
 from interdist.values import ps_variable
 from interdist.values.variables import VariableAggregation, VariableSynchronization, normalize_args
-from interdist.worker.ps_store import ensure_ps_plugin
+from interdist.worker.ps_store import ensure_ps_plugin, pooled_call
 
 _strategies: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
@@ -114,6 +125,7 @@ class ParameterServerStrategy(Strategy):
                 client.close()
             raise
         self._cluster_resolver = resolver
+        self._spec = spec  # as at the start: a DaskClusterResolver's own spec lacks a task whose worker is down
         self._partitioner = variable_partitioner
         self._ps_tasks, self._worker_tasks = ps, workers
         self._ps_devices = [f"/job:ps/replica:0/task:{t.index}/device:CPU:0" for t in ps]
@@ -142,6 +154,12 @@ class ParameterServerStrategy(Strategy):
         )
         _strategies[self._store] = self
         addrs = [t.address for t in ps]
+        self._ps_addresses = addrs  # updated in place by recover(): the finalizer drops the stores there
+        self._ps_timeout = timeout
+        # Which process plays each ps task: a restarted one (same name or address) answers with a new id.
+        self._ps_incarnations = self._conn.call_many(
+            [(a, "interdist_ps_incarnation", {}) for a in addrs], self._ps_names()
+        )
         # The workers' current addresses: the coordinator updates them when a worker is replaced.
         self._worker_addresses = [t.address for t in workers]
         self._finalizer = weakref.finalize(
@@ -215,7 +233,7 @@ class ParameterServerStrategy(Strategy):
                     {"store": self._store, "shard_id": shard_id, "value": cloudpickle.dumps(part)},
                 )
             )
-        self._conn.call_many(calls)
+        self._conn.call_many(calls, self._ps_names())
         desc = {
             "store": self._store,
             "var_id": var_id,
@@ -293,8 +311,186 @@ class ParameterServerStrategy(Strategy):
     def _ps_stats(self) -> list[dict[str, Any]]:
         """Per ps task: applied step ids, update count and the staleness of each applied step."""
         return list(
-            self._conn.call_many([(t.address, "interdist_ps_stats", {"store": self._store}) for t in self._ps_tasks])
+            self._conn.call_many(
+                [(t.address, "interdist_ps_stats", {"store": self._store}) for t in self._ps_tasks], self._ps_names()
+            )
         )
+
+    def _ps_names(self) -> dict[str, str]:
+        return {t.address: f"/job:ps/replica:0/task:{t.index}" for t in self._ps_tasks}
+
+    # -- faults and recovery ---------------------------------------------------
+    def _inject(self, task: Any, fault: str, at: str, seconds: float) -> None:
+        """``idist.debug.inject`` here: ``task`` a worker index, ``"worker:i"`` or ``"ps:i"``."""
+        if at not in faults.PS_POINTS:
+            raise ValueError(f"on a ParameterServerStrategy, at must be one of {faults.PS_POINTS}, got {at!r}")
+        job, index = ("worker", task) if isinstance(task, int) and not isinstance(task, bool) else (None, None)
+        if isinstance(task, str) and task.count(":") == 1 and task.split(":")[1].isdigit():
+            job, index = task.split(":")[0], int(task.split(":")[1])
+        tasks = {"worker": self._worker_tasks, "ps": self._ps_tasks}.get(job or "")
+        found = [t for t in tasks or [] if t.index == index]
+        if not found:
+            names = [f"worker:{t.index}" for t in self._worker_tasks] + [f"ps:{t.index}" for t in self._ps_tasks]
+            raise ValueError(f"{task!r} is not a task of this strategy (one of {names}, or a worker's index)")
+        t = found[0]
+        address = self._worker_addresses[self._worker_tasks.index(t)] if job == "worker" else t.address
+        label = f"/job:{job}/replica:0/task:{index}"
+        ps_names = self._ps_names() if job == "ps" else None
+        self._conn.call_many(
+            [(address, "interdist_ps_arm", {"at": at, "fault": fault, "seconds": seconds, "task": label})], ps_names
+        )
+        if at == "checkpoint_save":  # Checkpoint.write fires it in the middle of its next save
+            self._checkpoint_fault = lambda: self._conn.call_many(
+                [(address, "interdist_ps_fire", {"at": "checkpoint_save"})], ps_names
+            )
+
+    def _ps_lost(self, error: UnavailableError) -> None:
+        """A step found ``error.task`` gone: the notebook's own calls to it fail at once from now on."""
+        for t in self._ps_tasks:
+            if f"/job:ps/replica:0/task:{t.index}" == error.task:
+                self._conn.lost.setdefault(t.address, error)
+
+    def _known_lost(self) -> UnavailableError | None:
+        """The error of a ps task the notebook already found gone, if any."""
+        for t in self._ps_tasks:
+            err = self._conn.lost.get(t.address)
+            if err is not None:
+                return err
+        return None
+
+    def _lost_ps(self) -> list[int]:
+        """The ps tasks whose process is gone or was replaced since the variables were placed there."""
+        addrs = [t.address for t in self._ps_tasks]
+
+        async def probe(a: str, before: str) -> bool:
+            try:
+                now = await asyncio.wait_for(
+                    self._conn._call(a, "interdist_ps_incarnation", {}, ps_step.PS_CONNECT_TIMEOUT), 10
+                )
+            except (TimeoutError, OSError):
+                return True
+            return bool(now != before)
+
+        async def go() -> list[bool]:
+            return list(await asyncio.gather(*[probe(a, b) for a, b in zip(addrs, self._ps_incarnations, strict=True)]))
+
+        return [i for i, lost in enumerate(self._conn._sync(go)) if lost or addrs[i] in self._conn.lost]
+
+    def recover(self, checkpoint: Any, path: str | None = None, timeout: float | None = None) -> str:
+        """Bring the strategy back after a parameter server was lost, from a checkpoint.
+
+        A parameter server's variables die with its process (TF's answer: restart the parameter
+        server and restore from the last checkpoint). Once its worker is back (a Dask nanny restarts
+        it; or start a worker with the same name, ``ps-<i>``), this finds it, places the lost variables
+        there again and restores every variable of ``checkpoint`` from ``path``, so that training goes
+        on from the checkpoint. ``ClusterCoordinator.schedule`` works again afterwards. A variable
+        that a lost ps task held and ``checkpoint`` does not hold stays lost: reading or updating it
+        raises ``UnavailableError``.
+
+        Parameters
+        ----------
+        checkpoint : Checkpoint or CheckpointManager
+            What to restore. With a manager, ``path`` defaults to its latest checkpoint.
+        path : str, optional
+            The checkpoint directory to restore.
+        timeout : float, optional
+            Seconds to wait for a lost ps task's worker to be back (default: the strategy's timeout).
+
+        Returns
+        -------
+        str
+            The path restored.
+
+        Raises
+        ------
+        ValueError
+            No checkpoint path, or the checkpoint cannot be restored (checked before anything changes).
+        TimeoutError
+            A lost ps task's worker did not come back within ``timeout`` (naming it).
+        """
+        self._check_usable()
+        manager = checkpoint if isinstance(checkpoint, CheckpointManager) else None
+        ckpt = manager.checkpoint if manager is not None else checkpoint
+        if not isinstance(ckpt, Checkpoint):
+            raise TypeError(
+                f"recover needs an interdist Checkpoint or CheckpointManager, got {type(checkpoint).__name__}"
+            )
+        path = path if path is not None else (manager.latest_checkpoint if manager is not None else None)
+        if path is None:
+            raise ValueError("recover needs a checkpoint to restore: pass path=, or a CheckpointManager that has one")
+        values = ckpt._load(path)  # every value read and checked before anything changes
+        gc.collect()  # variables the notebook dropped (in reference cycles) are not asked for
+        lost = self._lost_ps()
+        tracked = {id(v) for v, _ in values.values()}
+        restored = [h for key, h in ps_variable._handles.items() if key[0] == self._store and id(h) in tracked]
+        if lost:
+            self._replace_ps(lost, restored, timeout)
+        for var, value in values.values():
+            var.assign(value)
+        if self._coordinator is not None:
+            self._coordinator._recovered()
+        return str(path)
+
+    def _replace_ps(self, lost: list[int], handles: list[Any], timeout: float | None) -> None:
+        """Find the lost ps tasks' new workers and place the shards of ``handles`` (the variables the
+        checkpoint restores) there again: zeros, until the restore assigns them. Other variables keep
+        naming the lost process: using them raises ``UnavailableError``."""
+        timeout = float(timeout if timeout is not None else self._ps_timeout)
+        spec = self._spec
+        old = {i: self._ps_tasks[i] for i in lost}
+        deadline = time.monotonic() + timeout
+        new: dict[int, roles.TaskWorker] = {}
+        while True:
+            left = max(0.1, deadline - time.monotonic())
+            found = roles.find_task_workers(self._conn.client, spec, [("ps", old[i].index) for i in lost], left)
+            incarnations = (
+                self._conn.call_many(
+                    [(t.address, "interdist_ps_incarnation", {}) for t in found],
+                    {t.address: f"/job:ps/replica:0/task:{t.index}" for t in found},
+                )
+                if all(t.address not in self._conn.lost for t in found)
+                else [None] * len(found)
+            )
+            fresh = [
+                inc is not None and inc != self._ps_incarnations[i] for i, inc in zip(lost, incarnations, strict=True)
+            ]
+            if all(fresh):
+                new = dict(zip(lost, found, strict=True))
+                break
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"parameter server(s) {[self._ps_devices[i] for i in lost]} did not come back within "
+                    f"{timeout:g} s: start a worker with the same name (ps-<index>) on the scheduler, "
+                    "then call recover again"
+                )
+            time.sleep(0.2)
+        moved = {old[i].address: new[i].address for i in lost}
+        calls = []
+        for h in handles:
+            shards = []
+            for sh in h._desc["shards"]:
+                shard_id, address, device, start, stop = sh
+                if address in moved:
+                    address = moved[address]
+                    shape = (stop - start, *h._shape[1:]) if len(h._desc["shards"]) > 1 else h._shape
+                    zeros = np.zeros(shape, h.dtype)
+                    payload = {"store": self._store, "shard_id": shard_id, "value": cloudpickle.dumps(zeros)}
+                    calls.append((address, "interdist_ps_create", payload))
+                shards.append((shard_id, address, device, start, stop))
+            h._desc["shards"] = shards
+            h._shards = tuple(ps_variable.Shard(*x) for x in shards)
+        for i in lost:
+            self._ps_tasks[i] = new[i]
+            self._ps_addresses[i] = new[i].address
+            self._ps_incarnations[i] = incarnations[lost.index(i)]
+            task = f"/job:ps/replica:0/task:{old[i].index}"
+            if new[i].address == old[i].address:
+                self._conn.lost.pop(old[i].address, None)
+            else:  # what still names the old process: the variables the checkpoint did not hold
+                self._conn.lost[old[i].address] = ps_step.unavailable(
+                    task, old[i].address, "it was restarted, and this variable was not in the checkpoint recovered"
+                )
+        self._conn.call_many(calls, self._ps_names())
 
     def __repr__(self) -> str:
         return f"<interdist.ParameterServerStrategy: {len(self._worker_tasks)} worker(s), {len(self._ps_tasks)} ps>"
@@ -336,9 +532,16 @@ class ClientConnection(ps_step.Connection):
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.lost: dict[str, UnavailableError] = {}
 
     def _sync(self, coro_fn: Callable[[], Any]) -> Any:
         return self.client.sync(coro_fn)
 
     def _rpc(self, address: str) -> Any:
         return self.client.rpc(address)
+
+    def _scheduler(self) -> Any:
+        return self.client.scheduler
+
+    async def _call(self, address: str, handler: str, kwargs: dict[str, Any], connect_timeout: float | None) -> Any:
+        return await pooled_call(self.client.rpc, address, handler, kwargs, connect_timeout)

@@ -8,6 +8,7 @@ to a worker: there it reads and writes through the worker's current step
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -19,7 +20,8 @@ from interdist.values.tensor import Tensor
 from interdist.values.variables import Variable, VariableAggregation, VariableSynchronization
 
 # (store id, variable id) -> the notebook's handle, so a handle coming back from a worker is the same object.
-_handles: dict[tuple[str, int], Any] = {}
+# Weak: a variable the notebook no longer holds is not asked for by ParameterServerStrategy.recover.
+_handles: weakref.WeakValueDictionary[tuple[str, int], Any] = weakref.WeakValueDictionary()
 
 
 @dataclass(frozen=True)

@@ -14,17 +14,22 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import cloudpickle
 import numpy as np
+from distributed.core import send_recv
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.utils import sync
 
 from interdist._convert import apply_op
-from interdist.replica import ps_input
+from interdist.errors import UnavailableError
+from interdist.protocol import dump_exception
+from interdist.replica import faults, ps_input
 from interdist.replica.ps_input import sync_resources
 from interdist.replica.ps_step import Connection
 from interdist.replica.ps_worker import run_step
@@ -89,6 +94,8 @@ class PSRuntime(WorkerPlugin):
     def setup(self, worker: Any) -> None:
         self.worker = worker
         self.stores: dict[str, ShardStore] = {}
+        self.incarnation = f"{time.strftime('%H:%M:%S')}, {uuid.uuid4().hex[:8]}"
+        self.armed: dict[str, dict[str, Any]] = {}  # idist.debug.inject on a ParameterServerStrategy
         # One scheduled step at a time per worker, as TF runs one closure at a time per worker.
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="interdist-ps-step")
         # Datasets are made in a thread of their own, so that making one does not wait for a running step.
@@ -102,6 +109,9 @@ class PSRuntime(WorkerPlugin):
                 "interdist_ps_drop": self.drop,
                 "interdist_ps_step": self.step,
                 "interdist_ps_input": self.input,
+                "interdist_ps_incarnation": self.incarnation_id,
+                "interdist_ps_arm": self.arm,
+                "interdist_ps_fire": self.fire,
             }
         )
         worker.interdist_ps = self
@@ -124,16 +134,60 @@ class PSRuntime(WorkerPlugin):
         self._store(store).create(shard_id, cloudpickle.loads(value))
         return "OK"
 
-    async def read(self, store: str, shard_ids: list[int]) -> bytes:
-        if store not in self.stores:
-            raise KeyError(
-                f"ps worker {self.worker.address} holds no variables of strategy {store} (was it "
-                "restarted? a parameter server's variables are lost with it)"
+    def _held(self, store: str) -> ShardStore:
+        """The strategy's store, which a restarted worker lacks (a parameter server's variables die with it)."""
+        s = self.stores.get(store)
+        if s is None:
+            raise UnavailableError(
+                f"this process (started {self.incarnation}) holds no variables of the strategy: it was restarted "
+                "and the variables it held were lost"
             )
-        return bytes(cloudpickle.dumps(self.stores[store].read(list(shard_ids))))
+        return s
+
+    async def incarnation_id(self) -> str:
+        """Which process this is: a restarted worker answers at the same name (or address) with a new id."""
+        return self.incarnation
+
+    async def read(self, store: str, shard_ids: list[int]) -> bytes:
+        held = self._held(store)
+        self._check_shards(held, shard_ids)
+        return bytes(cloudpickle.dumps(held.read(list(shard_ids))))
+
+    def _check_shards(self, held: ShardStore, shard_ids: Any) -> None:
+        missing = [i for i in shard_ids if i not in held.values]
+        if missing:
+            raise UnavailableError(
+                f"this process (started {self.incarnation}) holds no shard {missing} of the strategy: they were "
+                "lost with an earlier process and not restored"
+            )
 
     async def apply(self, store: str, step_id: str, updates: bytes, read_count: int | None = None) -> bool:
-        return self._store(store).apply(step_id, cloudpickle.loads(updates), read_count)
+        held = self._held(store)
+        parsed = cloudpickle.loads(updates)
+        self._check_shards(held, [i for i, _, _ in parsed])
+        if self.armed:
+            await self._fire("ps_step", f"the apply of step {step_id}")
+        return held.apply(step_id, parsed, read_count)
+
+    async def arm(self, at: str, fault: str, seconds: float, task: str) -> str:
+        """``idist.debug.inject`` on a ParameterServerStrategy: arm ``fault`` at ``at`` on this task, once."""
+        self.armed[at] = {"fault": fault, "seconds": float(seconds), "task": task}
+        return "OK"
+
+    async def fire(self, at: str) -> str:
+        """Fire a fault armed at ``at`` now (``"checkpoint_save"``: called in the middle of a save)."""
+        await self._fire(at, "a checkpoint save")
+        return "OK"
+
+    async def _fire(self, at: str, where: str) -> None:
+        armed = self.armed.pop(at, None)
+        if armed is None:
+            return
+        where = f"{at} ({where}) on {armed['task']}"
+        if armed["fault"] == "slow":  # alive: this worker's event loop goes on answering meanwhile
+            await asyncio.sleep(armed["seconds"])
+        else:
+            faults.act(armed["fault"], armed["seconds"], where)
 
     async def stats(self, store: str) -> dict[str, Any]:
         return self._store(store).stats() if store in self.stores else {}
@@ -148,6 +202,12 @@ class PSRuntime(WorkerPlugin):
 
         conn = WorkerConnection(self.worker)
         loop = asyncio.get_running_loop()
+        armed = self.armed.pop("ps_step", None)
+        if armed is not None:  # in the step's thread, as the step's own code would meet it
+            where = f"ps_step (the start of step {step_id}) on {armed['task']}"
+            return await loop.run_in_executor(
+                self.executor, _faulty_step, armed, where, conn, store, step_id, fn, args, device
+            )
         return await loop.run_in_executor(self.executor, run_step, conn, store, step_id, fn, args, device)
 
     async def input(self, store: str, builds: list[Any], drops: list[str], device: str) -> dict[str, Any]:
@@ -159,12 +219,40 @@ class PSRuntime(WorkerPlugin):
         )
 
 
+def _faulty_step(armed: dict[str, Any], where: str, *step: Any) -> dict[str, Any]:
+    """A step that meets an injected fault first: a raise is the step's error, as the step's own would be."""
+    try:
+        faults.act(armed["fault"], armed["seconds"], where)
+    except Exception as exc:  # noqa: BLE001 - the injected error is the step's reply
+        return {
+            "ok": False,
+            "error": dump_exception(exc),
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "traceback": "",
+        }
+    return run_step(*step)
+
+
 def ensure_ps_plugin(client: Any) -> None:
     """Register ``PSRuntime`` on the cluster (new and restarted workers get it from the scheduler)."""
     if getattr(client, "_interdist_ps_registered", False):
         return
     client.register_plugin(PSRuntime(), name=PLUGIN_NAME)
     client._interdist_ps_registered = True
+
+
+async def pooled_call(
+    rpc: Any, address: str, handler: str, kwargs: dict[str, Any], connect_timeout: float | None
+) -> Any:
+    """``rpc(address).handler(**kwargs)`` through ``rpc``'s connection pool, connecting within
+    ``connect_timeout`` seconds (Dask's pooled call always waits its full connect timeout, 30 s)."""
+    pool = rpc(address).pool
+    comm = await pool.connect(address, timeout=connect_timeout)
+    try:
+        return await send_recv(comm=comm, op=handler, **kwargs)
+    finally:
+        pool.reuse(address, comm)
 
 
 class WorkerConnection(Connection):
@@ -176,3 +264,9 @@ class WorkerConnection(Connection):
 
     def _rpc(self, address: str) -> Any:
         return self.worker.rpc(address)
+
+    def _scheduler(self) -> Any:
+        return self.worker.scheduler
+
+    async def _call(self, address: str, handler: str, kwargs: dict[str, Any], connect_timeout: float | None) -> Any:
+        return await pooled_call(self.worker.rpc, address, handler, kwargs, connect_timeout)

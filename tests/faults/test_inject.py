@@ -101,6 +101,89 @@ def test_fault(strategy: idist.MirroredStrategy, fault: str, at: str) -> None:
           f"usable again after {back:.2f} s")
 
 
+@pytest.mark.parametrize("fault", ["raise", "slow", "freeze", "kill"])
+def test_fault_during_checkpoint_save(strategy: idist.MirroredStrategy, fault: str, tmp_path: object) -> None:
+    """``at="checkpoint_save"``: the fault fires in the middle of ``Checkpoint.save`` (after the first
+    variable's file). The save fails with the replica's error and leaves nothing: the previous checkpoint
+    is still the latest and restores; the strategy is usable afterwards."""
+    s, n = strategy, strategy.num_replicas_in_sync
+    victim = n - 1
+    with s.scope():
+        v = idist.Variable(np.float32(0.0), aggregation=idist.VariableAggregation.MEAN)
+        w = idist.Variable(np.arange(3, dtype=np.float32), aggregation=idist.VariableAggregation.MEAN)
+    manager = idist.CheckpointManager(idist.Checkpoint(v=v, w=w), str(tmp_path), max_to_keep=3)
+    _ = v.assign(5.0)
+    first = manager.save()
+    _ = v.assign(6.0)
+    idist.debug.inject(s, replica=victim, fault=fault, at="checkpoint_save", seconds=4.0 if fault == "freeze" else 2.0)
+    t0 = time.monotonic()
+    if fault == "slow":
+        second = manager.save()
+        took = time.monotonic() - t0
+        assert took >= 2.0 and manager.latest_checkpoint == second
+        print(f"\n[faults] {n} replicas, slow at checkpoint_save: no error, the save took {took:.2f} s")
+        _usable(s, v)
+        return
+    expected = {"raise": idist.errors.InjectedFaultError, "freeze": idist.errors.ReplicaFrozenError,
+                "kill": idist.WorkerLostError}[fault]
+    with pytest.raises(expected) as info:
+        manager.save()
+    took = time.monotonic() - t0
+    assert f"replica {victim}" in str(info.value) or getattr(info.value, "interdist_replica", None) == victim
+    assert took < {"raise": 3.0, "freeze": settings.frozen_after + 4.0, "kill": 10.0}[fault], took
+    assert manager.checkpoints == [first]
+    assert sorted(os.listdir(str(tmp_path))) == ["checkpoint.json", os.path.basename(first)]  # nothing half-written
+    if fault == "kill":
+        with pytest.warns(UserWarning, match=f"replica\\(s\\) \\[{victim}\\] .* restarted"):
+            back = _usable(s, v)
+    else:
+        back = _usable(s, v)
+    manager.restore_or_initialize()
+    assert [float(c) for c in s.experimental_local_results(v)] == [5.0] * n
+    print(f"\n[faults] {n} replicas, {fault} at checkpoint_save: {type(info.value).__name__} after {took:.2f} s; "
+          f"usable again after {back:.2f} s")
+
+
+_KILLED_SAVE = """
+import os, signal, sys
+import numpy as np
+import interdist as idist
+from interdist import checkpoint
+
+a, b = idist.Variable(np.float32(1.0)), idist.Variable(np.arange(4.0))
+manager = idist.CheckpointManager(idist.Checkpoint(a=a, b=b), sys.argv[1], max_to_keep=2)
+manager.save()
+a.assign(2.0)
+sha = checkpoint._sha256
+calls = []
+
+def dying(path):
+    calls.append(path)
+    if len(calls) == 2:  # the second variable of this save: the notebook is killed mid-save
+        os.kill(os.getpid(), signal.SIGKILL)
+    return sha(path)
+
+checkpoint._sha256 = dying
+manager.save()
+"""
+
+
+def test_a_killed_save_leaves_the_previous_checkpoint(tmp_path: object) -> None:
+    """The notebook itself killed (SIGKILL) in the middle of a save: the index is written last and the
+    directory renamed into place only when complete, so the previous checkpoint stays the latest, whole."""
+    import subprocess
+    import sys
+
+    directory = str(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", _KILLED_SAVE, directory], capture_output=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    assert idist.checkpoint.latest_checkpoint(directory) == os.path.join(directory, "ckpt-1")
+    assert not os.path.exists(os.path.join(directory, "ckpt-2"))
+    a, b = idist.Variable(np.float32(0.0)), idist.Variable(np.zeros(4))
+    idist.CheckpointManager(idist.Checkpoint(a=a, b=b), directory, max_to_keep=2).restore_or_initialize()
+    assert float(a) == 1.0 and np.asarray(b).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_nothing_is_left_behind() -> None:
     """After the suite's strategies close and their clusters shut down: no shared-memory segment of ours
     and no control-socket directory of this process."""
