@@ -27,6 +27,7 @@ from importlib import metadata as _metadata
 from . import cluster_resolver, config, data, debug, experimental, metrics, optimizers
 from .checkpoint import Checkpoint, CheckpointManager
 from .collectives.cross_device_ops import CrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce, ReductionToOneDevice
+from .debug import performance_report
 from .distribute_lib import (
     experimental_set_strategy,
     get_replica_context,
@@ -121,5 +122,6 @@ __all__ = [
     "in_cross_replica_context",
     "metrics",
     "optimizers",
+    "performance_report",
     "visualize",
 ]

@@ -9,6 +9,7 @@ CuPy mirrors NumPy's API, and the array-module helpers of ``_gpu`` return ``Any`
 
 from __future__ import annotations
 
+import math
 from typing import Any, cast
 
 import numpy as np
@@ -113,9 +114,33 @@ def convert_for_variable(value: Any, dtype: np.dtype[Any], shape: tuple[int, ...
     return a
 
 
-def apply_op(op: str, current: np.ndarray, value: np.ndarray) -> np.ndarray:
+def apply_op(op: str, current: np.ndarray, value: np.ndarray, in_place: bool = False) -> np.ndarray:
+    """``current`` after the update ``op`` with ``value`` (already converted to its dtype and shape).
+
+    ``in_place``: the caller is the only holder of ``current``, so a NumPy array that owns its
+    writable memory is updated where it is (one pass over it, no new allocation: a fresh
+    array of a few MB costs as much again in page faults); otherwise a new array is returned.
+    """
     if _gpu.is_cupy(current):
         value = _gpu.to_device(value)  # a GPU replica's copy stays on its device
+    elif (
+        in_place
+        and type(current) is np.ndarray
+        and current.base is None
+        and current.flags.writeable
+        and isinstance(value, (np.ndarray, np.generic))
+        and value.dtype == current.dtype
+        and value.shape == current.shape
+    ):
+        if op == "assign":
+            np.copyto(current, value)
+        elif op == "assign_add":
+            np.add(current, value, out=current)
+        elif op == "assign_sub":
+            np.subtract(current, value, out=current)
+        else:
+            raise ValueError(f"unknown variable update {op!r}")
+        return current
     if op == "assign":
         return cast("np.ndarray", _gpu.copy(value))
     if op == "assign_add":
@@ -135,13 +160,70 @@ def small_values(value: Any, limit: int) -> tuple[float, ...]:
     return tuple(float(x) for x in _gpu.to_host(a).ravel().tolist())
 
 
+def _block_sums(flat: Any, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """float64 sums and element counts of ``blocks`` contiguous blocks of a flat array (the remainder in the last)."""
+    xp = _gpu.xp_of(flat)  # on the GPU for CuPy values: only the sums come back
+    n = int(flat.size)
+    k = n // blocks
+    sums = np.asarray(_gpu.to_host(flat[: k * blocks].reshape(blocks, k).sum(axis=1, dtype=xp.float64)), np.float64)
+    counts = np.full(blocks, k, dtype=np.float64)
+    if n > k * blocks:
+        sums[-1] += float(flat[k * blocks :].sum(dtype=xp.float64))
+        counts[-1] += n - k * blocks
+    return sums, counts
+
+
+def _has_sketch(a: Any, blocks: int, above: int) -> bool:
+    return int(a.size) > max(above, blocks - 1) and a.dtype.kind in "biuf"
+
+
+def block_means(value: Any, blocks: int, above: int) -> tuple[float, ...]:
+    """The means of ``blocks`` contiguous blocks of a real array's flattened elements (the remainder in
+    the last block), for an array of more than ``above`` elements; () for any other value."""
+    if not is_array_like(value):
+        return ()
+    a = as_array(value)
+    if not _has_sketch(a, blocks, above):
+        return ()
+    sums, counts = _block_sums(a.reshape(-1), blocks)
+    return tuple(float(x) for x in (sums / counts).tolist())
+
+
 def summarize(value: Any) -> tuple[float, float]:
     """(norm, checksum) of a value, for events: enough to see copies diverge."""
+    norm, checksum, _ = summarize_with_sketch(value, 0, 0)
+    return norm, checksum
+
+
+def summarize_with_sketch(value: Any, blocks: int, above: int) -> tuple[float, float, tuple[float, ...]]:
+    """(norm, checksum, block means) of a value, for a ``VariableUpdated`` event, in two passes over it.
+
+    The block means are ``block_means(value, blocks, above)`` (``blocks=0``: none); the checksum is
+    then the sum of the block sums, so the sketch costs no extra pass.
+    """
     if not is_array_like(value):
-        return 0.0, 0.0
+        return 0.0, 0.0, ()
     a = as_array(value)
     if a.dtype.kind not in "biuf" or a.size == 0:
-        return 0.0, 0.0
+        return 0.0, 0.0, ()
     xp = _gpu.xp_of(a)  # on the GPU for CuPy values: only two numbers come back
-    f = a.astype(xp.float64, copy=False)
-    return float(xp.sqrt(xp.sum(f * f))), float(xp.sum(f))
+    # Every step summarizes each variable it wrote, so this is on the hot path: no float64 copy
+    # of the value (that cost 3.8 ms for 1M float32, 8x the optimizer's update). The checksum is
+    # a float64 pairwise sum, converting block by block (0.3 ms): the same bits for equal copies,
+    # which is how the dashboard sees copies diverge. The norm of a large float32 value is BLAS's
+    # float32 dot (0.06 ms; relative error ~1e-6, it is only shown), float64 where it overflows.
+    flat = a.reshape(-1)
+    sketch: tuple[float, ...] = ()
+    if blocks and _has_sketch(a, blocks, above):
+        sums, counts = _block_sums(flat, blocks)
+        checksum = float(sums.sum())
+        sketch = tuple(float(x) for x in (sums / counts).tolist())
+    else:
+        checksum = float(xp.sum(flat, dtype=xp.float64))
+    if flat.dtype == xp.float32 and flat.size > 4096:
+        with np.errstate(over="ignore"):
+            sq = float(xp.dot(flat, flat))
+        if math.isfinite(sq) or not math.isfinite(checksum):
+            return math.sqrt(sq), checksum, sketch
+    f = flat.astype(xp.float64, copy=False)
+    return float(xp.sqrt(xp.dot(f, f))), checksum, sketch

@@ -103,11 +103,25 @@ class VariableUpdated(Event):
     norm: float
     checksum: float
     values: tuple[float, ...] = ()  # as in VariableCreated
+    sketch: tuple[float, ...] = ()  # a larger copy's block means (``SKETCH_BLOCKS``): the dashboard's heatmap
+
+
+@dataclass(frozen=True)
+class ScalarLogged(Event):
+    """A number a replica function logged (``idist.debug.log_scalar("loss", x)``): a line per replica."""
+
+    kind: ClassVar[str] = "scalar-logged"
+    name: str
+    value: float
 
 
 SMALL_VALUES = 16
 """Variables of at most this many elements carry their values in their events (the dashboard shows
 them per replica); larger ones only their norm and checksum, so an event stays a few hundred bytes."""
+
+SKETCH_BLOCKS = 16
+"""A larger variable's update carries the means of this many contiguous blocks of its flattened
+elements (one pass over the copy, 16 numbers on the wire): where the copies differ shows per block."""
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
@@ -119,6 +133,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ReplicaFailed,
         VariableCreated,
         VariableUpdated,
+        ScalarLogged,
     )
 }
 
@@ -259,6 +274,9 @@ def to_chrome_trace(evs: Iterable[Event]) -> dict[str, Any]:
                         "ts": us(wait_start), "dur": us(end_wait) - us(wait_start), "args": {"op": name}})  # fmt: skip
             out.append({"ph": "X", "name": "transfer", "cat": "collective", "pid": p, "tid": tid,
                         "ts": us(end_wait), "dur": us(e.time) - us(end_wait), "args": {"op": name}})  # fmt: skip
+        elif isinstance(e, ScalarLogged):  # a counter track per name, one series per replica
+            out.append({"ph": "C", "name": e.name, "pid": p, "ts": us(e.time),
+                        "args": {f"replica {e.replica}": e.value}})  # fmt: skip
         elif isinstance(e, ReplicaFailed):
             out.append({"ph": "i", "s": "t", "name": "failed", "cat": "error", "pid": p, "tid": tid, "ts": us(e.time),
                         "args": {"step": e.step, "error": e.error}})  # fmt: skip

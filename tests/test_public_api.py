@@ -61,6 +61,7 @@ def test_all_is_pinned() -> None:
             "in_cross_replica_context",
             "metrics",
             "optimizers",
+            "performance_report",
             "visualize",
         ]
     )

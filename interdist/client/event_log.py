@@ -141,6 +141,22 @@ class EventLog:
                 json.dump(trace, f)
         return trace
 
+    def report(
+        self,
+        path: str | os.PathLike[str],
+        title: str = "interdist report",
+        workers: list[tuple[str, str]] | None = None,
+    ) -> Any:
+        """Write a one-file HTML report of these events (``interdist.dashboard.report``): the collective
+        timeline and timings, the values, logged scalars and the placement, with BokehJS inline (no CDN,
+        no kernel needed to open it). ``workers``: each replica's (worker address, device), for the
+        placement picture. The path, as a ``pathlib.Path``."""
+        from interdist.dashboard.report import write_report  # Bokeh: loaded only for a report
+
+        evs = list(self.events)
+        label = f"replica group {evs[0].group}" if evs else "no events"
+        return write_report(path, [(label, evs, workers or [])] if evs else [], title=title)
+
     def wait_for(self, predicate: Callable[[list[Event]], bool], timeout: float = 10.0) -> list[Event]:
         def ready() -> bool:
             self._expand()

@@ -22,6 +22,7 @@ import logging
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Any, cast
 
 from interdist import events
@@ -29,6 +30,7 @@ from interdist.dashboard import bokehjs
 from interdist.dashboard.components import VIEWS, ReplicaStatusStrip, View, Watchdog
 from interdist.dashboard.live import LiveFeed
 from interdist.dashboard.model import DashboardModel
+from interdist.replica import faults
 
 logger = logging.getLogger("interdist")
 
@@ -36,8 +38,15 @@ logger = logging.getLogger("interdist")
 class InlineDashboard:
     """The model, the views, the controls and the pump thread of one strategy's dashboard."""
 
-    def __init__(self, strategy: Any, interval: float = 0.2, threshold_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        strategy: Any,
+        interval: float = 0.2,
+        threshold_s: float = 5.0,
+        inject: Callable[..., None] | None = None,
+    ) -> None:
         self.model = DashboardModel()
+        self._inject = inject  # idist.debug.inject bound to the strategy (the fault control), if offered
         self.interval = interval
         self.updates = 0  # redraws done, for the status line and tests
         self.paused = False
@@ -143,22 +152,59 @@ class InlineDashboard:
         self._pause.observe(self._on_pause, names="value")
         self._refresh.on_click(lambda _: self.resync())
         controls = w.HBox([self._replica, self._variable, self._pause, self._refresh, self._status])
+        self.fault_controls = self._build_fault_controls(w)
         live = _live_bokeh_model_class()
         self.bokeh_models = {name: live(v.root, lock=self._lock) for name, v in self.views.items()}
         # The status strip and summary on top, the rest in tabs: one screen high, beside the code.
         m = self.bokeh_models
         tabs = {
-            "values": [m["replica-values"]],
+            "values": [m["replica-values"], m["value-heatmap"]],
+            "scalars": [m["scalars"]],
             "collectives": [m["timeline"], m["watchdog"]],
             "timings": [m["timings"]],
             "progress": [m["progress"]],
-            "placement": [m["placement"]],
+            "placement": [m["placement-diagram"], m["placement"]],
         }
+        if self.fault_controls is not None:
+            tabs["faults"] = [self.fault_controls]
         self.tabs = w.Tab(children=[c[0] if len(c) == 1 else w.VBox(c) for c in tabs.values()], titles=tuple(tabs))
         self.tabs.observe(self._on_tab, names="selected_index")
         box = DashboardBox([controls, m["status"], self.tabs])
         box.dashboard = self
         return box
+
+    def _build_fault_controls(self, w: Any) -> Any:
+        """A row that arms a fault on one replica for the next program (``idist.debug.inject``)."""
+        if self._inject is None:
+            return None
+        n = len(self.model.replicas)
+        self._fault_replica = w.Dropdown(description="replica", options=list(range(n)), value=n - 1 if n else None)
+        self._fault_kind = w.Dropdown(description="fault", options=list(faults.FAULTS), value="raise")
+        points = [*faults.POINTS, "all_reduce", "all_gather", "merge_call"]
+        self._fault_point = w.Dropdown(description="at", options=points, value="step")
+        self._fault_seconds = w.BoundedFloatText(description="seconds", value=3.0, min=0.0, max=3600.0)
+        self._fault_arm = w.Button(description="arm", icon="bolt", button_style="warning")
+        self._fault_status = w.Label(value="")
+        self._fault_arm.on_click(lambda _: self.arm_fault())
+        note = w.HTML(
+            "Arms one fault on one replica for the strategy's <b>next</b> program (as "
+            "<code>idist.debug.inject</code>): run a step to see it fail, hang or lose its worker."
+        )
+        row = w.HBox([self._fault_replica, self._fault_kind, self._fault_point, self._fault_seconds, self._fault_arm])
+        return w.VBox([note, row, self._fault_status])
+
+    def arm_fault(self) -> str:
+        """Arm the fault the controls describe; what the status line then says."""
+        assert self._inject is not None
+        replica, fault, at = self._fault_replica.value, self._fault_kind.value, self._fault_point.value
+        try:
+            self._inject(replica=replica, fault=fault, at=at, seconds=float(self._fault_seconds.value))
+        except Exception as e:  # noqa: BLE001 - shown beside the button, not raised into the widget's callback
+            text = f"not armed: {type(e).__name__}: {e}"
+        else:
+            text = f"armed: {fault} at {at} on replica {replica}, for the next program"
+        self._fault_status.value = text
+        return text
 
     def _on_tab(self, _: Any) -> None:
         # A view drawn while its tab was hidden had no width: send it again, now that it has one.
@@ -239,17 +285,22 @@ def DashboardBox(children: list[Any]) -> Any:  # noqa: N802 - named as the widge
     return _box_class()(children)
 
 
-def show(strategy: Any, interval: float = 0.2, threshold_s: float = 5.0) -> Any:
+def show(
+    strategy: Any, interval: float = 0.2, threshold_s: float = 5.0, inject: Callable[..., None] | None = None
+) -> Any:
     """A live dashboard of ``strategy``'s replicas, as an ipywidgets layout.
 
     ``interval`` (seconds) throttles redraws (0.2: five a second); ``threshold_s``
-    is how long a collective may stay open before the watchdog lists it.
+    is how long a collective may stay open before the watchdog lists it. ``inject``
+    (``idist.debug.inject`` bound to ``strategy``, as ``strategy.dashboard()`` passes it)
+    adds the "faults" tab, a control that arms a fault for the next program.
 
     >>> import interdist as idist
     >>> s = idist.MirroredStrategy(["CPU:0", "CPU:1"])
     >>> box = s.dashboard()
-    >>> sorted(box.dashboard.views)
-    ['placement', 'progress', 'replica-values', 'status', 'timeline', 'timings', 'watchdog']
+    >>> sorted(box.dashboard.views)  # doctest: +NORMALIZE_WHITESPACE
+    ['placement', 'placement-diagram', 'progress', 'replica-values', 'scalars', 'status',
+     'timeline', 'timings', 'value-heatmap', 'watchdog']
     >>> box.dashboard.close(); s.close()
     """
-    return InlineDashboard(strategy, interval, threshold_s).widget
+    return InlineDashboard(strategy, interval, threshold_s, inject).widget

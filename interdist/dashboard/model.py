@@ -12,6 +12,7 @@ per event would cost time on the step path for no reader that needs it.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -27,6 +28,10 @@ MAX_TIMELINE = 2000
 MAX_TIMINGS = 5000
 MAX_STEPS = 5000
 MAX_PENDING_STEPS = 64  # steps of checksums kept while waiting for a late replica's batch
+MAX_SCALARS = 5000  # points kept per logged scalar per replica
+# The engine's program for ``run_steps`` (``replica/fused.py``'s ``fused_steps``): one user call
+# whose inner steps each start as a "run" program. Named here, not imported: the views read events only.
+FUSED_PROGRAM = "fused_steps"
 
 
 # NCCL's convention: bus bandwidth = algorithm bandwidth x this factor, so that the
@@ -62,6 +67,7 @@ class CopySummary:
     step: int
     time: float
     values: tuple[float, ...] = ()  # the elements, for a variable of at most events.SMALL_VALUES of them
+    sketch: tuple[float, ...] = ()  # block means of a larger one (events.SKETCH_BLOCKS)
 
 
 @dataclass
@@ -168,6 +174,13 @@ class DashboardModel:
         self.runs = 0  # the user's run calls seen (programs "run"), numbered from 1 in the order they started
         self.run_of_step: dict[int, int] = {}  # step -> run number (the last MAX_STEPS)
         self.last_collective: tuple[str, int, int] | None = None  # (op, seq, step) of the newest collective
+        self._run_steps: list[int] = []  # the keys of run_of_step, sorted
+        self._runs_forgotten = False  # the oldest steps' numbers were dropped (MAX_STEPS)
+        self._fused: dict[int, int] = {}  # replica -> run number of the run_steps call it is inside
+        self.train_steps = 0  # the user's steps seen: a run call is one, run_steps(n) n of them
+        self.train_step_of: dict[int, int] = {}  # step -> its training step number (the last MAX_STEPS)
+        # logged scalars: name -> replica -> (training step, time, value), oldest first
+        self.scalars: dict[str, dict[int, deque[tuple[int, float, float]]]] = {}
 
     # -- facts about the replicas ------------------------------------------------
     @property
@@ -204,7 +217,10 @@ class DashboardModel:
         elif isinstance(e, events.CollectiveExited):
             self._exited(e)
         elif isinstance(e, events.VariableUpdated):
-            self._copy(e.var_id, e.replica, CopySummary(e.device, e.norm, e.checksum, e.step, e.time, e.values))
+            summary = CopySummary(e.device, e.norm, e.checksum, e.step, e.time, e.values, e.sketch)
+            self._copy(e.var_id, e.replica, summary)
+        elif isinstance(e, events.ScalarLogged):
+            self._scalar(e)
         elif isinstance(e, events.VariableCreated):
             self._created(e)
         elif isinstance(e, events.RunStarted):
@@ -299,23 +315,51 @@ class DashboardModel:
         for k in [k for k in self.open if k[0] < e.step - 1]:
             del self.open[k]
 
+    def _scalar(self, e: events.ScalarLogged) -> None:
+        per = self.scalars.setdefault(e.name, {})
+        points = per.get(e.replica)
+        if points is None:
+            points = per[e.replica] = deque(maxlen=MAX_SCALARS)
+        points.append((self.train_step_of.get(e.step, e.step), e.time, e.value))
+
+    def _number_run(self, step: int, number: int | None = None) -> int:
+        """The user's run number of ``step``: a new one unless given, or already known."""
+        known = self.run_of_step.get(step)
+        if known is not None:
+            return known
+        if number is None:
+            self.runs += 1
+            number = self.runs
+        self.run_of_step[step] = number
+        bisect.insort(self._run_steps, step)
+        if len(self.run_of_step) > MAX_STEPS:
+            del self.run_of_step[self._run_steps.pop(0)]
+            self._runs_forgotten = True
+        return number
+
     def _started(self, e: events.RunStarted) -> None:
+        if e.program == FUSED_PROGRAM:  # one user call (run_steps): its inner steps share its number
+            self._fused[e.replica] = self._number_run(e.step)
+            return
         if e.program != "run":
             return
         st = self._state(e.replica)
         if e.step >= st.step:
             st.phase, st.step, st.fn, st.error, st.collective = "running", e.step, e.fn, "", None
-        if e.step not in self.run_of_step:
-            self.runs += 1
-            self.run_of_step[e.step] = self.runs
-            if len(self.run_of_step) > MAX_STEPS:
-                del self.run_of_step[next(iter(self.run_of_step))]
+        self._number_run(e.step, self._fused.get(e.replica))
+        if e.step not in self.train_step_of:
+            self.train_steps += 1
+            self.train_step_of[e.step] = self.train_steps
+            if len(self.train_step_of) > MAX_STEPS:
+                del self.train_step_of[next(iter(self.train_step_of))]
         self.last_fn = e.fn
         if e.step not in self._counted:
             self._starting.setdefault(e.step, set()).add(e.replica)
             self.running_step = e.step
 
     def _finished(self, e: events.RunFinished) -> None:
+        if e.program == FUSED_PROGRAM:
+            self._fused.pop(e.replica, None)
         # A failed step aborts its collectives: they are not stuck, they are over.
         if not e.ok:
             for k in [k for k in self.open if k[0] == e.step]:
@@ -385,9 +429,16 @@ class DashboardModel:
         return (len(times) - 1) / (times[-1] - times[0])
 
     def run_label(self, step: int) -> str:
-        """``run #13`` for a step the user's 13th ``run`` call started; ``step 49`` for the engine's own ones."""
+        """``run #13`` for a step of the user's 13th ``run`` (or ``run_steps``) call, the number the errors
+        use; for the engine's own programs (creating a variable, an assignment from the notebook) the
+        run they came after: ``after run #13``, or ``before run #1``."""
         n = self.run_of_step.get(step)
-        return f"run #{n}" if n is not None else f"step {step}"
+        if n is not None:
+            return f"run #{n}"
+        i = bisect.bisect_left(self._run_steps, step)
+        if i:
+            return f"after run #{self.run_of_step[self._run_steps[i - 1]]}"
+        return f"step {step}" if self._runs_forgotten else "before run #1"
 
     def status(self, replica: int) -> ReplicaStatus:
         """One replica's chip: running fn, waiting in op #k for [replicas], done, failed: error."""

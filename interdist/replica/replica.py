@@ -18,7 +18,7 @@ import cloudpickle
 import numpy as np
 
 from interdist import _context, _gpu, _nest, events
-from interdist._convert import small_values, summarize
+from interdist._convert import small_values, summarize_with_sketch
 from interdist.collectives.algorithms import AUTO, Collectives
 from interdist.collectives.base import Transport
 from interdist.config import settings
@@ -247,6 +247,8 @@ class Replica:
                 reply["warnings"] = list(self.warnings)
             if self.seq and reply["ok"]:
                 reply["collectives"] = self.seq  # to tell a peer left waiting in the next one why
+            if self.step != step and reply["ok"]:
+                reply["last_step"] = self.step  # a fused program's: the step its function returned in
             printed = end_output(output)
             if printed:
                 reply["output"] = printed
@@ -306,7 +308,7 @@ class Replica:
         for var_id in sorted(self.touched):
             var = self.variables.get(var_id)
             if var is not None:
-                norm, checksum = summarize(var.raw)
+                norm, checksum, sketch = summarize_with_sketch(var.raw, events.SKETCH_BLOCKS, events.SMALL_VALUES)
                 self.emit(
                     events.VariableUpdated(
                         self.group_id,
@@ -319,6 +321,7 @@ class Replica:
                         norm,
                         checksum,
                         small_values(var.raw, events.SMALL_VALUES),
+                        sketch,
                     )
                 )
 

@@ -22,11 +22,11 @@ def test_inline_dashboard_follows_a_training_run(mirrored2: idist.MirroredStrate
                                                                 "Label"]
         assert controls.children[-1].value == "live"  # events come during the step, from the scheduler's topic
         # the status strip on top, the other views in tabs
-        assert type(tabs).__name__ == "Tab" and tabs.titles == ("values", "collectives", "timings", "progress",
-                                                                "placement")
+        assert type(tabs).__name__ == "Tab" and tabs.titles == ("values", "scalars", "collectives", "timings",
+                                                                "progress", "placement", "faults")
         # jupyter_bokeh's widget, whose state is the document as it is now (see inline.LiveBokehModel)
         plots = [strip, *d.bokeh_models.values()]
-        assert [[c.__name__ for c in type(p).__mro__[:2]] for p in plots] == [["LiveBokehModel", "BokehModel"]] * 8
+        assert [[c.__name__ for c in type(p).__mro__[:2]] for p in plots] == [["LiveBokehModel", "BokehModel"]] * 11  # the strip, then each of the 10 views
         train(s, steps=4)
         deadline = time.monotonic() + 10
         while len(d.views["timeline"].source.data["op"]) < 16 and time.monotonic() < deadline:

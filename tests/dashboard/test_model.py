@@ -131,13 +131,13 @@ def test_status_strip_failed_and_aborted_and_failures_counted_once() -> None:
     assert chips(m) == {0: "aborted (a peer failed)", 1: "failed: ValueError: boom", 2: "running step"}
     assert [f.replica for f in m.failed_replicas()] == [1]  # the aborted peer is not a failure of its own
     m.feed(ev.RunStarted(G, 9, 1, 103.0, "step", "run"))  # the next run clears the chip
-    assert chips(m)[1] == "running step" and m.runs == 2 and m.run_label(8) == "step 8"
+    assert chips(m)[1] == "running step" and m.runs == 2 and m.run_label(8) == "after run #1"
 
 
 def test_run_numbers_count_the_users_runs_not_the_engines_programs() -> None:
     m = fed([ev.RunStarted(G, 1, 0, 1.0, "create_variable", "create_variable"),
              ev.RunStarted(G, 2, 0, 2.0, "step", "run"), ev.RunStarted(G, 5, 0, 3.0, "step", "run")])
-    assert m.runs == 2 and m.run_label(5) == "run #2" and m.run_label(1) == "step 1"
+    assert m.runs == 2 and m.run_label(5) == "run #2" and m.run_label(1) == "before run #1" and m.run_label(3) == "after run #1"
 
 
 def test_recent_rate_ignores_idle_time_before_the_window() -> None:

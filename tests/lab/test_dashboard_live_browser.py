@@ -164,9 +164,10 @@ def test_status_strip_shows_a_held_back_replica_while_the_cell_runs(browser: Any
             page.screenshot(path=str(tmp_path / "live-3-next-step.png"))
             # A tab drawn while hidden gets its width once shown: the timeline's plot fills the tab.
             page.locator(".lm-TabBar-tabLabel", has_text="collectives").first.click()
-            box = until(lambda: (b := page.locator(".bk-Canvas canvas").first.bounding_box()) and b["width"] > 300
-                        and b, 10, page)
-            assert box, page.locator(".bk-Canvas canvas").first.bounding_box()
+            # (the first visible canvas: other tabs hold canvases too, hidden)
+            canvas = page.locator(".bk-Canvas canvas >> visible=true")
+            box = until(lambda: (b := canvas.first.bounding_box()) and b["width"] > 300 and b, 10, page)
+            assert box, canvas.first.bounding_box() if canvas.count() else "no visible canvas"
             page.screenshot(path=str(tmp_path / "live-4-collectives-tab.png"))
             page.wait_for_timeout(300)
             assert not error_boxes(page), error_boxes(page)

@@ -4,26 +4,44 @@ from __future__ import annotations
 
 from interdist.dashboard.components._base import View
 from interdist.dashboard.components.placement import Placement
+from interdist.dashboard.components.placement_diagram import PlacementDiagram
 from interdist.dashboard.components.progress import Progress
 from interdist.dashboard.components.replica_values import ReplicaValues
+from interdist.dashboard.components.scalars import Scalars
 from interdist.dashboard.components.status import ReplicaStatusStrip
 from interdist.dashboard.components.timeline import Timeline
 from interdist.dashboard.components.timings import Timings
+from interdist.dashboard.components.value_heatmap import ValueHeatmap
 from interdist.dashboard.components.watchdog import Watchdog
 
 # The Dask pages' names, and the inline dashboard's order (the status strip on top, the others in tabs).
 VIEWS: dict[str, type[View]] = {
-    cls.name: cls for cls in (ReplicaStatusStrip, Progress, ReplicaValues, Placement, Timeline, Timings, Watchdog)
+    cls.name: cls
+    for cls in (
+        ReplicaStatusStrip,
+        Progress,
+        ReplicaValues,
+        ValueHeatmap,
+        Scalars,
+        PlacementDiagram,
+        Placement,
+        Timeline,
+        Timings,
+        Watchdog,
+    )
 }
 
 __all__ = [
     "VIEWS",
     "Placement",
+    "PlacementDiagram",
     "Progress",
     "ReplicaStatusStrip",
     "ReplicaValues",
+    "Scalars",
     "Timeline",
     "Timings",
+    "ValueHeatmap",
     "View",
     "Watchdog",
 ]

@@ -15,15 +15,10 @@ from bokeh.models.widgets import DataTable, Div, TableColumn
 
 from interdist.dashboard.components._base import View, fit_height, set_data
 from interdist.dashboard.model import DashboardModel
+from interdist.dashboard.placement_layout import host_of
 from interdist.dashboard.units import short_devices
 
 COLUMNS = ["host", "worker", "device", "where", "replica", "variables"]
-
-
-def host_of(address: str) -> str:
-    """``tcp://127.0.0.1:4021`` -> ``127.0.0.1``."""
-    rest = address.split("://", 1)[-1]
-    return rest.rsplit(":", 1)[0] if ":" in rest else rest
 
 
 class Placement(View):

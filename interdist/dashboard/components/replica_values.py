@@ -15,6 +15,7 @@ from bokeh.models.widgets import DataTable, Div, NumberFormatter, StringFormatte
 
 from interdist.dashboard.components._base import View, fit_height, set_data
 from interdist.dashboard.model import DashboardModel
+from interdist.dashboard.placement_layout import differing_copies
 from interdist.dashboard.units import fmt_values, short_devices
 
 COLUMNS = [
@@ -59,7 +60,7 @@ class ReplicaValues(View):
             TableColumn(field="dtype", title="dtype", width=60),
             TableColumn(field="norm", title="norm", formatter=num, width=90),
             TableColumn(field="checksum", title="checksum", formatter=num, width=90),
-            TableColumn(field="step", title="run", width=70),
+            TableColumn(field="step", title="run", width=100),
             TableColumn(field="status", title="status", formatter=text, width=170),
         ]
         self.summary = Div(text="no variables yet")
@@ -112,32 +113,3 @@ class ReplicaValues(View):
         self.summary.text = f"<b>{len(model.variables)}</b> variable(s) on <b>{len(model.replicas)}</b> replica(s)" + (
             f" &mdash; <span style='color:red'><b>{n_div} diverged</b></span>" if n_div else " &mdash; copies agree"
         )
-
-
-def differing_copies(model: DashboardModel) -> set[tuple[int, int]]:
-    """(var_id, replica) of the copies whose values differ from the most common ones among the copies
-    of the same variable at the same step (a late replica's older copy is not compared)."""
-    by_var: dict[int, dict[int, list[tuple[int, tuple[float, ...]]]]] = {}
-    for (var_id, replica), c in model.copies.items():
-        info = model.variables.get(var_id)
-        if c.values and not (info is not None and info.synchronization == "ON_READ"):
-            by_var.setdefault(var_id, {}).setdefault(c.step, []).append((replica, c.values))
-    out = set()
-    for var_id, steps in by_var.items():
-        copies = steps[max(steps)]
-        if len(copies) < 2:
-            continue
-        counts: dict[tuple[float, ...], int] = {}
-        for _, vals in copies:
-            counts[vals] = counts.get(vals, 0) + 1
-        common = max(counts, key=lambda v: counts[v])
-        if 2 * counts[common] <= len(copies):  # no majority (1 against 1): every copy is in question
-            if len(counts) > 1:
-                out |= {(var_id, r) for r, _ in copies}
-            continue
-        out |= {(var_id, r) for r, vals in copies if not _close(vals, common, model.rtol, model.atol)}
-    return out
-
-
-def _close(a: tuple[float, ...], b: tuple[float, ...], rtol: float, atol: float) -> bool:
-    return len(a) == len(b) and all(abs(x - y) <= atol + rtol * max(abs(x), abs(y)) for x, y in zip(a, b, strict=True))
