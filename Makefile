@@ -33,6 +33,9 @@ bench: $(STAMP)
 	cd benchmarks && ../$(PY) bench_collective_paths.py
 	cd benchmarks && ../$(PY) bench_input.py
 	cd benchmarks && ../$(PY) bench_optimizer.py
+	cd benchmarks && ../$(PY) bench_training.py  # ratios against TF when INTERDIST_TF_SITE names a TF install
+	cd benchmarks && ../$(PY) bench_latency.py
+	cd benchmarks && ../$(PY) bench_cost_model.py
 	cd benchmarks && ../$(PY) bench_central_storage.py
 	cd benchmarks && ../$(PY) bench_ps.py
 	cd benchmarks && ../$(PY) bench_dashboard.py

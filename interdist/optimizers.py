@@ -124,8 +124,14 @@ class SGD(Optimizer):
         lr = xp.asarray(self.learning_rate, dtype=grad.dtype)
         if self.momentum == 0:
             return var.assign_sub(lr * grad)
-        m = slots.get("momentum", xp.zeros_like(grad))
-        m = xp.asarray(self.momentum * m - lr * grad, dtype=grad.dtype)
+        m = slots.get("momentum")
+        if m is None:
+            m = xp.zeros_like(grad)
+        elif xp is np and not (type(m) is np.ndarray and m.base is None and m.flags.writeable):
+            m = xp.array(m, dtype=grad.dtype)  # a restored slot: this optimizer's own copy from now on
+        # In place, with the bits of Keras' m = momentum * m - lr * g (the same float32 operations).
+        m *= m.dtype.type(self.momentum)
+        m -= lr * grad
         slots["momentum"] = m
         if self.nesterov:
             return var.assign_add(xp.asarray(self.momentum * m - lr * grad, dtype=grad.dtype))

@@ -104,6 +104,7 @@ class Reply(TypedDict, total=False):
     warnings: list[str]
     output: list[list[str]]  # what the replica printed in the step: [["stdout" | "stderr", text], ...]
     collectives: int  # how many collectives the replica entered in the step (absent: none)
+    last_step: int  # a fused program's: the step its function returned in (absent: the program's step)
     collective: list[Any]  # [op, seq]: the collective a failed replica was in when it failed
     events: list[dict[str, Any]]  # the events of the step, in their wire form (``Event.to_msg()``)
     created: list[CreatedVariable]

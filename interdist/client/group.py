@@ -222,9 +222,11 @@ class DaskGroup:
             self._release = {r: [] for r in range(self.world_size)}
             try:
                 if conns is not None:
-                    replies = self._execute_local(conns, step, fn_bytes, args_payload, system, release)
+                    replies = self._execute_local(conns, step, fn_bytes, args_payload, system, release, steps)
                 else:
-                    replies = self.client.sync(self._execute_async, step, fn_bytes, args_payload, system, release)
+                    replies = self.client.sync(
+                        self._execute_async, step, fn_bytes, args_payload, system, release, steps
+                    )
             except KeyboardInterrupt:
                 # Kernel > Interrupt: abort the step and stop its replica functions, then say how it ended.
                 for rank, keys in release.items():  # releasing twice is harmless; never releasing leaks
@@ -342,6 +344,7 @@ class DaskGroup:
         args: list[tuple[bytes, list[memoryview]]],
         system: bool,
         release: dict[int, list[str]],
+        steps: int = 1,
     ) -> list[Reply]:
         """``_execute_async`` over the control sockets, on this thread (no event loop in the path)."""
         timeout = self.spec.get("timeout") or settings.collective_timeout
@@ -375,7 +378,12 @@ class DaskGroup:
         for r in list(got.replies):
             on_reply(r, got.replies[r])
 
+        told: set[tuple[int, int]] = set()
+
         def on_idle(waiting: list[int]) -> list[int]:
+            for rank, notice in self._finished_notices(got, waiting, step, steps, told):
+                with contextlib.suppress(OSError):
+                    conns[rank].post(local_control.pack({"op": "peer_done", "group": self.group_id, **notice}))
             frozen = self._liveness.frozen(waiting)
             for rank, why in frozen.items():
                 reason = got.frozen(rank, conns[rank], why)
@@ -394,7 +402,7 @@ class DaskGroup:
         return got.in_rank_order(self.world_size)
 
     async def _execute_async(
-        self, step: int, fn: bytes, args: list[bytes], system: bool, release: dict[int, list[str]]
+        self, step: int, fn: bytes, args: list[bytes], system: bool, release: dict[int, list[str]], steps: int = 1
     ) -> list[Reply]:
         async def one(rank: int) -> Reply:
             try:
@@ -415,6 +423,7 @@ class DaskGroup:
         got = StepReplies(step, self.addresses, self.busy)
         pending = set(tasks)
         deadline: float | None = None  # when the wait after a failure ends; each reply restarts it
+        told: set[tuple[int, int]] = set()
         while pending:
             grace, now = got.grace(), time.monotonic()
             deadline = None if grace is None else (now + grace if deadline is None else deadline)
@@ -426,6 +435,8 @@ class DaskGroup:
                         got.stuck(tasks[t], t)
                     break
                 waiting = {tasks[t]: t for t in pending}
+                for rank, notice in self._finished_notices(got, sorted(waiting), step, steps, told):
+                    await self._to_each([rank], self._peer_done(notice))
                 loop = asyncio.get_running_loop()
                 frozen = await loop.run_in_executor(None, self._liveness.frozen, sorted(waiting))
                 for rank, why in frozen.items():
@@ -447,6 +458,35 @@ class DaskGroup:
                 if reason is not None:
                     await self._to_each(self._others(rank), self._abort_step(step, reason))
         return got.in_rank_order(self.world_size)
+
+    def _peer_done(self, notice: dict[str, int]) -> Callable[[Any], Awaitable[Any]]:
+        return lambda worker: worker.interdist_peer_done(group=self.group_id, **notice)
+
+    @staticmethod
+    def _finished_notices(
+        got: StepReplies, waiting: list[int], step: int, steps: int, told: set[tuple[int, int]]
+    ) -> list[tuple[int, dict[str, int]]]:
+        """For each replica still running, the replicas whose function already returned (each told once).
+
+        Called when replies stop coming for a while: a replica waiting in a collective that a returned
+        peer never entered fails at once, naming it, instead of at its collective timeout.
+        """
+        out = []
+        for done, rep in got.replies.items():
+            if not rep.get("ok"):
+                continue
+            notice = {
+                "rank": done,
+                "first": step,
+                "last": step + steps - 1,
+                "last_step": int(rep.get("last_step", step)),
+                "collectives": int(rep.get("collectives", 0)),
+            }
+            for rank in waiting:
+                if rank != done and (rank, done) not in told:
+                    told.add((rank, done))
+                    out.append((rank, notice))
+        return out
 
     # -- best-effort messages to the replicas ------------------------------------
     def _others(self, rank: int) -> list[int]:

@@ -1,7 +1,8 @@
 """``ReplicaContext`` on a replica (``tf.distribute.ReplicaContext``): what replica code calls.
 
 ``merge_call`` gathers its arguments from every replica, then each replica runs
-``merge_fn`` in a cross-replica context on a view holding all replicas' values.
+``merge_fn`` in a cross-replica context on a view holding all replicas' values
+(large arrays lazily: a reduction of them is one all-reduce, lazy_merge.py).
 Every replica computes the same result (TF's), and keeps its own component.
 Side effects inside ``merge_fn`` therefore happen once per replica.
 
@@ -20,6 +21,7 @@ from interdist import _context, _nest, _reduction
 from interdist._convert import as_array, same_object_across
 from interdist.reduce_op import check_reduce_op
 from interdist.replica.central import central_sync
+from interdist.replica.lazy_merge import Held, HeldArgs, LazyPerReplica
 from interdist.replica.variable import ReplicaVariable
 from interdist.values.distributed import DistributedValues, PerReplica
 
@@ -171,13 +173,19 @@ class ReplicaContext:
         if self._replica is None:
             with _context.enter(self._strategy, None):
                 return merge_fn(self._strategy, *args, **kwargs)
-        gathered = self._r.exchange("merge_call", (tuple(args), kwargs))
+        held = HeldArgs(self._r) if self._r.world_size > 1 else None
+        skeleton = (tuple(args), kwargs) if held is None else _nest.map_structure(held.hold, (tuple(args), kwargs))
+        gathered = self._r.exchange("merge_call", skeleton)
         central_sync(self._r)  # every replica is here: values older than now are not needed
-        merged = _regroup_local([g for g in gathered], self._r.world_size)
+        merged = _regroup_local([g for g in gathered], self._r.world_size, held)
         m_args, m_kwargs = merged
-        with _context.enter(self._r.view, None):
-            result = merge_fn(self._r.view, *m_args, **m_kwargs)
-        out = _select(result, self._r.rank)
+        try:
+            with _context.enter(self._r.view, None):
+                result = merge_fn(self._r.view, *m_args, **m_kwargs)
+            out = _select(result, self._r.rank)
+        finally:
+            if held is not None:
+                held.open = False  # the peers move on: their held values are gone
         # A value merge_fn returns as such is, in TF, the very same object on every replica:
         # remember it, so that run() can hand it back as one value.
         for leaf in _nest.flatten(result):
@@ -222,8 +230,12 @@ def _check_cross_device_ops(replica: Replica) -> None:
         )
 
 
-def _regroup_local(per_rank: list[Any], n: int) -> Any:
-    """Turn one structure per replica into one structure of ``PerReplica`` leaves."""
+def _regroup_local(per_rank: list[Any], n: int, held: HeldArgs | None = None) -> Any:
+    """Turn one structure per replica into one structure of ``PerReplica`` leaves.
+
+    ``held``: the structures are ``merge_call`` skeletons; a leaf some replica held back
+    (lazy_merge.py) becomes a ``LazyPerReplica``.
+    """
 
     if n == 1:
         return per_rank[0]
@@ -234,6 +246,8 @@ def _regroup_local(per_rank: list[Any], n: int) -> Any:
             return v0
         if isinstance(v0, DistributedValues):
             return v0
+        if held is not None and any(isinstance(v, Held) for v in vals):
+            return LazyPerReplica(held, list(vals))
         if same_object_across(list(vals)):
             return v0
         return PerReplica(list(vals))

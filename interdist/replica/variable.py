@@ -225,7 +225,7 @@ class ReplicaVariable(NDArrayOperatorsMixin):
 
     def _local(self, op: str, value: Any) -> ReplicaVariable:
         v = convert_for_variable(value, self.raw.dtype, self.raw.shape, self.meta["name"])
-        self.raw = apply_op(op, self.raw, v)
+        self.raw = apply_op(op, self.raw, v, in_place=True)  # the copy is this replica's alone
         self._replica.touched.add(self.var_id)
         return self
 

@@ -25,6 +25,7 @@ from interdist.replica import programs
 from interdist.replica.central import reduce_to_holder
 from interdist.replica.central_variable import CentralReplicaVariable, create_central_variable
 from interdist.replica.context import _regroup_local, _select, _unwrap
+from interdist.replica.lazy_merge import LazyPerReplica, all_reduce_held
 from interdist.replica.programs import ValueContext, convert_value
 from interdist.replica.variable import ReplicaComponent, ReplicaVariable, single_copy
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica, regroup
@@ -88,6 +89,8 @@ def _check_one_dtype(values: list[Any]) -> None:
     for v in values:
         if isinstance(v, ReplicaVariable):
             dtypes.add(np.dtype(v.dtype))  # not read: reading another replica's copy is a collective
+        elif isinstance(v, LazyPerReplica):
+            dtypes.add(v.local_dtype())  # not gathered
         elif isinstance(v, DistributedValues):
             dtypes |= {np.asarray(_unwrap(c)).dtype for c in v.values[:1]}
         else:
@@ -282,6 +285,8 @@ class ReplicaStrategyView(_ReportsNotebookClass):
             return _nest.map_structure(lambda v: self.reduce(op, v, axis), value)  # as TF: leaf by leaf
         if isinstance(value, ReplicaVariable) and not _is_central(value):
             return _reduction.reduce_components(op, [as_array(c) for c in value._all_copies()], axis)
+        if isinstance(value, LazyPerReplica) and axis is None and value.reducible():
+            return all_reduce_held(self._replica, op, [value])[0]  # one all-reduce, no gather (lazy_merge.py)
         if isinstance(value, DistributedValues):
             return _reduction.reduce_components(op, [_unwrap(v) for v in value.values], axis)
         if _is_central(value):
@@ -419,9 +424,14 @@ class ReplicaExtendedView(_ReportsNotebookClass):
             self._devices_of(d)  # TF: ValueError for None and for a list of devices here
         if self._n() > 1:
             _check_one_dtype([v for v, _ in pairs])
+        # merge_call's held arguments (an optimizer's gradients): one all-reduce for the whole batch.
+        lazy = [i for i, (v, _) in enumerate(pairs) if isinstance(v, LazyPerReplica) and v.reducible()]
+        reduced = dict(zip(lazy, all_reduce_held(self._replica, op, [pairs[i][0] for i in lazy]), strict=True))
         out = []
-        for v, d in pairs:
-            if isinstance(v, ReplicaVariable) and (self._n() == 1 or not _copies(v)):
+        for i, (v, d) in enumerate(pairs):
+            if i in reduced:
+                out.append(self._broadcast(reduced[i], d))
+            elif isinstance(v, ReplicaVariable) and (self._n() == 1 or not _copies(v)):
                 out.append(v)  # TF 2.21: a variable comes back as it is with one replica and from CentralStorage
             elif isinstance(v, Mirrored):
                 # Unlike reduce_to, TF's batched path reduces a mirrored value's copies (SUM adds them, no assert).

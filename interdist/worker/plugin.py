@@ -18,7 +18,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from interdist import _gpu, events
 from interdist import control as local_control
-from interdist.collectives.dask_comms import answer_probe, packet_from_payload
+from interdist.collectives.dask_comms import accept_channel, answer_probe, packet_from_payload
 from interdist.collectives.mailbox import Mailbox
 from interdist.collectives.registry import worker_transport
 from interdist.input import _direct
@@ -70,6 +70,7 @@ class ReplicaRuntime(WorkerPlugin):
                 "interdist_release": self.release,
                 "interdist_coll": self.coll,
                 "interdist_abort": self.abort,
+                "interdist_peer_done": self.peer_done_handler,
                 "interdist_interrupt": self.interrupt,
                 "interdist_running": self.running,
                 "interdist_shm_probe": self.shm_probe,
@@ -185,8 +186,14 @@ class ReplicaRuntime(WorkerPlugin):
         if msg.get("op") == "coll":
             self._mailbox(msg["group"]).put(msg["step"], msg["seq"], msg["src"], packet_from_payload(msg["payload"]))
             return
+        if msg.get("op") == "channel":  # a peer's packets: read by the replica thread itself from now on
+            accept_channel(self._mailbox(msg["group"]), msg["socket"])
+            return
         if msg.get("op") == "abort":  # the notebook found a replica of this worker frozen: read when it resumes
             self._mailbox(msg["group"]).abort(msg["step"], msg["reason"])
+            return
+        if msg.get("op") == "peer_done":  # a peer's function returned: collectives it never entered fail now
+            self.peer_done(msg["group"], msg["rank"], msg["first"], msg["last"], msg["last_step"], msg["collectives"])
             return
         if msg.get("op") == "rows":  # a replica on this host reads rows of a chunk this worker holds
             reply(_direct.serve_rows(self.worker, msg))
@@ -286,6 +293,16 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def abort(self, group: str, step: int, reason: str) -> None:
         self._mailbox(group).abort(step, reason)
+
+    def peer_done(self, group: str, rank: int, first: int, last: int, last_step: int, collectives: int) -> None:
+        """Replica ``rank`` of ``group`` returned from the program of steps ``first``..``last``."""
+        if group in self.replicas:  # a group closed here meanwhile needs nothing
+            self._mailbox(group).peer_finished(int(rank), int(first), int(last), int(last_step), int(collectives))
+
+    async def peer_done_handler(
+        self, group: str, rank: int, first: int, last: int, last_step: int, collectives: int
+    ) -> None:
+        self.peer_done(group, rank, first, last, last_step, collectives)
 
     async def interrupt(self, group: str, step: int, last_step: int, reason: str, wait: float) -> bool:
         """The notebook was interrupted in steps ``step``..``last_step`` (one program): abort them, then stop
