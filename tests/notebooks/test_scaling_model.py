@@ -1,0 +1,60 @@
+"""notebooks/09_scaling_model.ipynb runs (nbclient) and its ``check-scaling`` cell prints the model's key predictions.
+
+The notebook starts no cluster (the model is pure arithmetic): ~5 s on a quiet machine (18 s at load 8),
+most of it the kernel start.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "09_scaling_model.ipynb"
+
+
+@pytest.fixture(scope="module")
+def facts() -> dict[str, Any]:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), "saved with outputs"
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    errors = [o for c in code for o in c.outputs if o.get("output_type") == "error"]
+    assert not errors, errors
+    cells = [c for c in code if "check-scaling" in c.metadata.get("tags", [])]
+    assert len(cells) == 1
+    lines = [ln for o in cells[0].outputs if o.get("name") == "stdout" for ln in o["text"].splitlines()
+             if ln.startswith("{")]
+    assert len(lines) == 1
+    out: dict[str, Any] = json.loads(lines[0])
+    return out
+
+
+def test_latency_favours_trees_and_bandwidth_hierarchy(facts: dict[str, Any]) -> None:
+    # 4 KB among 1024 GPUs: 2046 ring steps against 20 tree levels
+    assert 50 < facts["ring_vs_tree_4KB_1024_nccl"] < 200
+    # 100 MB over TCP among 1024 replicas on 128 hosts: the hierarchy's 254 inter-host rounds beat 2046
+    assert facts["hier_vs_ring_100MB_1024_tcp"] < 0.6
+    # NCCL's ring on 8 NVLink GPUs: 2 x 7/8 x 100 MB at ~230 GB/s bus bandwidth is ~0.76 ms, plus latency
+    assert 0.7 < facts["ring_100MB_8_nccl_ms"] < 1.5
+
+
+def test_horovod_published_figures_lie_between_no_overlap_and_half_overlap(facts: dict[str, Any]) -> None:
+    for model, published in (("resnet101", 0.90), ("vgg16", 0.68)):
+        assert facts["published"][f"{model}_512"] == published
+        low, high = facts[f"efficiency_{model}_512"]["ring"], facts[f"efficiency_{model}_512_overlap"]["ring"]
+        assert low < published <= high, (model, low, published, high)
+
+
+def test_auto_choice_shown_is_the_runtime_one(facts: dict[str, Any]) -> None:
+    from interdist.collectives import cost_model as cm
+
+    assert facts["auto_one_host"] == {str(n): cm.auto_choice(1 << 20, n, False) for n in (2, 3, 4)}
+    assert facts["auto_one_host"]["2"] == cm.AG and facts["auto_one_host"]["4"] == cm.RB
