@@ -1,7 +1,13 @@
 /**
  * interdist in JupyterLab: a left-sidebar panel listing the live interdist
  * clusters of this user (from the server extension's `/interdist/clusters`),
- * each with its interdist dashboard pages; a page opens in a main-area IFrame.
+ * each named by its notebook (or kernel) and listing its interdist dashboard
+ * pages; a page opens in a main-area IFrame that fills its tab. Page URLs are
+ * what the server gives: paths through Jupyter's own proxy
+ * (`{base_url}proxy/{port}/...`) for a dashboard on the server's host, so they
+ * work on JupyterHub, Binder or any remote server. The list refreshes itself
+ * every few seconds while the panel is visible; a page whose cluster is gone
+ * (its kernel restarted) follows the new cluster of the same notebook.
  */
 import {
   ILayoutRestorer,
@@ -22,6 +28,9 @@ import { Widget } from '@lumino/widgets';
 
 const PLUGIN_ID = '@interdist/jupyterlab:plugin';
 
+/** How often the visible panel asks the server for the clusters. */
+export const REFRESH_MS = 3000;
+
 namespace CommandIDs {
   export const open = 'interdist:open-dashboard-page';
   export const refresh = 'interdist:refresh';
@@ -36,6 +45,13 @@ export interface IPage {
 /** One live interdist cluster, as the server lists it. */
 export interface ICluster {
   id: string;
+  /** The notebook's file name, else its kernel, else its process. */
+  name: string;
+  /** The notebook's path on the server, when the cluster runs in a notebook's kernel. */
+  notebook?: string | null;
+  kernel_id?: string | null;
+  /** The Dask dashboard's own page, for the browser (through the proxy when local). */
+  dashboard_url?: string | null;
   pid: number;
   scheduler_address: string;
   dashboard_link: string | null;
@@ -96,6 +112,9 @@ class ClusterPanel extends Widget {
     return this._clusters;
   }
 
+  /** Called with the clusters after every refresh. */
+  onRefresh: ((clusters: ICluster[]) => void) | null = null;
+
   async refresh(): Promise<void> {
     try {
       this._clusters = await fetchClusters();
@@ -104,11 +123,54 @@ class ClusterPanel extends Widget {
       this._clusters = [];
       this._error = `could not list the clusters: ${err}`;
     }
-    this.render();
+    // Redraw only on a change: a steady list keeps its hover and focus while it polls.
+    const shown = JSON.stringify([this._clusters, this._error]);
+    if (shown !== this._shown) {
+      this._shown = shown;
+      this.render();
+    }
+    this.onRefresh?.(this._clusters);
   }
 
   protected onAfterShow(): void {
     void this.refresh();
+    this.startPolling();
+  }
+
+  protected onAfterHide(): void {
+    this.stopPolling();
+  }
+
+  protected onBeforeDetach(): void {
+    this.stopPolling();
+  }
+
+  dispose(): void {
+    this.stopPolling();
+    super.dispose();
+  }
+
+  private startPolling(): void {
+    if (this._timer !== null) {
+      return;
+    }
+    this._timer = window.setInterval(() => {
+      // Not while the browser tab is in the background, nor twice at once on a slow server.
+      if (document.visibilityState === 'hidden' || this._busy) {
+        return;
+      }
+      this._busy = true;
+      void this.refresh().finally(() => {
+        this._busy = false;
+      });
+    }, REFRESH_MS);
+  }
+
+  private stopPolling(): void {
+    if (this._timer !== null) {
+      window.clearInterval(this._timer);
+      this._timer = null;
+    }
   }
 
   private render(): void {
@@ -125,18 +187,21 @@ class ClusterPanel extends Widget {
       const item = document.createElement('div');
       item.className = 'jp-interdist-cluster';
       item.dataset.scheduler = cluster.scheduler_address;
+      item.dataset.kernel = cluster.kernel_id ?? '';
       const name = document.createElement('div');
       name.className = 'jp-interdist-cluster-name';
-      name.textContent = `${cluster.scheduler_address}`;
+      name.textContent = cluster.name;
+      name.title = cluster.notebook ?? (cluster.kernel_id ? `kernel ${cluster.kernel_id}` : `process ${cluster.pid}`);
       const info = document.createElement('div');
       info.className = 'jp-interdist-cluster-info';
       const since = new Date(cluster.created * 1000).toLocaleTimeString();
-      info.textContent = `${cluster.n_workers} worker(s) · pid ${cluster.pid} · since ${since}`;
+      info.textContent = `${cluster.n_workers} worker(s) · ${cluster.scheduler_address} · since ${since}`;
       item.append(name, info);
-      if (cluster.dashboard_link) {
+      const dashboard = cluster.dashboard_url ?? cluster.dashboard_link;
+      if (dashboard) {
         const link = document.createElement('a');
         link.className = 'jp-interdist-dashboard-link';
-        link.href = cluster.dashboard_link;
+        link.href = dashboard;
         link.target = '_blank';
         link.rel = 'noopener noreferrer';
         link.textContent = 'Dask dashboard ↗';
@@ -172,6 +237,21 @@ class ClusterPanel extends Widget {
   private _list: HTMLElement;
   private _clusters: ICluster[] = [];
   private _error: string | null = null;
+  private _shown = '';
+  private _timer: number | null = null;
+  private _busy = false;
+}
+
+/** What an open page shows: which cluster, whose (its notebook or kernel; null: a script's) and which page. */
+interface IOpened {
+  clusterId: string;
+  owner: string | null;
+  pageName: string;
+}
+
+/** Who started a cluster: its notebook, else its kernel (a restart keeps the kernel's id). */
+function ownerOf(cluster: ICluster): string | null {
+  return cluster.notebook ?? cluster.kernel_id ?? null;
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {
@@ -185,6 +265,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer: ILayoutRestorer | null
   ) => {
     const tracker = new WidgetTracker<MainAreaWidget<IFrame>>({ namespace: 'interdist' });
+    const opened = new WeakMap<MainAreaWidget<IFrame>, IOpened>();
+    const label = (page: IPage, cluster: ICluster) => `${page.name} (${cluster.name})`;
 
     const openPage = (page: IPage, cluster: ICluster): void => {
       const existing = tracker.find(w => w.content.url === page.url);
@@ -198,7 +280,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       content.addClass('jp-interdist-iframe');
       const widget = new MainAreaWidget({ content });
       widget.id = `interdist-page-${Private.nextId++}`;
-      widget.title.label = `${page.name} (${cluster.scheduler_address.replace(/^tcp:\/\//, '')})`;
+      widget.title.label = label(page, cluster);
+      widget.title.caption = page.url;
+      opened.set(widget, { clusterId: cluster.id, owner: ownerOf(cluster), pageName: page.name });
       widget.title.icon = interdistIcon;
       widget.title.closable = true;
       void tracker.add(widget);
@@ -207,6 +291,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
     };
 
     const panel = new ClusterPanel(openPage);
+    // A page whose cluster is gone (the kernel restarted, the notebook ran again) follows the new
+    // cluster of the same notebook: the same page, with the new run's values.
+    panel.onRefresh = clusters => {
+      const live = new Set(clusters.map(c => c.id));
+      tracker.forEach(widget => {
+        const was = opened.get(widget);
+        if (!was || was.owner === null || live.has(was.clusterId)) {
+          return;
+        }
+        for (const cluster of clusters) {
+          const page = cluster.pages.find(p => p.name === was.pageName);
+          if (page && ownerOf(cluster) === was.owner) {
+            widget.content.url = page.url;
+            widget.title.caption = page.url;
+            widget.title.label = label(page, cluster);
+            opened.set(widget, { ...was, clusterId: cluster.id });
+            return;
+          }
+        }
+      });
+    };
     app.shell.add(panel, 'left', { rank: 300 });
     restorer?.add(panel, 'interdist-sidebar');
 
@@ -221,7 +326,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const choices = new Map<string, [IPage, ICluster]>();
         for (const cluster of panel.clusters) {
           for (const page of cluster.pages) {
-            choices.set(`${page.name} — ${cluster.scheduler_address}`, [page, cluster]);
+            choices.set(`${page.name} — ${cluster.name} (${cluster.scheduler_address})`, [page, cluster]);
           }
         }
         if (choices.size === 0) {

@@ -1,9 +1,24 @@
-"""``GET /interdist/clusters``: the live interdist clusters and their dashboard pages, as JSON."""
+"""``GET /interdist/clusters``: the live interdist clusters and their dashboard pages, as JSON.
+
+Pages of a dashboard on this host are given as paths through Jupyter's own proxy
+(jupyter-server-proxy's ``{base_url}proxy/{port}/…``, as dask-labextension does): the
+browser reaches them wherever Jupyter runs (JupyterHub, Binder, a remote server), behind
+Jupyter's authentication, and Bokeh's websocket goes through the same proxy (the Dask
+dashboard accepts any websocket origin by default:
+``distributed.scheduler.dashboard.bokeh-application.allow_websocket_origin``). A dashboard
+on another host keeps its absolute URL. Relative dashboard links, such as Dask's
+``distributed.dashboard.link`` on JupyterHub (``{JUPYTERHUB_SERVICE_PREFIX}proxy/{port}/status``),
+are accepted.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import os
+import re
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,6 +30,8 @@ from tornado.httpclient import AsyncHTTPClient
 from interdist.lab import registry
 
 PAGES_TIMEOUT_S = 3.0
+PROXY_EXTENSION = "jupyter_server_proxy"
+_PROXY_PATH = re.compile(r"(?:^|/)proxy/(\d{1,5})(?:/|$)")
 
 
 def dashboard_origin(link: str | None) -> str | None:
@@ -27,8 +44,68 @@ def dashboard_origin(link: str | None) -> str | None:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def interdist_pages(plots: Any, origin: str) -> list[dict[str, str]]:
-    """The interdist entries of a dashboard's ``/individual-plots.json``, as absolute URLs."""
+def is_local_host(host: str | None) -> bool:
+    """Whether ``host`` names this machine's loopback (what jupyter-server-proxy's ``proxy/{port}`` reaches)."""
+    if not host:
+        return False
+    if host.lower() in ("localhost", "0.0.0.0", "::"):  # a dashboard bound to every interface listens on loopback
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    """Where a cluster's dashboard is: ``fetch_root`` is what this server reads ``individual-plots.json``
+    from; ``page_root`` prefixes the page paths the browser opens; ``url`` is the dashboard's own page for
+    the browser."""
+
+    fetch_root: str
+    page_root: str
+    url: str
+
+
+def locate_dashboard(link: str | None, base_url: str, proxy: bool = True, request_origin: str = "") -> Dashboard | None:
+    """Where the browser and this server reach the dashboard of ``link`` (None: no usable link).
+
+    - ``http://127.0.0.1:8787/status`` (this host), with jupyter-server-proxy: pages at
+      ``{base_url}proxy/8787/…``, read from ``http://127.0.0.1:8787``;
+    - ``http://other-host:8787/status``, or any link without the proxy: as given (absolute URLs);
+    - a relative link through a proxy, ``proxy/8787/status``, ``/proxy/8787/status`` or
+      ``/user/x/proxy/8787/status``: a local port, so through this server's proxy, read from loopback;
+    - another relative link (``/dask/status``): a path on this server, read from ``request_origin``.
+    """
+    if not link:
+        return None
+    parts = urlsplit(link)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        origin = f"{parts.scheme}://{parts.netloc}"
+        try:
+            port = parts.port
+        except ValueError:
+            return None
+        if proxy and port is not None and is_local_host(parts.hostname):
+            root = url_path_join(base_url, "proxy", str(port))
+            return Dashboard(f"http://127.0.0.1:{port}", root, root + (parts.path or "/"))
+        return Dashboard(origin, origin, link)
+    if parts.scheme or parts.netloc:
+        return None  # file:, javascript:, //host/… : not a dashboard we open
+    found = _PROXY_PATH.search(parts.path)
+    if found is not None:
+        rest = parts.path[found.end() :]
+        root = url_path_join(base_url, "proxy", found.group(1))
+        return Dashboard(f"http://127.0.0.1:{found.group(1)}", root, url_path_join(root, rest) if rest else root + "/")
+    path = parts.path if parts.path.startswith("/") else url_path_join(base_url, parts.path)
+    root = path.removesuffix("/status").rstrip("/") if path.endswith("/status") else path.rstrip("/")
+    if not request_origin:
+        return None
+    return Dashboard(request_origin + root, root, path)
+
+
+def interdist_pages(plots: Any, page_root: str) -> list[dict[str, str]]:
+    """The interdist entries of a dashboard's ``/individual-plots.json``, each URL ``page_root`` + its path."""
     if not isinstance(plots, dict):
         return []
     pages = []
@@ -38,24 +115,47 @@ def interdist_pages(plots: Any, origin: str) -> list[dict[str, str]]:
         if not uri.startswith("/"):
             continue
         name = title.removeprefix("Individual ")
-        pages.append({"name": name, "url": origin + uri})
+        pages.append({"name": name, "url": page_root.rstrip("/") + uri})
     return sorted(pages, key=lambda p: p["url"])
 
 
-async def with_pages(cluster: dict[str, Any]) -> dict[str, Any]:
-    origin = dashboard_origin(cluster.get("dashboard_link"))
-    out = {**cluster, "pages": [], "pages_error": None}
-    if origin is None:
+def cluster_name(cluster: dict[str, Any], notebook: str | None) -> str:
+    """What the sidebar calls a cluster: its notebook's file name, else its kernel, else its process."""
+    if notebook:
+        return os.path.basename(notebook.rstrip("/")) or notebook
+    if cluster.get("kernel_id"):
+        return f"kernel {str(cluster['kernel_id'])[:8]}"
+    return f"process {cluster['pid']}"
+
+
+async def with_pages(
+    cluster: dict[str, Any],
+    base_url: str = "/",
+    proxy: bool = True,
+    request_origin: str = "",
+    notebook: str | None = None,
+) -> dict[str, Any]:
+    notebook = notebook or cluster.get("notebook")
+    where = locate_dashboard(cluster.get("dashboard_link"), base_url, proxy, request_origin)
+    out = {
+        **cluster,
+        "name": cluster_name(cluster, notebook),
+        "notebook": notebook,
+        "dashboard_url": where.url if where else None,
+        "pages": [],
+        "pages_error": None,
+    }
+    if where is None:
         out["pages_error"] = "this cluster has no dashboard"
         return out
     try:
         response = await AsyncHTTPClient().fetch(
-            f"{origin}/individual-plots.json",
+            f"{where.fetch_root}/individual-plots.json",
             request_timeout=PAGES_TIMEOUT_S,
             connect_timeout=PAGES_TIMEOUT_S,
             follow_redirects=False,
         )
-        out["pages"] = interdist_pages(json.loads(response.body), origin)
+        out["pages"] = interdist_pages(json.loads(response.body), where.page_root)
     except Exception as e:  # noqa: BLE001 - a dashboard closing as we ask, a refused connection
         out["pages_error"] = f"could not read the dashboard's pages: {type(e).__name__}: {e}"
     return out
@@ -64,8 +164,34 @@ async def with_pages(cluster: dict[str, Any]) -> dict[str, Any]:
 class ClustersHandler(APIHandler):
     @tornado.web.authenticated
     async def get(self) -> None:
-        clusters = await asyncio.gather(*(with_pages(c) for c in registry.live_clusters()))
+        base_url = self.settings.get("base_url", "/")
+        origin = f"{self.request.protocol}://{self.request.host}"
+        notebooks = await self._notebooks_by_kernel()
+        clusters = await asyncio.gather(
+            *(
+                with_pages(c, base_url, self._proxy_enabled(), origin, notebooks.get(c.get("kernel_id") or ""))
+                for c in registry.live_clusters()
+            )
+        )
         self.finish(json.dumps({"clusters": list(clusters)}))
+
+    def _proxy_enabled(self) -> bool:
+        """Whether jupyter-server-proxy serves ``{base_url}proxy/{port}`` in this server."""
+        try:
+            serverapp: Any = self.serverapp
+            extension = serverapp.extension_manager.extensions.get(PROXY_EXTENSION)
+            return bool(extension is not None and extension.enabled)
+        except Exception:  # noqa: BLE001 - an older server without the extension manager: absolute URLs
+            return False
+
+    async def _notebooks_by_kernel(self) -> dict[str, str]:
+        """The path of each session's document, by kernel id (current even after a rename)."""
+        try:
+            manager: Any = self.session_manager
+            sessions = await manager.list_sessions()
+            return {s["kernel"]["id"]: s["path"] for s in sessions if s.get("kernel") and s.get("path")}
+        except Exception:  # noqa: BLE001 - no session manager: names from the registry files
+            return {}
 
 
 def setup_handlers(web_app: Any) -> None:

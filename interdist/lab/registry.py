@@ -11,6 +11,10 @@ was written: listing removes such files, and so does every new registration, so
 they do not stay for ever. Only JSON is read, and only well-formed files named
 ``<pid>-<id>.json`` are ever removed. Nothing here ever raises into the caller
 that registers: an unwritable directory just means the cluster is not listed.
+
+A cluster started in a Jupyter kernel also records that kernel's id and its
+notebook (``JPY_SESSION_NAME``, which jupyter_server sets for the kernels of its
+sessions), so the sidebar can name it; other processes (scripts) record None.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -34,6 +40,29 @@ FIELDS: dict[str, type | tuple[type, ...]] = {
     "n_workers": int,
     "created": (int, float),
 }
+#: Fields a file may lack (written by an older interdist): read as None.
+OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "kernel_id": (str, type(None)),
+    "notebook": (str, type(None)),
+}
+_KERNEL_FILE = re.compile(r"kernel-([0-9A-Za-z_.-]+)\.json$")
+
+
+def kernel_identity() -> tuple[str | None, str | None]:
+    """``(kernel id, notebook path)`` of this process when it is a Jupyter kernel, else ``(None, None)``.
+
+    The id is read from the kernel's connection file name (``kernel-<id>.json``, as Jupyter names it);
+    ipykernel is only looked at when this process already imported it (no import here)."""
+    kernel_id = None
+    kernelapp = sys.modules.get("ipykernel.kernelapp")
+    try:
+        if kernelapp is not None and kernelapp.IPKernelApp.initialized():
+            found = _KERNEL_FILE.search(os.path.basename(str(kernelapp.IPKernelApp.instance().connection_file)))
+            kernel_id = found.group(1) if found else None
+    except Exception:  # noqa: BLE001 - an odd kernel app: the cluster is listed unnamed
+        kernel_id = None
+    notebook = os.environ.get("JPY_SESSION_NAME") or None
+    return kernel_id, notebook
 
 
 def registry_dir() -> Path:
@@ -55,13 +84,16 @@ def register(
     """Write this process's cluster file (in ``directory``, default :func:`registry_dir`); its path, or None
     when it could not be written."""
     cluster_id = uuid.uuid4().hex[:12]
-    record = {
+    kernel_id, notebook = kernel_identity()
+    record: dict[str, Any] = {
         "id": cluster_id,
         "pid": os.getpid(),
         "scheduler_address": str(scheduler_address),
         "dashboard_link": dashboard_link,
         "n_workers": int(n_workers),
         "created": time.time(),
+        "kernel_id": kernel_id,
+        "notebook": notebook,
     }
     try:
         d = registry_dir() if directory is None else Path(directory)
@@ -116,15 +148,23 @@ def same_process(pid: int, created: float) -> bool:
         return pid_alive(pid)
 
 
+def _own(path: Path) -> bool:
+    """Whether this user owns ``path`` (always true where there are no user ids)."""
+    getuid = getattr(os, "getuid", None)
+    return getuid is None or path.stat().st_uid == getuid()
+
+
 def _valid(record: Any) -> bool:
-    return isinstance(record, dict) and all(
-        k in record and isinstance(record[k], t) and not isinstance(record[k], bool) for k, t in FIELDS.items()
+    return (
+        isinstance(record, dict)
+        and all(k in record and isinstance(record[k], t) and not isinstance(record[k], bool) for k, t in FIELDS.items())
+        and all(isinstance(record.get(k), t) for k, t in OPTIONAL_FIELDS.items())
     )
 
 
 def live_clusters(directory: Path | None = None) -> list[dict[str, Any]]:
-    """The registered clusters whose process is alive, oldest first (malformed files skipped; files of
-    processes that are gone removed)."""
+    """This user's registered clusters whose process is alive, oldest first (malformed files and other
+    users' files skipped; files of processes that are gone removed)."""
     d = registry_dir() if directory is None else directory
     try:
         files = sorted(d.glob("*.json"))
@@ -133,6 +173,8 @@ def live_clusters(directory: Path | None = None) -> list[dict[str, Any]]:
     found = []
     for path in files:
         try:
+            if not _own(path):
+                continue  # another user's file (a shared INTERDIST_REGISTRY_DIR): neither listed nor removed
             with open(path, encoding="utf-8") as f:
                 record = json.loads(f.read(65536))
         except (OSError, ValueError):
@@ -143,5 +185,5 @@ def live_clusters(directory: Path | None = None) -> list[dict[str, Any]]:
             if path.name == f"{record['pid']}-{record['id']}.json":
                 unregister(path)  # a notebook that died without closing its cluster
             continue
-        found.append({k: record[k] for k in FIELDS})
+        found.append({**{k: record[k] for k in FIELDS}, **{k: record.get(k) for k in OPTIONAL_FIELDS}})
     return sorted(found, key=lambda r: r["created"])

@@ -2,12 +2,15 @@
 
 An interdist strategy runs in this process (its embedded cluster registers
 itself); JupyterLab's "interdist" sidebar must list that cluster and its
-interdist dashboard pages, and clicking a page must open it in a main-area
-IFrame. The screenshot goes to ``test-artifacts/jupyterlab-sidebar.png``.
+interdist dashboard pages (through Jupyter's proxy, ``/proxy/<port>/…``: this
+process is no kernel, so the cluster is named by its process), and clicking a
+page must open it in a main-area IFrame. The screenshot goes to
+``test-artifacts/jupyterlab-sidebar.png``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +47,8 @@ def lab_and_strategy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
 def test_sidebar_lists_the_cluster_and_opens_a_page(browser: Any, lab_and_strategy: tuple[Lab, Any]) -> None:
     lab, strategy = lab_and_strategy
     address = strategy._lease.cluster.scheduler_address
-    origin = strategy.dashboard_link.rsplit("/", 1)[0]
+    port = int(strategy.dashboard_link.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+    origin = f"/proxy/{port}"  # the lab's base URL is /
     page = browser.new_page()
     try:
         page.goto(f"{lab.url}lab?token={lab.token}", wait_until="domcontentloaded")
@@ -55,6 +59,7 @@ def test_sidebar_lists_the_cluster_and_opens_a_page(browser: Any, lab_and_strate
         entry = page.locator(f'#interdist-sidebar .jp-interdist-cluster[data-scheduler="{address}"]')
         entry.wait_for(timeout=20_000)
         assert "2 worker(s)" in entry.inner_text()
+        assert entry.locator(".jp-interdist-cluster-name").inner_text() == f"process {os.getpid()}"
         buttons = entry.locator("button.jp-interdist-page")
         buttons.first.wait_for(timeout=10_000)
         titles = [buttons.nth(i).get_attribute("title") for i in range(buttons.count())]
@@ -72,7 +77,7 @@ def test_sidebar_lists_the_cluster_and_opens_a_page(browser: Any, lab_and_strate
         # the page itself runs inside the panel: Bokeh draws its document there
         frame = iframe.element_handle().content_frame()
         assert frame is not None
-        frame.wait_for_url(url, timeout=20_000)
+        frame.wait_for_url(lab.url.rstrip("/") + url, timeout=20_000)
         frame.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0", timeout=20_000)
         page.wait_for_timeout(500)
         ARTIFACTS.mkdir(exist_ok=True)

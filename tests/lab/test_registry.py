@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from interdist.lab import registry
-from interdist.lab.handlers import dashboard_origin, interdist_pages
+from interdist.lab.handlers import Dashboard, cluster_name, dashboard_origin, interdist_pages, locate_dashboard
 
 
-def test_register_lists_and_unregister_removes(tmp_path: Path) -> None:
+def test_register_lists_and_unregister_removes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
     path = registry.register("tcp://127.0.0.1:8786", "http://127.0.0.1:8787/status", 2, directory=tmp_path)
     assert path is not None and path.parent == tmp_path and path.name.startswith(f"{os.getpid()}-")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -23,6 +24,7 @@ def test_register_lists_and_unregister_removes(tmp_path: Path) -> None:
     assert found["pid"] == os.getpid() and found["n_workers"] == 2
     assert found["scheduler_address"] == "tcp://127.0.0.1:8786"
     assert found["dashboard_link"] == "http://127.0.0.1:8787/status"
+    assert found["kernel_id"] is None  # this test process is no Jupyter kernel
     assert json.loads(path.read_text()) == found
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
     registry.unregister(path)
@@ -112,7 +114,84 @@ def test_pages_from_individual_plots() -> None:
     assert interdist_pages(plots, "http://h:1") == [
         {"name": "Interdist Placement", "url": "http://h:1/individual-interdist-placement"},
         {"name": "Interdist Timeline", "url": "http://h:1/individual-interdist-timeline"}]
+    proxied = interdist_pages(plots, "/user/a/proxy/8787/")
+    assert proxied[0]["url"] == "/user/a/proxy/8787/individual-interdist-placement"
     assert interdist_pages([1], "http://h:1") == []
+
+
+@pytest.mark.parametrize(("link", "base_url", "expected"), [
+    # this host: through Jupyter's proxy, read from loopback
+    ("http://127.0.0.1:8787/status", "/", Dashboard("http://127.0.0.1:8787", "/proxy/8787", "/proxy/8787/status")),
+    ("http://localhost:41/status", "/user/ann/", Dashboard("http://127.0.0.1:41", "/user/ann/proxy/41",
+                                                             "/user/ann/proxy/41/status")),
+    ("http://[::1]:5/status", "/", Dashboard("http://127.0.0.1:5", "/proxy/5", "/proxy/5/status")),
+    # another host: as given
+    ("http://10.1.2.3:8787/status", "/", Dashboard("http://10.1.2.3:8787", "http://10.1.2.3:8787",
+                                                     "http://10.1.2.3:8787/status")),
+    # relative links through a proxy (distributed.dashboard.link on JupyterHub)
+    ("/proxy/8787/status", "/", Dashboard("http://127.0.0.1:8787", "/proxy/8787", "/proxy/8787/status")),
+    ("proxy/8787/status", "/base/", Dashboard("http://127.0.0.1:8787", "/base/proxy/8787", "/base/proxy/8787/status")),
+    ("/user/ann/proxy/8787/status", "/user/ann/", Dashboard("http://127.0.0.1:8787", "/user/ann/proxy/8787",
+                                                              "/user/ann/proxy/8787/status")),
+    ("/proxy/8787", "/", Dashboard("http://127.0.0.1:8787", "/proxy/8787", "/proxy/8787/")),
+    # another path on this server: read through the server's own origin
+    ("/dask/status", "/", Dashboard("http://jupyter:8888/dask", "/dask", "/dask/status")),
+    # not dashboards
+    (None, "/", None), ("", "/", None), ("file:///etc/passwd", "/", None), ("//evil/x", "/", None),
+    ("javascript:alert(1)", "/", None), ("http://127.0.0.1:notaport/status", "/", None),
+])
+def test_dashboard_pages_go_through_jupyters_proxy(link: str | None, base_url: str, expected: Dashboard | None) -> None:
+    assert locate_dashboard(link, base_url, proxy=True, request_origin="http://jupyter:8888") == expected
+
+
+def test_without_the_proxy_local_dashboards_keep_their_urls() -> None:
+    assert locate_dashboard("http://127.0.0.1:8787/status", "/", proxy=False) == Dashboard(
+        "http://127.0.0.1:8787", "http://127.0.0.1:8787", "http://127.0.0.1:8787/status")
+    assert locate_dashboard("/dask/status", "/", proxy=True, request_origin="") is None
+
+
+def test_clusters_are_named_by_notebook_then_kernel_then_process() -> None:
+    record = {"pid": 42, "kernel_id": "0123456789abcdef"}
+    assert cluster_name(record, "lessons/02_mirrored.ipynb") == "02_mirrored.ipynb"
+    assert cluster_name(record, None) == "kernel 01234567"
+    assert cluster_name({"pid": 42, "kernel_id": None}, None) == "process 42"
+
+
+def test_a_kernel_records_its_id_and_notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class FakeApp:
+        connection_file = "/run/user/1/jupyter/runtime/kernel-5f1c2d3e-aaaa-bbbb-cccc-0123456789ab.json"
+
+        @classmethod
+        def initialized(cls) -> bool:
+            return True
+
+        @classmethod
+        def instance(cls) -> FakeApp:
+            return cls()
+
+    fake = type(sys)("ipykernel.kernelapp")
+    fake.IPKernelApp = FakeApp  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ipykernel.kernelapp", fake)
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ann/lessons/02_mirrored.ipynb")
+    path = registry.register("tcp://127.0.0.1:9", None, 1, directory=tmp_path)
+    assert path is not None
+    (found,) = registry.live_clusters(tmp_path)
+    assert found["kernel_id"] == "5f1c2d3e-aaaa-bbbb-cccc-0123456789ab"
+    assert found["notebook"] == "/home/ann/lessons/02_mirrored.ipynb"
+    monkeypatch.setitem(sys.modules, "ipykernel.kernelapp", None)
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    assert registry.kernel_identity() == (None, None)
+
+
+def test_files_of_an_older_interdist_are_read_and_bad_optional_fields_skipped(tmp_path: Path) -> None:
+    import time
+
+    record = {"id": "d", "pid": os.getpid(), "scheduler_address": "tcp://127.0.0.1:1", "dashboard_link": None,
+              "n_workers": 1, "created": time.time()}  # no kernel_id, no notebook
+    (tmp_path / f"{os.getpid()}-d.json").write_text(json.dumps(record))
+    (tmp_path / f"{os.getpid()}-e.json").write_text(json.dumps({**record, "id": "e", "kernel_id": 7}))
+    (found,) = registry.live_clusters(tmp_path)
+    assert found["id"] == "d" and found["kernel_id"] is None and found["notebook"] is None
 
 
 def test_embedded_gpu_clusters_are_listed_and_get_the_allocator_settings(monkeypatch: pytest.MonkeyPatch,
@@ -141,3 +220,17 @@ def test_embedded_gpu_clusters_are_listed_and_get_the_allocator_settings(monkeyp
     finally:
         cl._shutdown(lease)
     assert registry.live_clusters(tmp_path) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file away needs root")
+def test_other_users_files_are_neither_listed_nor_removed(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead = int(done.stdout)
+    record = {"id": "f", "pid": dead, "scheduler_address": "tcp://127.0.0.1:1", "dashboard_link": None,
+              "n_workers": 1, "created": 1.0}
+    theirs = tmp_path / f"{dead}-f.json"
+    theirs.write_text(json.dumps(record))
+    os.chown(theirs, 12345, 12345)
+    assert registry.live_clusters(tmp_path) == []
+    assert theirs.exists()  # not ours to remove, even when its process is gone

@@ -19,6 +19,22 @@ pytest.importorskip("jupyterlab", reason="jupyterlab is not installed (pip insta
 pytestmark = pytest.mark.timeout(120)
 
 
+def anonymous_status(url: str) -> int:
+    """The status of a GET without the token, redirects not followed."""
+    import urllib.error
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any) -> None:
+            return None
+
+    try:
+        with urllib.request.build_opener(NoRedirect).open(url, timeout=20) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 @pytest.fixture(scope="module")
 def reg_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("registry")
@@ -51,10 +67,17 @@ def test_lists_live_clusters_with_their_interdist_pages(lab: Lab, reg_dir: Path,
     (cluster,) = body["clusters"]
     assert cluster["scheduler_address"] == mirrored2._lease.cluster.scheduler_address
     assert cluster["n_workers"] == 2 and cluster["pages_error"] is None
-    origin = link.rsplit("/", 1)[0]
+    # a dashboard on this host: its pages through Jupyter's proxy (jupyter-server-proxy), under the base URL
+    port = int(link.rsplit("/", 1)[0].rsplit(":", 1)[1])
+    origin = f"/proxy/{port}"
+    assert cluster["dashboard_url"] == f"/proxy/{port}/status"
+    assert cluster["name"] == f"process {cluster['pid']}" and cluster["kernel_id"] is None  # no kernel here
     urls = [p["url"] for p in cluster["pages"]]
     for view in ("replica-values", "placement", "timeline", "timings", "progress", "watchdog"):
         assert f"{origin}/individual-interdist-{view}" in urls
     assert all("/individual-interdist-" in u for u in urls)
+    # the proxied page answers, behind Jupyter's token
+    assert lab.get(f"proxy/{port}/individual-plots.json")[0] == 200
+    assert anonymous_status(lab.url + f"proxy/{port}/individual-plots.json") in (302, 403)  # to the login page
     registry.unregister(mine)
     assert lab.get("interdist/clusters") == (200, {"clusters": []})
