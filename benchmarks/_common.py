@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def median_time(fn: Callable[[], object], repeat: int = 50, warmup: int = 5) -> float:
@@ -31,3 +35,27 @@ def have_tensorflow() -> bool:
     except ImportError:
         return False
     return True
+
+
+def tf_child(program: str, what: str) -> dict[str, Any]:
+    """Run a TF ``program`` in a child Python and return the JSON it prints after ``@@``; {} without TF.
+
+    A child per replica count: TF fixes its logical devices once per process and reuses its collective
+    group keys across strategies. The program is written to a file, not passed with ``-c``: AutoGraph
+    reads a tf.function's source to convert its loops. It runs in this directory with this process's
+    ``sys.path`` first (``from _common import median_time`` works there).
+    """
+    if not have_tensorflow():
+        return {}
+    head = f"import sys\nsys.path[:0] = {sys.path!r}\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "tf_baseline.py")
+        with open(script, "w") as f:
+            f.write(head + program)
+        p = subprocess.run([sys.executable, script], capture_output=True, text=True, check=False,
+                           cwd=os.path.dirname(os.path.abspath(__file__)))
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("@@")]
+    if not lines:
+        print(f"TF baseline ({what}) failed: {p.stderr[-600:]}")
+        return {}
+    return dict(json.loads(lines[0][2:]))

@@ -6,15 +6,11 @@ in-process np.add of the same bytes and to a gather-to-notebook-and-broadcast ba
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 
 import interdist as idist
-from _common import have_tensorflow, median_time
+from _common import median_time, tf_child
 
 
 SIZES = (1_000, 100_000, 1_000_000, 4_000_000)
@@ -30,11 +26,8 @@ def tf_all_reduce(n: int) -> dict[int, float]:
     In a child process per n: TF reuses its collective group key across strategies of different sizes in
     one process ("joining a group with size 4, but that group has size 2").
     """
-    if not have_tensorflow():
-        return {}
     child = f"""
-import json, sys
-sys.path[:0] = {sys.path!r}
+import json
 import tensorflow as tf
 from _common import median_time
 cpu = tf.config.list_physical_devices("CPU")[0]
@@ -51,13 +44,7 @@ for size, repeat in {[(z, _repeat(z)) for z in SIZES]!r}:
     out[size] = median_time(lambda: ts.experimental_local_results(step(dv))[0].numpy(), repeat=repeat, warmup=3)
 print("@@" + json.dumps(out))
 """
-    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=False,
-                       cwd=os.path.dirname(os.path.abspath(__file__)))
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("@@")]
-    if not lines:
-        print(f"TF baseline for {n} replicas failed: {p.stderr[-400:]}")
-        return {}
-    return {int(k): v for k, v in json.loads(lines[0][2:]).items()}
+    return {int(k): v for k, v in tf_child(child, f"{n} replicas").items()}
 
 
 def main() -> None:

@@ -16,16 +16,14 @@ Usage: ``python bench_latency.py [n ...]`` (default: 2 4). ``BENCH_K`` sets K (d
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
 
 import numpy as np
-from _common import have_tensorflow, median_time
+from _common import median_time, tf_child
 
 import interdist as idist
 
@@ -75,11 +73,8 @@ def tf_figures(n: int) -> dict[str, float]:
     """TF's tf.function'd ``run`` with an all_reduce SUM of 4 KB and 16 MB on n logical CPUs (median s).
 
     In a child process per n (TF keeps its collective group keys per process)."""
-    if not have_tensorflow():
-        return {}
     child = f"""
-import json, sys
-sys.path[:0] = {sys.path!r}
+import json
 import tensorflow as tf
 from _common import median_time
 cpu = tf.config.list_physical_devices("CPU")[0]
@@ -96,18 +91,7 @@ for name, size, repeat in (("small", {SMALL}, 200), ("large", {LARGE}, 20)):
     out[name] = median_time(lambda: ts.experimental_local_results(step(dv))[0].numpy(), repeat=repeat, warmup=3)
 print("@@" + json.dumps(out))
 """
-    p = subprocess.run(
-        [sys.executable, "-c", child],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=os.path.dirname(os.path.abspath(__file__)),
-    )
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("@@")]
-    if not lines:
-        print(f"TF baseline for {n} replicas failed: {p.stderr[-400:]}")
-        return {}
-    return dict(json.loads(lines[0][2:]))
+    return tf_child(child, f"{n} replicas")
 
 
 def _all_reduce(v: Any) -> Any:

@@ -18,16 +18,11 @@ interdist's figures print. Quote medians; the machine is noisy.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
 
 import numpy as np
 
 import interdist as idist
-from _common import have_tensorflow, median_time
+from _common import median_time, tf_child
 
 PARAMS = 1_000_000
 FUSED = 20
@@ -37,11 +32,8 @@ BATCH = 256
 
 def _tf_child(n: int) -> dict[str, float]:
     """TF's figures for ``n`` replicas, measured in a child process (TF fixes its devices once per process)."""
-    if not have_tensorflow():
-        return {}
     child = f"""
-import json, sys
-sys.path[:0] = {sys.path!r}
+import json
 import numpy as np, tensorflow as tf
 from _common import median_time
 cpu = tf.config.list_physical_devices("CPU")[0]
@@ -93,18 +85,7 @@ mlp = tf.function(lambda: ts.run(mlp_step))
 out["mlp_function"] = median_time(mlp, repeat=30, warmup=3)
 print("@@" + json.dumps(out))
 """
-    # From a file, not ``-c``: AutoGraph reads the source of the tf.function loop to convert it.
-    with tempfile.TemporaryDirectory() as tmp:
-        script = os.path.join(tmp, "tf_training.py")
-        with open(script, "w") as f:
-            f.write(child)
-        p = subprocess.run([sys.executable, script], capture_output=True, text=True, check=False,
-                           cwd=os.path.dirname(os.path.abspath(__file__)))
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("@@")]
-    if not lines:
-        print(f"TF baseline for {n} replicas failed: {p.stderr[-600:]}")
-        return {}
-    return dict(json.loads(lines[0][2:]))
+    return tf_child(child, f"{n} replicas")
 
 
 def _line(what: str, t: float, base: float | None, base_name: str) -> None:
