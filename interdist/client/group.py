@@ -436,7 +436,10 @@ class DaskGroup:
                     break
                 waiting = {tasks[t]: t for t in pending}
                 for rank, notice in self._finished_notices(got, sorted(waiting), step, steps, told):
-                    await self._to_each([rank], self._peer_done(notice))
+                    # best effort, not awaited: the replica may be stopped (its worker answers nothing)
+                    notify = asyncio.ensure_future(self._to_each([rank], self._peer_done(notice)))
+                    self._background.add(notify)
+                    notify.add_done_callback(self._background.discard)
                 loop = asyncio.get_running_loop()
                 frozen = await loop.run_in_executor(None, self._liveness.frozen, sorted(waiting))
                 for rank, why in frozen.items():

@@ -67,7 +67,10 @@ def test_mismatched_collectives_time_out_with_names() -> None:
                 ctx = idist.get_replica_context()
                 if int(ctx.replica_id_in_sync_group) == 0:
                     return ctx.all_reduce("sum", np.float32(1.0))
-                return np.float32(0.0)  # replica 1 never enters the all_reduce
+                # Replica 1 never enters the all_reduce, and is still busy when replica 0's times out (once
+                # it has returned, the notebook tells replica 0 at once: test_output.py).
+                time.sleep(2.5)
+                return np.float32(0.0)
 
             with pytest.raises(idist.CollectiveTimeoutError, match=r"replica\(s\) \[1\]"):
                 s.run(fn)
