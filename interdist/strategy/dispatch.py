@@ -20,6 +20,7 @@ from interdist import _context, _nest
 from interdist._convert import same_object_across
 from interdist.client import cluster as cluster_lib
 from interdist.client.group import DaskGroup
+from interdist.errors import DivergedCopiesError
 from interdist.protocol import ArgRef, StoreRef, ValueMeta, VarRef, registered_variable
 from interdist.strategy.extended import StrategyExtended
 from interdist.values.distributed import DistributedValues, PerReplica
@@ -50,7 +51,16 @@ class ReplicaDispatch:
         group = getattr(self, "_group", None)
         if group is not None and group.suspect is not None:
             fault, group.suspect = group.suspect, None  # first, so the check's own program does not recurse
-            self._check_copies(fault)
+            try:
+                self._check_copies(fault)
+            except DivergedCopiesError:
+                raise
+            except BaseException:
+                # The check could not run (a replica still in the failed step: "still running"): it runs
+                # at the next call instead, so that a difference is never left unreported.
+                if group.suspect is None:
+                    group.suspect = fault
+                raise
 
     def _check_copies(self, fault: str) -> None:
         """After a fault: compare the replicas' copies of every variable that must be the same on all of

@@ -8,8 +8,10 @@ the client end are in ``interdist/control.py``.
 
 from __future__ import annotations
 
+import array
 import atexit
 import contextlib
+import fcntl
 import hmac
 import logging
 import os
@@ -17,7 +19,10 @@ import secrets
 import shutil
 import socket
 import tempfile
+import termios
 import threading
+import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -55,6 +60,38 @@ def _remove_stale_dirs() -> None:
 MAX_CONNECTIONS = 256
 
 
+_SERVERS: weakref.WeakSet[ControlServer] = weakref.WeakSet()  # this process's, for ``settle_after_resume``
+
+
+def _unread(conn: socket.socket) -> int:
+    """Bytes waiting in ``conn``'s receive buffer (0 if it cannot be told)."""
+    buf = array.array("i", [0])
+    try:
+        fcntl.ioctl(conn.fileno(), termios.FIONREAD, buf)
+    except OSError:
+        return 0
+    return int(buf[0])
+
+
+def settle_after_resume(timeout: float) -> None:
+    """After a SIGCONT: wait until what the control connections received while this process was
+    stopped (an abort of the step the notebook gave up on) has been read and handled, at most
+    ``timeout`` seconds. Called on the main thread, where replica code runs, so that the code goes on
+    only once the abort is in the mailbox: it then leaves the step at its next collective instead of
+    completing one its peers abandoned."""
+    deadline = time.monotonic() + timeout
+    for server in list(_SERVERS):
+        with server._lock:
+            conns = list(server._conns)
+        handled = server.handled
+        if not any(_unread(c) for c in conns):
+            continue
+        while time.monotonic() < deadline:
+            if not any(_unread(c) for c in conns) and server.handled > handled:
+                break
+            time.sleep(0.002)
+
+
 class ControlServer:
     """One per worker: a listening Unix socket and one serving thread per connection.
 
@@ -74,6 +111,8 @@ class ControlServer:
         self._listener.listen(64)
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self.handled = 0  # messages handled so far (``settle_after_resume`` waits for it to move)
+        _SERVERS.add(self)
         self.closed = False
         atexit.register(self.close)  # the directory goes with the process, also without a teardown
         threading.Thread(target=self._accept, name="interdist-control-accept", daemon=True).start()
@@ -153,6 +192,8 @@ class ControlServer:
                     self._handle(msg, reply)
                 except Exception as exc:  # noqa: BLE001 - reported as this step's reply
                     reply(lost_reply(exc, step=msg.get("step")))
+                finally:
+                    self.handled += 1
         except OSError:
             return
         finally:

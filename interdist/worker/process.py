@@ -38,6 +38,7 @@ from interdist.worker import thread
 
 _EXIT_GRACE = 10.0  # seconds a closing worker gets before the process exits regardless
 _RESUME_SETTLE = 0.3  # seconds the main thread waits after a SIGCONT (see main)
+_RESUME_WAIT = 5.0  # at most this long for the control connections to hand over what came meanwhile
 
 
 def main(spec: dict[str, Any]) -> None:
@@ -55,7 +56,7 @@ def main(spec: dict[str, Any]) -> None:
     # the abort waits in this process's sockets. Give the threads that read them a moment before the
     # replica's code goes on (this handler runs on the main thread, where that code runs), so that it
     # leaves the step at its next collective instead of completing one its peers abandoned.
-    signal.signal(signal.SIGCONT, lambda signum, frame: time.sleep(_RESUME_SETTLE))
+    signal.signal(signal.SIGCONT, lambda signum, frame: _settle())
     code = [1]
     loop_thread = threading.Thread(
         target=_run_loop, args=(spec, sock, stop, code), name="interdist-worker-loop", daemon=True
@@ -64,6 +65,16 @@ def main(spec: dict[str, Any]) -> None:
     thread.serve_main_thread()  # until the worker closes (stop_main_thread)
     loop_thread.join(_EXIT_GRACE)
     _exit(code[0])
+
+
+def _settle() -> None:
+    """The SIGCONT handler: the abort waiting in a control socket is handled before replica code goes on
+    (``settle_after_resume``, at most ``_RESUME_WAIT`` s: under load its thread may wait for a core), and
+    the peers' channels get ``_RESUME_SETTLE`` s more."""
+    from interdist.worker.control_server import settle_after_resume
+
+    settle_after_resume(_RESUME_WAIT)
+    time.sleep(_RESUME_SETTLE)
 
 
 def _read_security(sock: socket.socket, timeout: float = 30.0) -> Any:
