@@ -34,7 +34,7 @@ from ._harness import shm_group as _group
 
 
 def _segments() -> set[str]:
-    return set(glob.glob(f"/dev/shm/{PREFIX}*"))
+    return {p for p in glob.glob(f"/dev/shm/{PREFIX}*") if "-probe-" not in p}  # not the momentary probes
 
 
 @pytest.fixture(autouse=True)
