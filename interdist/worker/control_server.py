@@ -8,10 +8,8 @@ the client end are in ``interdist/control.py``.
 
 from __future__ import annotations
 
-import array
 import atexit
 import contextlib
-import fcntl
 import hmac
 import logging
 import os
@@ -19,7 +17,6 @@ import secrets
 import shutil
 import socket
 import tempfile
-import termios
 import threading
 import time
 import weakref
@@ -63,14 +60,12 @@ MAX_CONNECTIONS = 256
 _SERVERS: weakref.WeakSet[ControlServer] = weakref.WeakSet()  # this process's, for ``settle_after_resume``
 
 
-def _unread(conn: socket.socket) -> int:
-    """Bytes waiting in ``conn``'s receive buffer (0 if it cannot be told)."""
-    buf = array.array("i", [0])
+def _unread(conn: socket.socket) -> bool:
+    """Whether bytes wait in ``conn``'s receive buffer (False if it cannot be told)."""
     try:
-        fcntl.ioctl(conn.fileno(), termios.FIONREAD, buf)
-    except OSError:
-        return 0
-    return int(buf[0])
+        return bool(conn.recv(1, socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)))
+    except (BlockingIOError, OSError, ValueError):
+        return False
 
 
 def settle_after_resume(timeout: float) -> None:

@@ -35,6 +35,7 @@ from distributed.config import get_loop_factory
 
 from interdist.replica.user_code import enable_capture
 from interdist.worker import thread
+from interdist.worker.control_server import settle_after_resume
 
 _EXIT_GRACE = 10.0  # seconds a closing worker gets before the process exits regardless
 _RESUME_SETTLE = 0.3  # seconds the main thread waits after a SIGCONT (see main)
@@ -71,8 +72,6 @@ def _settle() -> None:
     """The SIGCONT handler: the abort waiting in a control socket is handled before replica code goes on
     (``settle_after_resume``, at most ``_RESUME_WAIT`` s: under load its thread may wait for a core), and
     the peers' channels get ``_RESUME_SETTLE`` s more."""
-    from interdist.worker.control_server import settle_after_resume
-
     settle_after_resume(_RESUME_WAIT)
     time.sleep(_RESUME_SETTLE)
 
