@@ -426,7 +426,11 @@ class ReplicaExtendedView(_ReportsNotebookClass):
             _check_one_dtype([v for v, _ in pairs])
         # merge_call's held arguments (an optimizer's gradients): one all-reduce for the whole batch.
         lazy = [i for i, (v, _) in enumerate(pairs) if isinstance(v, LazyPerReplica) and v.reducible()]
-        reduced = dict(zip(lazy, all_reduce_held(self._replica, op, [pairs[i][0] for i in lazy]), strict=True))
+        reduced = (
+            dict(zip(lazy, all_reduce_held(self._replica, op, [pairs[i][0] for i in lazy]), strict=True))
+            if lazy
+            else {}
+        )
         out = []
         for i, (v, d) in enumerate(pairs):
             if i in reduced:
