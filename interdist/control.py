@@ -102,14 +102,18 @@ def send_parts(sock: socket.socket, parts: list[Any]) -> None:
     """Write every part, in order, without joining them (``sendmsg`` may write part of them)."""
     views = [memoryview(p).cast("B") for p in parts if len(p)]
     while views:
-        sent = sock.sendmsg(views[:64])
-        while sent:
-            if sent >= views[0].nbytes:
-                sent -= views[0].nbytes
-                views.pop(0)
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
+        advance(views, sock.sendmsg(views[:64]))
+
+
+def advance(views: list[memoryview], sent: int) -> None:
+    """Drop from ``views`` the ``sent`` bytes a ``sendmsg`` wrote (whole views, then part of one)."""
+    while sent:
+        if sent >= views[0].nbytes:
+            sent -= views[0].nbytes
+            views.pop(0)
+        else:
+            views[0] = views[0][sent:]
+            sent = 0
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray | None:

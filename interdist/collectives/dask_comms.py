@@ -144,13 +144,7 @@ class DaskTransport(Transport):
                             ) from None
                         self.mailbox.wait_writable(conn.sock, min(0.5, deadline - now))
                         continue
-                    while sent:
-                        if sent >= views[0].nbytes:
-                            sent -= views[0].nbytes
-                            views.pop(0)
-                        else:
-                            views[0] = views[0][sent:]
-                            sent = 0
+                    local_control.advance(views, sent)
             except OSError:
                 conn.broken = True
                 raise
