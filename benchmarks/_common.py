@@ -59,3 +59,27 @@ def tf_child(program: str, what: str) -> dict[str, Any]:
         print(f"TF baseline ({what}) failed: {p.stderr[-600:]}")
         return {}
     return dict(json.loads(lines[0][2:]))
+
+
+def tf_all_reduce(n: int, sizes: list[tuple[int, int]]) -> dict[int, float]:
+    """TF's ``all_reduce`` SUM of ``size`` float32 inside a tf.function'd ``run`` on n logical CPUs:
+    median seconds per size, for each ``(size, repeat)``; {} without TF."""
+    program = f"""
+import json
+import tensorflow as tf
+from _common import median_time
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * {n})
+ts = tf.distribute.MirroredStrategy([f"CPU:{{i}}" for i in range({n})])
+
+@tf.function
+def step(v):
+    return ts.run(lambda x: tf.distribute.get_replica_context().all_reduce("sum", x), args=(v,))
+
+out = {{}}
+for size, repeat in {sizes!r}:
+    dv = ts.experimental_distribute_values_from_function(lambda ctx: tf.ones([size], tf.float32))
+    out[size] = median_time(lambda: ts.experimental_local_results(step(dv))[0].numpy(), repeat=repeat, warmup=3)
+print("@@" + json.dumps(out))
+"""
+    return {int(k): v for k, v in tf_child(program, f"all_reduce on {n} replicas").items()}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 import interdist as idist
-from _common import median_time, tf_child
+from _common import median_time
+from _common import tf_all_reduce as tf_all_reduce_child
 
 
 SIZES = (1_000, 100_000, 1_000_000, 4_000_000)
@@ -21,30 +22,10 @@ def _repeat(size: int) -> int:
 
 
 def tf_all_reduce(n: int) -> dict[int, float]:
-    """TF's ``all_reduce`` SUM inside a tf.function'd ``run`` on n logical CPUs: median seconds per size.
-
-    In a child process per n: TF reuses its collective group key across strategies of different sizes in
-    one process ("joining a group with size 4, but that group has size 2").
-    """
-    child = f"""
-import json
-import tensorflow as tf
-from _common import median_time
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * {n})
-ts = tf.distribute.MirroredStrategy([f"CPU:{{i}}" for i in range({n})])
-
-@tf.function
-def step(v):
-    return ts.run(lambda x: tf.distribute.get_replica_context().all_reduce("sum", x), args=(v,))
-
-out = {{}}
-for size, repeat in {[(z, _repeat(z)) for z in SIZES]!r}:
-    dv = ts.experimental_distribute_values_from_function(lambda ctx: tf.ones([size], tf.float32))
-    out[size] = median_time(lambda: ts.experimental_local_results(step(dv))[0].numpy(), repeat=repeat, warmup=3)
-print("@@" + json.dumps(out))
-"""
-    return {int(k): v for k, v in tf_child(child, f"{n} replicas").items()}
+    """TF's medians per size (``_common.tf_all_reduce``), in a child process per n: TF reuses its collective
+    group key across strategies of different sizes in one process ("joining a group with size 4, but that
+    group has size 2")."""
+    return tf_all_reduce_child(n, [(z, _repeat(z)) for z in SIZES])
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import numpy as np
-from _common import median_time, tf_child
+from _common import median_time, tf_all_reduce
 
 import interdist as idist
 
@@ -70,28 +70,9 @@ def memcpy_bandwidth(nbytes: int = LARGE * 4) -> float:
 
 
 def tf_figures(n: int) -> dict[str, float]:
-    """TF's tf.function'd ``run`` with an all_reduce SUM of 4 KB and 16 MB on n logical CPUs (median s).
-
-    In a child process per n (TF keeps its collective group keys per process)."""
-    child = f"""
-import json
-import tensorflow as tf
-from _common import median_time
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * {n})
-ts = tf.distribute.MirroredStrategy([f"CPU:{{i}}" for i in range({n})])
-
-@tf.function
-def step(v):
-    return ts.run(lambda x: tf.distribute.get_replica_context().all_reduce("sum", x), args=(v,))
-
-out = {{}}
-for name, size, repeat in (("small", {SMALL}, 200), ("large", {LARGE}, 20)):
-    dv = ts.experimental_distribute_values_from_function(lambda ctx: tf.ones([size], tf.float32))
-    out[name] = median_time(lambda: ts.experimental_local_results(step(dv))[0].numpy(), repeat=repeat, warmup=3)
-print("@@" + json.dumps(out))
-"""
-    return tf_child(child, f"{n} replicas")
+    """TF's tf.function'd ``run`` with an all_reduce SUM of 4 KB and 16 MB on n logical CPUs (median s)."""
+    t = tf_all_reduce(n, [(SMALL, 200), (LARGE, 20)])
+    return {"small": t[SMALL], "large": t[LARGE]} if t else {}
 
 
 def _all_reduce(v: Any) -> Any:
