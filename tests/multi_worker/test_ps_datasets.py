@@ -309,11 +309,17 @@ def test_worker_restart_recreates_its_iterator(ps: Any, tmp_path: Any) -> None:
         assert time.monotonic() < deadline, "the killed worker was not replaced"
         time.sleep(0.2)
     new_pids = {client.run(os.getpid, workers=[a])[a] for a in set(live) - before}
-    while not new_pids & {pid for pid, _ in results}:  # until the new worker has run some steps
+    while not set(coord._addresses) & (set(live) - before):  # until the coordinator has taken the new worker
+        assert time.monotonic() < deadline, "the coordinator did not take the replacement worker"
+        time.sleep(0.1)
+    # Until the new worker has run some steps. Paced: the surviving worker takes every step the new one is
+    # too slow to take (its first rebuilds the iterator), and 1000 of them would exhaust its own iterator.
+    while not new_pids & {pid for pid, _ in results}:
         assert time.monotonic() < deadline, "no step ran on the replacement worker"
         batch = [coord.schedule(step, args=(100, it)) for _ in range(4)]
         coord.join()
         results += [r.fetch() for r in batch]
+        time.sleep(0.05)
     by_pid: dict[int, list[int]] = {}
     for pid, x in results:
         by_pid.setdefault(pid, []).append(x)
