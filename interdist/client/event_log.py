@@ -26,10 +26,12 @@ from interdist.events import Event
 class EventLog:
     """The events of one strategy's replicas, as they arrive in the notebook.
 
-    Replies bring events in their wire form. Without listeners they are kept so and turned into
-    ``Event`` objects only when ``events`` is read: a fused call of 64 steps brings 128 of them,
-    and building them at every call cost the notebook ~0.7 ms of CPU that the replicas, sharing
-    its cores, could use.
+    Replies (and, while a live feed is on, the workers' batches) bring events in their wire form.
+    They are kept so, and turned into ``Event`` objects only when read (``events``, ``since``), or at
+    once for a synchronous listener: a fused call of 64 steps brings 128 of them, and building them
+    at every call cost the notebook ~0.7 ms of CPU that the replicas, sharing its cores, could use.
+    The inline dashboard reads with ``since`` from its own thread, five times a second: the step's
+    thread only appends the reply's messages to a list, dashboard or not.
     """
 
     def __init__(self, maxlen: int = 100_000) -> None:
@@ -37,6 +39,7 @@ class EventLog:
         self._raw: list[dict[str, Any]] = []  # wire messages not expanded yet, in arrival order
         self._cond = threading.Condition()
         self.listeners: list[Callable[[Event], None]] = []
+        self._expanded = 0  # events ever put in ``_events`` (positions for ``since``)
         self._live = 0  # live feeds on (start_live - stop_live)
         self._seen: dict[tuple[Any, ...], None] | None = None  # keys of recent events while live, oldest first
 
@@ -47,29 +50,36 @@ class EventLog:
             self._expand()
             return self._events
 
-    def _expand(self) -> None:  # with the lock held
-        if self._raw:
-            raw, self._raw = self._raw, []
-            self._events.extend(e for m in raw for e in events.expand(m))
+    def since(self, position: int) -> tuple[list[Event], int]:
+        """The events kept after ``position``, oldest first, and the position to ask from next time
+        (``since(0)``: all that are kept). Events that left the log meanwhile (``maxlen``) are skipped."""
+        with self._cond:
+            self._expand()
+            n = min(self._expanded - position, len(self._events))
+            if n <= 0:
+                return [], self._expanded
+            new = list(itertools.islice(reversed(self._events), n))
+            new.reverse()
+            return new, self._expanded
+
+    def _expand(self) -> list[Event]:  # with the lock held; the events made now
+        if not self._raw:
+            return []
+        raw, self._raw = self._raw, []
+        batch = self._unseen(raw) if self._seen is not None else [e for m in raw for e in events.expand(m)]
+        self._events.extend(batch)
+        self._expanded += len(batch)
+        return batch
 
     def add_msgs(self, msgs: Any) -> None:
+        """A reply's event messages: kept as they are, unless a listener wants the events at once."""
         if not msgs:
             return
         listeners = list(self.listeners)
-        batch: list[Event] = []
         with self._cond:
-            if self._seen is not None:  # live: what the feed brought already is dropped
-                self._expand()
-                batch = self._unseen(msgs)
-                self._events.extend(batch)
-            elif listeners:
-                self._expand()
-                batch = [e for m in msgs for e in events.expand(m)]
-                self._events.extend(batch)
-            else:
-                self._raw.extend(msgs)
-                if len(self._raw) > (self._events.maxlen or 0):
-                    self._expand()  # bounded: never more unexpanded than the log keeps
+            self._raw.extend(msgs)
+            # bounded: never more unexpanded than the log keeps
+            batch = self._expand() if listeners or len(self._raw) > (self._events.maxlen or 0) else []
             self._cond.notify_all()  # one wake-up per reply, not per event
         _tell(listeners, batch)
 
@@ -87,22 +97,22 @@ class EventLog:
 
     def stop_live(self) -> None:
         with self._cond:
+            self._expand()  # what came while live is deduplicated as such
             self._live = max(0, self._live - 1)
             if self._live == 0:
                 self._seen = None
 
     def add_live(self, msgs: list[dict[str, Any]]) -> None:
-        """Wire messages as a worker logged them (during a step): the ones not seen yet are kept and told."""
+        """Wire messages as a worker logged them (during a step): kept with the replies' ones, each event
+        once (the duplicates are dropped when they are expanded). Called on the client's event loop."""
+        listeners = list(self.listeners)
         with self._cond:
             if self._seen is None:
                 return  # the feed stopped: the replies bring these
-            self._expand()
-            batch = self._unseen(msgs)
-            if not batch:
-                return
-            self._events.extend(batch)
+            self._raw.extend(msgs)
+            batch = self._expand() if listeners else []
             self._cond.notify_all()
-        _tell(list(self.listeners), batch)
+        _tell(listeners, batch)
 
     def _unseen(self, msgs: Any) -> list[Event]:  # with the lock held, live
         seen = self._seen
@@ -129,6 +139,7 @@ class EventLog:
         with self._cond:
             self._expand()
             self._events.append(event)
+            self._expanded += 1
             self._cond.notify_all()
         _tell(list(self.listeners), [event])
 

@@ -60,3 +60,37 @@ def test_the_event_log_keeps_arrival_order_whether_or_not_it_expanded_yet() -> N
     last = [("run-finished", 15), ("run-started", 16), ("run-finished", 16), ("run-started", 17), ("run-finished", 17)]
     assert [(e.kind, e.step) for e in log.wait_for(lambda evs: evs[-1].step == 17, timeout=1)] == last
     assert [(e.kind, e.step) for e in log.events] == last
+
+
+def test_since_reads_new_events_from_a_position_and_expands_them_only_then() -> None:
+    from interdist.client.event_log import EventLog
+
+    log = EventLog(maxlen=6)
+    log.add_msgs([events.RunStarted("g", k, 0, float(k), "f", "run").to_msg() for k in (1, 2)])
+    assert len(log._raw) == 2  # no reader yet: kept in wire form
+    first, pos = log.since(0)
+    assert [e.step for e in first] == [1, 2] and pos == 2 and not log._raw
+    assert log.since(pos) == ([], 2)
+    log.add_msgs([events.steps_msg("g", 3, 0, "f", [3.0, 3.5])])
+    new, pos = log.since(pos)
+    assert [(e.kind, e.step) for e in new] == [("run-started", 3), ("run-finished", 3)] and pos == 4
+    log.add_msgs([events.RunStarted("g", k, 0, float(k), "f", "run").to_msg() for k in range(10, 20)])
+    new, pos = log.since(pos)  # 10 more, of which the log keeps 6: the 4 oldest are skipped
+    assert [e.step for e in new] == list(range(14, 20)) and pos == 14
+
+
+def test_live_duplicates_are_dropped_when_expanded() -> None:
+    from interdist.client.event_log import EventLog
+
+    log = EventLog()
+    a, b, c = (events.RunStarted("g", k, 0, float(k), "f", "run").to_msg() for k in (1, 2, 3))
+    log.start_live()
+    log.add_live([a, b])  # the worker's batch came first
+    log.add_msgs([a, b, c])  # then the reply, with the same two
+    log.add_live([c])
+    new, pos = log.since(0)
+    assert [e.step for e in new] == [1, 2, 3] and pos == 3
+    log.stop_live()
+    log.add_live([c])  # the feed is off: nothing more from it
+    log.add_msgs([c])  # the replies are all there is now, taken as they come
+    assert [e.step for e in log.since(pos)[0]] == [3]
