@@ -165,6 +165,7 @@ class DashboardModel:
         self.open: dict[tuple[int, int], OpenCollective] = {}  # (step, seq) -> state
         self.failures: list[events.ReplicaFailed] = []
         self.steps_done: deque[tuple[float, int]] = deque(maxlen=MAX_STEPS)  # (time, step) of finished run steps
+        self.steps_finished = 0  # all of them, also those that left steps_done
         self._starting: dict[int, set[int]] = {}  # step -> replicas that started it
         self._finishing: dict[int, set[int]] = {}  # step -> replicas that finished it
         self._counted: set[int] = set()  # steps already counted as finished
@@ -384,6 +385,7 @@ class DashboardModel:
             self._finishing.pop(e.step, None)
             self._starting.pop(e.step, None)
             self.steps_done.append((e.time, e.step))
+            self.steps_finished += 1
             if self.running_step == e.step:
                 self.running_step = None
         for s in [s for s in self._counted if s < e.step - MAX_PENDING_STEPS]:

@@ -130,6 +130,76 @@ def test_update_skips_when_nothing_changed() -> None:
     assert v.update(m)
 
 
+def many_steps(first: int, n: int) -> list[ev.Event]:
+    """Steps ``first``... of two replicas, one all_reduce each, a second apart (after training_stream)."""
+    out: list[ev.Event] = []
+    for step in range(first, first + n):
+        t = 100.0 + step
+        for r in (0, 1):
+            out += [ev.RunStarted(G, step, r, t, "step", "run"),
+                    ev.CollectiveEntered(G, step, r, t + 0.1, "all_reduce", 1, 1000),
+                    ev.CollectiveExited(G, step, r, t + 0.2, "all_reduce", 1, 1000, "ring", "dask", 0.0, 0.1)]
+        out += [ev.RunFinished(G, step, r, t + 0.5, "step", "run", 0.5, True) for r in (0, 1)]
+    return out
+
+
+def sent_changes(view: Any) -> list[Any]:
+    """The document changes a view's update sends to the browser (recorded from now on)."""
+    doc = Document()
+    doc.add_root(view.root)
+    changes: list[Any] = []
+    doc.on_change(changes.append)
+    return changes
+
+
+@pytest.mark.parametrize(("cls", "rows_per_step"), [(Timeline, 2), (Timings, 2), (Progress, 1)])
+def test_append_only_views_send_only_the_new_rows(cls: Any, rows_per_step: int) -> None:
+    from bokeh.document.events import ColumnDataChangedEvent, ColumnsStreamedEvent
+
+    m, v = model_of(training_stream()), cls()
+    changes = sent_changes(v)
+    v.update(m)
+    assert [type(c) for c in changes if isinstance(c, (ColumnsStreamedEvent, ColumnDataChangedEvent))] == [
+        ColumnDataChangedEvent]  # the first draw: every row
+    changes.clear()
+    m.feed_many(many_steps(4, 3))
+    v.update(m)
+    streamed = [c for c in changes if isinstance(c, ColumnsStreamedEvent)]
+    assert not [c for c in changes if isinstance(c, ColumnDataChangedEvent)]
+    assert len(streamed) == 1 and list(streamed[0].data["step"]) == [s for s in (4, 5, 6) for _ in range(rows_per_step)]
+    fresh = cls()
+    fresh.update(m)
+    assert data(v) == data(fresh)  # what was streamed adds up to what a new view draws
+    # A filter shows other rows: all of them again.
+    if cls is not Progress:
+        changes.clear()
+        v.replica = 1
+        v.update(m)
+        assert [type(c) for c in changes if isinstance(c, ColumnDataChangedEvent)] == [ColumnDataChangedEvent]
+        assert set(data(v)["replica"]) == {1}
+
+
+def test_appended_rows_past_the_window_are_sent_whole_and_counted_from_the_first_step() -> None:
+    from interdist.dashboard.components import progress, timeline
+
+    m, line, prog = model_of(training_stream()), Timeline(), Progress()
+    line.update(m)
+    prog.update(m)
+    m.feed_many(many_steps(4, timeline.SHOWN))  # 2 rows a step: more new rows than the timeline shows
+    line.update(m)
+    fresh = Timeline()
+    fresh.update(m)
+    assert data(line) == data(fresh) and len(data(line)["step"]) == timeline.SHOWN
+    assert data(line)["step"][-1] == 3 + timeline.SHOWN
+    m.feed_many(many_steps(4 + timeline.SHOWN, progress.SHOWN))
+    prog.update(m)
+    d = data(prog)
+    finished = 2 + timeline.SHOWN + progress.SHOWN
+    assert m.steps_finished == finished and len(d["count"]) == progress.SHOWN
+    assert d["count"][-1] == finished and d["count"][0] == finished - progress.SHOWN + 1
+    assert f"<b>{finished}</b> step(s) finished" in prog.status.text
+
+
 def test_set_data_makes_the_tables_showing_the_source_repaint() -> None:
     # Bokeh >= 3.9 repaints a DataTable only when its CDSView changes, which new values in as many
     # rows do not do; set_data changes the view (its tags) so the table repaints (tests/lab checks it drawn).

@@ -7,8 +7,10 @@ so a view works the same inline (through ``jupyter_bokeh``) and as a Dask page.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Generic, TypeVar
 
+import numpy as np
 from bokeh.models.layouts import LayoutDOM
 from bokeh.models.sources import ColumnDataSource
 from bokeh.models.widgets import DataTable
@@ -16,7 +18,9 @@ from bokeh.models.widgets import DataTable
 from interdist.dashboard.model import DashboardModel
 from interdist.dashboard.units import fmt_bytes
 
-__all__ = ["View", "fit_height", "fmt_bytes", "set_data"]
+__all__ = ["Appended", "View", "fit_height", "fmt_bytes", "numbers", "set_data"]
+
+_T = TypeVar("_T")
 
 
 class View:
@@ -53,7 +57,7 @@ class View:
         return self.replica is None or self.replica == replica
 
 
-def set_data(source: ColumnDataSource, data: dict[str, list[Any]]) -> bool:
+def set_data(source: ColumnDataSource, data: dict[str, Any]) -> bool:
     """Replace the source's columns, but only when they differ: every assignment goes to the browser.
 
     Then nudge each DataTable that shows ``source`` so that it repaints. Since Bokeh 3.9
@@ -85,3 +89,59 @@ def fit_height(table: DataTable, rows: int, most: int = 12) -> None:
     height = 30 + 26 * max(1, min(rows, most))
     if table.height != height:
         table.height = height
+
+
+class Appended(Generic[_T]):
+    """A source that shows the last ``shown`` rows of an append-only sequence of the model (a deque).
+
+    A redraw sends only the rows appended since the last one (``ColumnDataSource.stream``, with
+    ``rollover``), and all rows only when ``basis`` changed (a filter, the time origin, a unit) or
+    the last row sent has left the sequence. Replacing the whole ``data`` each time sent, five
+    times a second, 1,000 points of 13 columns per view, and serializing them took the notebook
+    more CPU than the training loop it watched (benchmarks/bench_dashboard.py).
+    """
+
+    def __init__(self, source: ColumnDataSource, shown: int) -> None:
+        self.source = source
+        self.shown = shown
+        self._last: Any = None  # the newest item sent (compared by identity)
+        self._basis: Hashable = None
+
+    def new_items(self, items: Sequence[_T], basis: Hashable) -> list[_T] | None:
+        """The items appended since the last ``send``, oldest first; None when all must be sent again."""
+        if basis != self._basis or self._last is None:
+            return None
+        new: list[_T] = []
+        for item in reversed(items):
+            if item is self._last:
+                new.reverse()
+                return new
+            new.append(item)
+            if len(new) > self.shown:
+                return None  # more than the view shows: send them all at once
+        return None  # the last row sent fell out of the model's window
+
+    def send(
+        self,
+        items: Sequence[_T],
+        basis: Hashable,
+        columns: Callable[[list[_T]], dict[str, Any]],
+        keep: Callable[[_T], bool] = lambda item: True,
+    ) -> None:
+        """Show the last ``shown`` kept items: only the new ones sent when ``basis`` is unchanged."""
+        new = self.new_items(items, basis)
+        if new is None:
+            set_data(self.source, columns([x for x in items if keep(x)][-self.shown :]))
+        else:
+            rows = [x for x in new if keep(x)]
+            if rows:
+                new_data: dict[str, Any] = dict(columns(rows))
+                self.source.stream(new_data, rollover=self.shown)
+        self._basis = basis
+        self._last = items[-1] if len(items) else None
+
+
+def numbers(values: Any) -> np.ndarray[Any, Any]:
+    """A numeric column as a NumPy array: Bokeh sends it as one binary buffer, where a list of
+    floats is encoded and JSON-dumped number by number (most of a redraw's cost)."""
+    return np.asarray(values if isinstance(values, list) else list(values))

@@ -9,7 +9,7 @@ from bokeh.models.sources import ColumnDataSource
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
 
-from interdist.dashboard.components._base import View, set_data
+from interdist.dashboard.components._base import Appended, View, numbers
 from interdist.dashboard.model import DashboardModel
 
 COLUMNS = ["time", "step", "count"]
@@ -27,6 +27,7 @@ class Progress(View):
         self.source = ColumnDataSource(
             {c: [] for c in COLUMNS}, name=f"interdist-{self.name}"
         )  # found by tests in the browser
+        self._rows: Appended[tuple[float, int]] = Appended(self.source, SHOWN)
         self.status = Div(text="no steps yet")
         fig = figure(
             height=kwargs.pop("height", 180),
@@ -41,17 +42,17 @@ class Progress(View):
 
     def _update(self, model: DashboardModel) -> None:
         t0 = model.t0 or 0.0
-        done = list(model.steps_done)
-        first = max(0, len(done) - SHOWN)
-        shown = done[first:]
-        set_data(
-            self.source,
-            {
-                "time": [t - t0 for t, _ in shown],
-                "step": [s for _, s in shown],
-                "count": list(range(first + 1, first + len(shown) + 1)),
-            },
-        )
+        total = model.steps_finished  # counted from the first step, also once the oldest left the window
+
+        def columns(shown: list[tuple[float, int]]) -> dict[str, Any]:
+            # ``shown`` is always the newest steps (no filter here): the last of them is the total
+            return {
+                "time": numbers([t - t0 for t, _ in shown]),
+                "step": numbers([s for _, s in shown]),
+                "count": numbers(range(total - len(shown) + 1, total + 1)),
+            }
+
+        self._rows.send(model.steps_done, t0, columns)
         running = (
             f", running {model.run_label(model.running_step)} ({model.last_fn})"
             if model.running_step is not None
@@ -60,7 +61,7 @@ class Progress(View):
         # the rate over the last steps (not since the dashboard opened, which counts the idle time between cells)
         own = model.failed_replicas()
         self.status.text = (
-            f"<b>{len(done)}</b> step(s) finished on <b>{model.world_size}</b> replica(s), "
+            f"<b>{total}</b> step(s) finished on <b>{model.world_size}</b> replica(s), "
             f"<b>{model.steps_per_second():.1f}</b> steps/s{running}"
             + (f", <span style='color:red'>{len(own)} failure(s)</span>" if own else "")
         )

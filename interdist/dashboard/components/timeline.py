@@ -14,8 +14,8 @@ from bokeh.models.tickers import SingleIntervalTicker
 from bokeh.models.tools import HoverTool
 from bokeh.plotting import figure
 
-from interdist.dashboard.components._base import View, set_data
-from interdist.dashboard.model import DashboardModel
+from interdist.dashboard.components._base import Appended, View, numbers
+from interdist.dashboard.model import DashboardModel, TimelineEntry
 from interdist.dashboard.units import fmt_bytes, fmt_duration
 
 COLUMNS = [
@@ -50,6 +50,7 @@ class Timeline(View):
         self.source = ColumnDataSource(
             {c: [] for c in COLUMNS}, name=f"interdist-{self.name}"
         )  # found by tests in the browser
+        self._rows: Appended[TimelineEntry] = Appended(self.source, SHOWN)
         fig = figure(
             title="collectives per replica: wait (grey) vs transfer (blue)",
             x_axis_label="seconds since first event",
@@ -89,23 +90,25 @@ class Timeline(View):
 
     def _update(self, model: DashboardModel) -> None:
         t0 = model.t0 or 0.0
-        rows = [e for e in model.timeline if self.shows_replica(e.replica)][-SHOWN:]
-        data: dict[str, list[Any]] = {
-            "replica": [e.replica for e in rows],
-            "op": [e.op for e in rows],
-            "step": [e.step for e in rows],
-            "seq": [e.seq for e in rows],
-            "start": [e.start - t0 for e in rows],
-            "mid": [e.start - t0 + e.wait_s for e in rows],
-            # the bar ends where the replica left, which also covers the bookkeeping around the transfer
-            "end": [max(e.end - t0, e.start - t0 + e.wait_s + e.transfer_s) for e in rows],
-            "wait_ms": [e.wait_s * 1e3 for e in rows],
-            "transfer_ms": [e.transfer_s * 1e3 for e in rows],
-            "wait_text": [fmt_duration(e.wait_s) for e in rows],
-            "transfer_text": [fmt_duration(e.transfer_s) for e in rows],
-            "nbytes": [e.nbytes for e in rows],
-            "bytes": [fmt_bytes(e.nbytes) for e in rows],
-            "algorithm": [e.algorithm for e in rows],
-            "backend": [e.backend for e in rows],
-        }
-        set_data(self.source, data)
+
+        def columns(rows: list[TimelineEntry]) -> dict[str, Any]:
+            return {
+                "replica": numbers([e.replica for e in rows]),
+                "op": [e.op for e in rows],
+                "step": numbers([e.step for e in rows]),
+                "seq": numbers([e.seq for e in rows]),
+                "start": numbers([e.start - t0 for e in rows]),
+                "mid": numbers([e.start - t0 + e.wait_s for e in rows]),
+                # the bar ends where the replica left, which also covers the bookkeeping around the transfer
+                "end": numbers([max(e.end - t0, e.start - t0 + e.wait_s + e.transfer_s) for e in rows]),
+                "wait_ms": numbers([e.wait_s * 1e3 for e in rows]),
+                "transfer_ms": numbers([e.transfer_s * 1e3 for e in rows]),
+                "wait_text": [fmt_duration(e.wait_s) for e in rows],
+                "transfer_text": [fmt_duration(e.transfer_s) for e in rows],
+                "nbytes": numbers([e.nbytes for e in rows]),
+                "bytes": [fmt_bytes(e.nbytes) for e in rows],
+                "algorithm": [e.algorithm for e in rows],
+                "backend": [e.backend for e in rows],
+            }
+
+        self._rows.send(model.timeline, (t0, self.replica), columns, lambda e: self.shows_replica(e.replica))

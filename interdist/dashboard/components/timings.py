@@ -15,8 +15,8 @@ from bokeh.models.tools import HoverTool
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
-from interdist.dashboard.components._base import View, set_data
-from interdist.dashboard.model import DashboardModel
+from interdist.dashboard.components._base import Appended, View, numbers
+from interdist.dashboard.model import DashboardModel, TimingPoint
 from interdist.dashboard.units import fmt_bytes, fmt_duration, fmt_rate
 
 COLUMNS = [
@@ -43,6 +43,11 @@ def op_color(op: str, known: list[str]) -> str:
     return Category10_10[known.index(op) % 10]
 
 
+def _unit(top_gbps: float) -> tuple[str, float]:
+    """The bandwidth unit for values up to ``top_gbps`` GB/s, and the factor from GB/s to it."""
+    return ("GB/s", 1.0) if top_gbps >= 1 else ("MB/s", 1e3) if top_gbps >= 1e-3 else ("KB/s", 1e6)
+
+
 class Timings(View):
     """Three stacked plots sharing the time axis; one point per replica per collective."""
 
@@ -55,6 +60,8 @@ class Timings(View):
             {c: [] for c in COLUMNS}, name=f"interdist-{self.name}"
         )  # found by tests in the browser
         self._ops: list[str] = []
+        self._rows: Appended[TimingPoint] = Appended(self.source, SHOWN)
+        self._unit = _unit(0.0)
         height = kwargs.pop("height", 170)
         hover = [
             ("op", "@op (step @step, replica @replica)"),
@@ -82,25 +89,32 @@ class Timings(View):
 
     def _update(self, model: DashboardModel) -> None:
         t0 = model.t0 or 0.0
-        points = [p for p in model.timings if self.shows_replica(p.replica)][-SHOWN:]
-        top = max((p.bus_gbps for p in points), default=0.0)
-        unit, scale = ("GB/s", 1.0) if top >= 1 else ("MB/s", 1e3) if top >= 1e-3 else ("KB/s", 1e6)
-        data: dict[str, list[Any]] = {
-            "time": [p.time - t0 for p in points],
-            "op": [p.op for p in points],
-            "step": [p.step for p in points],
-            "replica": [p.replica for p in points],
-            "latency_ms": [p.latency_s * 1e3 for p in points],
-            "nbytes": [p.nbytes for p in points],
-            "bus_gbps": [p.bus_gbps for p in points],
-            # the bandwidth axis in the unit that suits the numbers (MB/s on a laptop, GB/s on NVLink)
-            "bus": [p.bus_gbps * scale for p in points],
-            "latency_text": [fmt_duration(p.latency_s) for p in points],
-            "bytes_text": [fmt_bytes(p.nbytes) for p in points],
-            "bus_text": [fmt_rate(p.bus_gbps * 1e9) for p in points],
-            "color": [op_color(p.op, self._ops) for p in points],
-        }
-        set_data(self.source, data)
+        new = self._rows.new_items(model.timings, (t0, self.replica, self._unit))
+        if new is None:  # all points again: the unit from all of them
+            shown = [p for p in model.timings if self.shows_replica(p.replica)][-SHOWN:]
+            self._unit = _unit(max((p.bus_gbps for p in shown), default=0.0))
+        elif any(_unit(p.bus_gbps)[1] < self._unit[1] for p in new):
+            self._unit = _unit(max(p.bus_gbps for p in new))  # a bigger unit: every point is sent again
+        unit, scale = self._unit
+
+        def columns(points: list[TimingPoint]) -> dict[str, Any]:
+            return {
+                "time": numbers([p.time - t0 for p in points]),
+                "op": [p.op for p in points],
+                "step": numbers([p.step for p in points]),
+                "replica": numbers([p.replica for p in points]),
+                "latency_ms": numbers([p.latency_s * 1e3 for p in points]),
+                "nbytes": numbers([p.nbytes for p in points]),
+                "bus_gbps": numbers([p.bus_gbps for p in points]),
+                # the bandwidth axis in the unit that suits the numbers (MB/s on a laptop, GB/s on NVLink)
+                "bus": numbers([p.bus_gbps * scale for p in points]),
+                "latency_text": [fmt_duration(p.latency_s) for p in points],
+                "bytes_text": [fmt_bytes(p.nbytes) for p in points],
+                "bus_text": [fmt_rate(p.bus_gbps * 1e9) for p in points],
+                "color": [op_color(p.op, self._ops) for p in points],
+            }
+
+        self._rows.send(model.timings, (t0, self.replica, self._unit), columns, lambda p: self.shows_replica(p.replica))
         label = f"bus bandwidth ({unit})"
         if self.figures[-1].yaxis[0].axis_label != label:
             self.figures[-1].yaxis[0].axis_label = label
