@@ -2,11 +2,11 @@
 
 Events reach the notebook with each step's reply and, while the dashboard is open,
 as the workers log them during the step (``live.LiveFeed``: the scheduler's
-``interdist`` topic, deduplicated by the event log); they are handed to
-``strategy.events.listeners`` on the thread that brought them. The listener here only
-appends to a deque (O(1), thread-safe): the model is fed and the views redrawn by
-a pump thread at most ``1 / interval`` times a second, so a fast training loop
-pays almost nothing for a live dashboard (measured in benchmarks/bench_dashboard.py).
+``interdist`` topic, deduplicated by the event log). The step's thread only appends
+their wire form to ``strategy.events``; a pump thread reads the new ones from there
+(``EventLog.since``), feeds the model and redraws the views at most ``1 / interval``
+times a second, sending only the rows that are new. So a fast training loop pays
+almost nothing for a live dashboard (measured in benchmarks/bench_dashboard.py).
 
 A redraw reaches the browser as patches to the views' documents, which only views
 already on the page receive. A view drawn later starts from its widget's state, so
@@ -20,12 +20,11 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 import weakref
-from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
 
-from interdist import events
 from interdist.dashboard import bokehjs
 from interdist.dashboard.components import VIEWS, ReplicaStatusStrip, View, Watchdog
 from interdist.dashboard.live import LiveFeed
@@ -33,6 +32,9 @@ from interdist.dashboard.model import DashboardModel
 from interdist.replica import faults
 
 logger = logging.getLogger("interdist")
+
+#: The most of one core the pump thread takes (reading events, redrawing): past it, redraws come less often.
+CPU_SHARE = 0.03
 
 
 class InlineDashboard:
@@ -49,8 +51,8 @@ class InlineDashboard:
         self._inject = inject  # idist.debug.inject bound to the strategy (the fault control), if offered
         self.interval = interval
         self.updates = 0  # redraws done, for the status line and tests
+        self.cpu_s = 0.0  # CPU time the pump thread spent reading events and redrawing
         self.paused = False
-        self._pending: deque[events.Event] = deque()
         # the pump thread, widget callbacks and state requests all read or redraw the views;
         # reentrant, as resync() sets widget state, which reads the documents again
         self._lock = threading.RLock()
@@ -62,14 +64,8 @@ class InlineDashboard:
         self.views: dict[str, View] = {name: cls() for name, cls in VIEWS.items()}
         cast(Watchdog, self.views["watchdog"]).threshold_s = threshold_s  # VIEWS["watchdog"] is Watchdog
         cast(ReplicaStatusStrip, self.views["status"]).threshold_s = threshold_s
-        log = strategy.events
-        self._listener = self._pending.append
-        # Snapshot and subscribe under the log's lock so no event is missed; an event
-        # being delivered at that moment may arrive twice, so the first drain skips it.
-        with log._cond:
-            seed = list(log.events)
-            log.listeners.append(self._listener)
-        self._seed_ids = {id(e) for e in seed}
+        # Every event the log keeps, and from then on the new ones (the pump reads them from its position).
+        seed, self._position = strategy.events.since(0)
         self.model.feed_many(seed)
         self.live = LiveFeed(strategy)  # after the seed: the log drops what the feed brings again
         self.widget = self._build_widgets()
@@ -80,16 +76,13 @@ class InlineDashboard:
     # -- the loop ------------------------------------------------------------------
     def pump(self) -> int:
         """Feed the model with the events that arrived since the last call; how many."""
-        n = 0
-        while self._pending:
-            e = self._pending.popleft()
-            if self._seed_ids and id(e) in self._seed_ids:
-                continue
-            self.model.feed(e)
-            n += 1
-        if n:
-            self._seed_ids = set()
-        return n
+        strategy = self._strategy()
+        if strategy is None:
+            return 0
+        new, self._position = strategy.events.since(self._position)
+        del strategy
+        self.model.feed_many(new)
+        return len(new)
 
     def refresh(self, force: bool = False) -> None:
         """Redraw every view whose data changed (all of them with ``force``)."""
@@ -116,10 +109,12 @@ class InlineDashboard:
                 model.update_from_model(self.views[name].root)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        wait = self.interval
+        while not self._stop.wait(wait):
             strategy = self._strategy()
             closed = strategy is None or getattr(strategy, "_closed", False)
             del strategy
+            cpu = time.thread_time()
             try:
                 if self.paused:
                     self.pump()
@@ -127,6 +122,11 @@ class InlineDashboard:
                     self.refresh()
             except Exception:
                 logger.debug("interdist dashboard: redraw failed", exc_info=True)
+            spent = time.thread_time() - cpu
+            self.cpu_s += spent
+            # At most CPU_SHARE of a core, however many events come: a redraw of a fast loop's
+            # steps waits longer (it then sends more rows at once, which costs less per row).
+            wait = max(self.interval, spent / CPU_SHARE - spent)
             if closed:
                 self.close()
 
@@ -134,9 +134,6 @@ class InlineDashboard:
         """Stop updating and unsubscribe (the widgets stay, showing the last state)."""
         self._stop.set()
         self.live.close()
-        strategy = self._strategy()
-        if strategy is not None and self._listener in strategy.events.listeners:
-            strategy.events.listeners.remove(self._listener)
 
     # -- widgets -------------------------------------------------------------------
     def _build_widgets(self) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,12 @@ def test_inline_dashboard_follows_a_training_run(mirrored2: idist.MirroredStrate
         assert len(d.views["progress"].source.data["step"]) == len(before) + 1
     finally:
         d.close()
-    assert d._listener not in s.events.listeners
+    d._thread.join(timeout=5)
+    assert not d._thread.is_alive() and s.events._seen is None  # no pump, no live feed left behind
+    updates = d.updates
+    s.run(lambda: np.float32(1.0))
+    time.sleep(0.3)
+    assert d.updates == updates
 
 
 def test_redraws_are_throttled(mirrored2: idist.MirroredStrategy) -> None:
@@ -65,6 +71,34 @@ def test_redraws_are_throttled(mirrored2: idist.MirroredStrategy) -> None:
         elapsed = time.monotonic() - t0
         # at most one redraw per interval (plus the one in flight), and the view keeps up (>= 2 per second)
         assert 2 <= d.updates - start <= elapsed / 0.2 + 2
+    finally:
+        d.close()
+
+
+def test_redraws_that_cost_much_come_less_often(mirrored2: idist.MirroredStrategy, monkeypatch: Any) -> None:
+    """The pump takes at most CPU_SHARE of a core: a redraw that burns 20 ms of CPU waits ~0.5 s for the next."""
+    from interdist.dashboard import inline
+
+    monkeypatch.setattr(inline, "CPU_SHARE", 0.04)
+    box = mirrored2.dashboard(interval=0.05)
+    d = box.dashboard
+    try:
+        real = d.refresh
+
+        def costly(force: bool = False) -> None:
+            t = time.thread_time()
+            while time.thread_time() - t < 0.02:
+                pass
+            real(force)
+
+        monkeypatch.setattr(d, "refresh", costly)
+        time.sleep(0.3)  # the redraw under way when it was patched ends; the next ones burn
+        start, cpu0, t0 = d.updates, d.cpu_s, time.monotonic()
+        time.sleep(2.0)
+        elapsed = time.monotonic() - t0
+        # unthrottled, 2 s at 0.05 s would be ~40 redraws; at 4% of a core, 20 ms each: ~4 (one 0.5 s apart)
+        assert 2 <= d.updates - start <= 6
+        assert (d.cpu_s - cpu0) / elapsed <= 0.04 * 1.5
     finally:
         d.close()
 
