@@ -7,7 +7,9 @@ than the whole round trip to the replicas.
 
 The bytes are reused only for a function whose captured values are all immutable in a way an
 identity check can see: modules, numbers, strings, ``None``, classes and functions pickled by
-reference, tuples of these, and functions pickled by value that satisfy the same rule. The
+reference, tuples of these, functions pickled by value that satisfy the same rule, and interdist's
+handles that say what they pickle to (``__interdist_fingerprint__``: a variable or a strategy is a
+reference to it on the workers, so a training step that names its model's variables is pickled once). The
 fingerprint is the identity of each of them (so rebinding a global, a default or a closure cell
 makes a new pickle; the cache entry holds them, so no identity can be reused by a new object while
 it lives) plus the number of imported modules (a new import may add a submodule the function
@@ -103,16 +105,26 @@ def cached_dumps(fn: Any) -> bytes | None:
 
 
 def _fingerprint(obj: Any, depth: int, refs: list[Any]) -> tuple[Any, ...] | None:
-    """Identities of what pickling ``obj`` captures (each appended to ``refs``); None when something
-    captured could change unseen."""
-    refs.append(obj)
+    """Identities of what pickling ``obj`` captures (each object whose identity is used is appended to
+    ``refs``); None when something captured could change unseen."""
+    stable = getattr(type(obj), "__interdist_fingerprint__", None)
+    if stable is not None:
+        # interdist's handles (variables, strategies) pickle as references by ids never reused: the key
+        # says it all, and the cache does not keep the handle (nor its copies on the workers) alive.
+        key = stable(obj)
+        return None if key is None else (key,)
     if isinstance(obj, (*_SCALARS, types.ModuleType)):
+        refs.append(obj)
         return (id(obj),)
     if isinstance(obj, tuple):
+        refs.append(obj)
         items = [_fingerprint(x, depth, refs) for x in obj]
         return None if any(p is None for p in items) else (id(obj), *items)
     if isinstance(obj, (type, types.BuiltinFunctionType, types.FunctionType)) and _cp._should_pickle_by_reference(obj):
+        refs.append(obj)
         return (id(obj),)
+    # A function pickled by value is known by what it is made of (kept in ``refs``), not by its own
+    # identity: the cache keeps neither it nor its closure (which may hold a variable) alive.
     if not isinstance(obj, types.FunctionType) or depth >= _MAX_DEPTH:
         return None
     if obj.__dict__ or obj.__kwdefaults__ or not isinstance(obj.__code__, types.CodeType):

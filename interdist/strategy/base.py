@@ -127,6 +127,10 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
 
         return (resolve_strategy, (self._group_id,))
 
+    def __interdist_fingerprint__(self) -> Any:
+        """What a strategy pickles to in a replica function (``fn_pickle``'s cache): its group, for good."""
+        return ("strategy", self._group_id)
+
     @property
     def dashboard_link(self) -> str | None:
         """The Dask dashboard of the cluster the replicas run on."""

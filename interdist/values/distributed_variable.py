@@ -124,6 +124,14 @@ class _Handle:
             return (ForeignVariable, (group, self._var_id, self._name, value, copies, repr(self._strategy), central))
         return (resolve_variable, (self._strategy._group_id, self._var_id))
 
+    def __interdist_fingerprint__(self) -> Any:
+        """What this handle pickles to (``fn_pickle``'s cache): the reference ``(group, id)``, which never
+        changes, unless it is pickled for another strategy's replicas (a snapshot of its value: None)."""
+        target = pickling_target()
+        if target is not None and target[0] != self._strategy._group_id:
+            return None
+        return ("variable", self._strategy._group_id, self._var_id)
+
     @property
     def shape(self) -> tuple[int, ...]:
         return self._shape

@@ -107,3 +107,59 @@ def test_replicas_see_a_rebound_global_and_a_mutated_list(mirrored2: idist.Mirro
     assert values(s.run_steps(nb["scaled"], it, steps=1)) == [0.0, 10.0]
     nb["SCALE"] = 100.0
     assert values(s.run_steps(nb["scaled"], it, steps=2)) == [400.0, 500.0]  # fused: the reused pickle, renewed
+
+
+def test_a_step_naming_its_strategys_variables_is_pickled_once(mirrored2: idist.MirroredStrategy) -> None:
+    from interdist.protocol import pickling_for
+
+    s = mirrored2
+    with s.scope():
+        v = idist.Variable(np.zeros(2, np.float32), name="fp_v", aggregation=idist.VariableAggregation.SUM)
+
+    def step() -> Any:
+        v.assign_add(np.ones(2, np.float32))
+        return s.num_replicas_in_sync  # the strategy too is a reference on the workers
+
+    with pickling_for(s._group_id, 2):
+        first = fn_pickle.cached_dumps(step)
+        assert first is not None and fn_pickle.cached_dumps(step) is first  # the same bytes object: reused
+    for _ in range(3):
+        assert {int(x) for x in s.experimental_local_results(s.run(step))} == {2}
+    assert np.asarray(v).tolist() == [6.0, 6.0]  # SUM: each run adds 2 (both replicas' ones)
+
+
+def test_another_strategys_variable_is_a_snapshot_taken_at_each_call(mirrored2: idist.MirroredStrategy) -> None:
+    from interdist.protocol import pickling_for
+
+    with idist.OneDeviceStrategy("CPU:0") as other:
+        with other.scope():
+            w = idist.Variable(np.float32(1.0), name="fp_w")
+
+        def read() -> Any:
+            return w + 0.0  # read on mirrored2's replicas: a copy of w's value as the call was made
+
+        with pickling_for(mirrored2._group_id, 2):
+            assert fn_pickle.cached_dumps(read) is None  # its value may change between calls: never reused
+        assert [float(x) for x in mirrored2.experimental_local_results(mirrored2.run(read))] == [1.0, 1.0]
+        w.assign(5.0)
+        assert [float(x) for x in mirrored2.experimental_local_results(mirrored2.run(read))] == [5.0, 5.0]
+
+
+def test_the_pickle_cache_does_not_keep_a_variable_alive(mirrored2: idist.MirroredStrategy) -> None:
+    import gc
+    import weakref
+
+    from interdist.protocol import pickling_for
+
+    def make_step() -> Any:  # a step that holds the variable in its closure, as a model's train_step does
+        with mirrored2.scope():
+            v = idist.Variable(np.float32(1.0), name="fp_gone")
+        return weakref.ref(v), lambda: v + 0.0
+
+    ref, step = make_step()
+    with pickling_for(mirrored2._group_id, 2):
+        assert fn_pickle.cached_dumps(step) is not None
+        assert fn_pickle.cached_dumps(step) is fn_pickle.cached_dumps(step)
+    del step
+    gc.collect()
+    assert ref() is None  # so the workers drop its copies with the next program, as without the cache
