@@ -105,6 +105,24 @@ class Optimizer:
         state["_local_slots"] = {}  # notebook-side slots never travel to replicas
         return state
 
+    def __interdist_fingerprint__(self) -> Any:
+        """What this optimizer pickles to (``fn_pickle``'s cache of replica functions): its settings by value
+        and its variables by reference. None when it holds anything else (a schedule, an array): a step
+        naming it is then pickled at every call, as any step capturing something mutable."""
+        parts: list[Any] = []
+        for key, value in sorted(self.__getstate__().items()):
+            if key == "_local_slots":
+                continue  # never pickled with contents
+            if value is None or type(value) in (bool, int, float, str):
+                parts.append((key, type(value).__name__, value))
+                continue
+            stable = getattr(type(value), "__interdist_fingerprint__", None)
+            found = stable(value) if stable is not None else None
+            if found is None:
+                return None
+            parts.append((key, found))
+        return ("optimizer", type(self).__module__, type(self).__qualname__, tuple(parts))
+
 
 class SGD(Optimizer):
     """Gradient descent with optional momentum (Keras' rule: ``m = momentum*m - lr*g; v += m``)."""

@@ -8,8 +8,9 @@ than the whole round trip to the replicas.
 The bytes are reused only for a function whose captured values are all immutable in a way an
 identity check can see: modules, numbers, strings, ``None``, classes and functions pickled by
 reference, tuples of these, functions pickled by value that satisfy the same rule, and interdist's
-handles that say what they pickle to (``__interdist_fingerprint__``: a variable or a strategy is a
-reference to it on the workers, so a training step that names its model's variables is pickled once). The
+objects that say what they pickle to (``__interdist_fingerprint__``: a variable or a strategy is a
+reference to it on the workers, an optimizer its settings and variables), so a training step that
+names its model's variables and its optimizer is pickled once. The
 fingerprint is the identity of each of them (so rebinding a global, a default or a closure cell
 makes a new pickle; the cache entry holds them, so no identity can be reused by a new object while
 it lives) plus the number of imported modules (a new import may add a submodule the function
@@ -108,9 +109,10 @@ def _fingerprint(obj: Any, depth: int, refs: list[Any]) -> tuple[Any, ...] | Non
     """Identities of what pickling ``obj`` captures (each object whose identity is used is appended to
     ``refs``); None when something captured could change unseen."""
     stable = getattr(type(obj), "__interdist_fingerprint__", None)
-    if stable is not None:
-        # interdist's handles (variables, strategies) pickle as references by ids never reused: the key
-        # says it all, and the cache does not keep the handle (nor its copies on the workers) alive.
+    if stable is not None and _cp._should_pickle_by_reference(type(obj)):  # (a class of the notebook's: by value)
+        # interdist's handles (variables, strategies) pickle as references by ids never reused, and an
+        # optimizer as its settings and such references: the key, compared by value, says it all, and
+        # the cache does not keep the handle (nor its copies on the workers) alive.
         key = stable(obj)
         return None if key is None else (key,)
     if isinstance(obj, (*_SCALARS, types.ModuleType)):

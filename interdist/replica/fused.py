@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from interdist import _context, events
+from interdist.protocol import resolving
 from interdist.replica.user_code import call_user
 
 if TYPE_CHECKING:
@@ -34,7 +35,8 @@ class PickledFunction:
 def fused_steps(replica: Replica, fn: Callable[..., Any], source: tuple[str, Any], steps: int) -> Any:
     """Run ``fn(batch)`` for up to ``steps`` batches; the last step's result and how many ran."""
     if isinstance(fn, PickledFunction):
-        fn = cloudpickle.loads(fn.data)
+        with resolving(replica):  # the variables and strategy it names become this replica's
+            fn = cloudpickle.loads(fn.data)
     kind, payload = source
     if kind == "remote":
         # Pull this call's batches first, then agree once on how many steps every replica can

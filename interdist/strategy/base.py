@@ -30,7 +30,7 @@ from interdist.client.fn_pickle import cached_dumps, ship_by_value
 from interdist.client.group import DaskGroup
 from interdist.collectives.registry import get_backend
 from interdist.config import settings
-from interdist.protocol import GroupSpec, VariableMeta, register_strategy, resolve_strategy
+from interdist.protocol import GroupSpec, VariableMeta, pickling_for, register_strategy, resolve_strategy
 from interdist.replica.fused import PickledFunction, fused_steps
 from interdist.strategy.cross_replica import CrossReplicaMixin
 from interdist.strategy.extended import StrategyExtended
@@ -304,7 +304,8 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         """One call of ``fused_steps`` on the replicas: the last step's result and how many steps ran."""
         # ``fn`` travels inside the program's arguments; a function whose pickle can be reused goes
         # as those bytes (pickling it anew cost ~1 ms a call: client/fn_pickle.py).
-        packed = cached_dumps(fn)
+        with pickling_for(self._group.group_id, self._group.world_size):  # another strategy's variable: a copy
+            packed = cached_dumps(fn)
         fn_arg: Any = fn if packed is None else PickledFunction(packed)
         remote_key = getattr(iterator, "_key", None)
         if remote_key is not None and getattr(iterator, "_strategy", None) is self:

@@ -163,3 +163,51 @@ def test_the_pickle_cache_does_not_keep_a_variable_alive(mirrored2: idist.Mirror
     del step
     gc.collect()
     assert ref() is None  # so the workers drop its copies with the next program, as without the cache
+
+
+def test_an_optimizer_is_pickled_once_until_its_learning_rate_changes(mirrored2: idist.MirroredStrategy) -> None:
+    from interdist.protocol import pickling_for
+
+    s = mirrored2
+    with s.scope():
+        w = idist.Variable(np.float32(0.0), name="fp_opt_w")
+        opt = idist.optimizers.SGD(learning_rate=1.0)
+
+    def step() -> None:
+        opt.apply_gradients([(np.float32(1.0), w)])  # SUM over 2 replicas: w -= lr * 2
+
+    with pickling_for(s._group_id, 2):
+        first = fn_pickle.cached_dumps(step)
+        assert first is not None and fn_pickle.cached_dumps(step) is first
+    s.run(step)
+    assert float(np.asarray(w)) == -2.0
+    opt.learning_rate = 0.25  # a new setting: a new pickle, and the replicas use it
+    with pickling_for(s._group_id, 2):
+        second = fn_pickle.cached_dumps(step)
+        assert second is not None and second != first
+    s.run(step)
+    assert float(np.asarray(w)) == -2.5
+    opt.learning_rate = np.float32(0.5)  # not a plain float: pickled at every call, still right
+    with pickling_for(s._group_id, 2):
+        assert fn_pickle.cached_dumps(step) is None
+    s.run(step)
+    assert float(np.asarray(w)) == -3.5
+
+
+def test_a_fused_step_reads_another_strategys_variable_as_a_copy_each_call(mirrored2: idist.MirroredStrategy) -> None:
+    """run_steps pickles its function before the program (to reuse the bytes): a foreign variable is
+    still a copy of its value as the call is made, as in run."""
+    with idist.OneDeviceStrategy("CPU:0") as other:
+        with other.scope():
+            w = idist.Variable(np.float32(2.0), name="fp_fused_w")
+
+        def step(batch: Any) -> Any:
+            return w * batch
+
+        data = idist.data.Dataset.from_tensors(np.float32(1.0)).repeat(4)
+        it = iter(mirrored2.experimental_distribute_dataset(data.batch(2)))
+        assert [float(np.ravel(x)[0]) for x in mirrored2.experimental_local_results(
+            mirrored2.run_steps(step, it, steps=1))] == [2.0, 2.0]
+        w.assign(3.0)
+        assert [float(np.ravel(x)[0]) for x in mirrored2.experimental_local_results(
+            mirrored2.run_steps(step, it, steps=1))] == [3.0, 3.0]
