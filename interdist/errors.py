@@ -106,3 +106,15 @@ class UnavailableError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self.args[0]) if self.args else "", self.task), dict(self.__dict__))
+
+
+class TaskFrozenError(UnavailableError):
+    """A ``ParameterServerStrategy`` task (``task`` names it) is frozen: its process is stopped (SIGSTOP,
+    a debugger, a suspended VM) or has not answered a liveness probe, while a call waited for it.
+
+    A subclass of ``UnavailableError`` because that is TF's class for it: TF's coordination service
+    reports a task that stops sending heartbeats as ``UnavailableError`` ("heartbeat timeout"), and a
+    call to an unreachable task fails with ``UnavailableError`` too; code that handles a lost task
+    handles a frozen one. Unlike a dead task, a frozen one keeps its state: once it resumes (SIGCONT),
+    the strategy goes on without ``recover``. The call that raised it did not apply anything.
+    """

@@ -18,7 +18,11 @@ Errors follow TF: the first error a step raises is raised once, by the next
 (their ``RemoteValue.fetch`` raises ``interdist.errors.CancelledError``). A lost parameter
 server is TF's ``UnavailableError`` (``interdist.errors.UnavailableError``, naming the ps task): the
 queued steps fail with it at once, and every ``schedule``, ``join`` and ``done`` raises it until
-``strategy.recover(checkpoint)`` has brought the variables back. ``RemoteValue`` and
+``strategy.recover(checkpoint)`` has brought the variables back. A frozen parameter server (its process
+stopped) is ``TaskFrozenError``, a subclass: raised once, then again only while it stays stopped; once it
+resumes, steps run again without ``recover``. A frozen worker's step is given to another worker (the ps
+tasks apply its id once, so the frozen worker's late update is ignored), as TF reschedules the closure
+of an unresponsive worker. ``RemoteValue`` and
 ``PerWorkerValues`` live in ``coordinator_values.py``; this module re-exports them, as TF's
 ``tf.distribute.experimental.coordinator`` does.
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import threading
 import time
 import uuid
@@ -40,7 +45,7 @@ from typing import Any
 import cloudpickle
 
 from interdist import _nest
-from interdist.errors import CancelledError, UnavailableError, WorkerLostError
+from interdist.errors import CancelledError, TaskFrozenError, UnavailableError, WorkerLostError
 from interdist.input.dataset import Dataset
 from interdist.replica import ps_input
 from interdist.strategy.coordinator_datasets import (
@@ -51,6 +56,8 @@ from interdist.strategy.coordinator_datasets import (
 )
 from interdist.strategy.coordinator_values import PerWorkerValues, RemoteValue, _rebuild_error
 from interdist.strategy.parameter_server import ParameterServerStrategy
+
+logger = logging.getLogger("interdist")
 
 #: A step whose worker died this many times is given up (TF retries for ever).
 MAX_ATTEMPTS = 10
@@ -110,7 +117,8 @@ class ClusterCoordinator(PerWorkerResources):
         """
         if not callable(fn):
             raise TypeError(f"schedule() requires a callable fn, but got {type(fn).__name__}")
-        known = self.strategy._known_lost()  # the notebook met a lost ps already: no step waits to find it
+        # The notebook met a lost (or still frozen) ps already: no step waits to find it.
+        known = self.strategy._known_lost() or self.strategy._known_frozen()
         if known is not None:
             with self._cond:
                 self._ps_error = self._ps_error or known
@@ -129,11 +137,17 @@ class ClusterCoordinator(PerWorkerResources):
 
         As in TF, the steps still queued when an error is raised are cancelled.
         """
-        with self._cond:
-            self._cond.wait_for(
-                lambda: self._inflight == 0 or self._error is not None or self._ps_error is not None or self._stopped
-            )
-        self._raise_error()
+        while True:
+            with self._cond:
+                self._cond.wait_for(
+                    lambda: (
+                        self._inflight == 0 or self._error is not None or self._ps_error is not None or self._stopped
+                    )
+                )
+            self._raise_error()
+            with self._cond:  # a frozen ps that resumed raised nothing: wait for the steps still running
+                if self._inflight == 0 or self._stopped:
+                    return
 
     def done(self) -> bool:
         """Whether every scheduled step has finished (raises a step's error, as TF does)."""
@@ -176,10 +190,20 @@ class ClusterCoordinator(PerWorkerResources):
         A lost parameter server's ``UnavailableError`` is raised every time, until ``strategy.recover``."""
         with self._cond:
             ps_error = self._ps_error
+            first = self._error is not None
             if ps_error is not None:
                 self._error = None
+        if isinstance(ps_error, TaskFrozenError) and not first:
+            # Raised once already: again only while the ps is still frozen (looked at now); resumed, it goes on.
+            again = self.strategy._known_frozen()
+            if again is None:
+                with self._cond:
+                    if self._ps_error is ps_error:
+                        self._ps_error = None
+                return
+            ps_error = again
         if ps_error is not None:
-            raise UnavailableError(str(ps_error), task=ps_error.task)
+            raise type(ps_error)(str(ps_error), task=ps_error.task)
         with self._cond:
             if self._error is None:
                 return
@@ -218,7 +242,9 @@ class ClusterCoordinator(PerWorkerResources):
         closure.remote._set(value, error)
         failed: list[_Closure] = []
         with self._cond:
-            if error is not None and self._error is None:
+            # A lost or frozen ps already raised (or pending): the steps that met it too add no second error.
+            same_ps = isinstance(error, UnavailableError) and self._ps_error is not None
+            if error is not None and self._error is None and not same_ps:
                 self._error = error
             if isinstance(error, UnavailableError) and self._ps_error is None:
                 self._ps_error = error
@@ -231,7 +257,7 @@ class ClusterCoordinator(PerWorkerResources):
         if isinstance(error, UnavailableError):
             self.strategy._ps_lost(error)
             for c in failed:
-                c.remote._set(error=UnavailableError(f"step {c.step_id} was not run: {error}", task=error.task))
+                c.remote._set(error=type(error)(f"step {c.step_id} was not run: {error}", task=error.task))
 
     def _recovered(self) -> None:
         """``strategy.recover`` restored the variables: steps may be scheduled again."""
@@ -264,12 +290,24 @@ class ClusterCoordinator(PerWorkerResources):
                 continue
             address = self._addresses[index]
             try:
-                reply = self._client.sync(
-                    lambda a=address, c=closure, b=args_bytes: self._client.rpc(a).interdist_ps_step(
-                        store=self.strategy._store, step_id=c.step_id, fn=c.fn_bytes, args=b, device=device
-                    )
+                # Watched: a frozen worker (stopped, or not answering) is given up within seconds, as TF's
+                # coordinator gives up an unresponsive worker. Its step runs again on another worker; the
+                # ps tasks apply a step id once, so the frozen worker's late update is never applied twice.
+                reply = self.strategy._conn.call_task(
+                    address,
+                    "interdist_ps_step",
+                    {
+                        "store": self.strategy._store,
+                        "step_id": closure.step_id,
+                        "fn": closure.fn_bytes,
+                        "args": args_bytes,
+                        "device": device,
+                    },
+                    f"/job:worker/replica:0/task:{task.index}",
                 )
-            except Exception as e:  # noqa: BLE001 - the worker died or cannot be reached
+            except Exception as e:  # noqa: BLE001 - the worker died, is frozen, or cannot be reached
+                if isinstance(e, TaskFrozenError):
+                    logger.warning("interdist: %s; step %s goes to another worker", e, closure.step_id)
                 self._requeue(closure, index, e)
                 self._wait_for_replacement(index)
                 continue

@@ -10,7 +10,6 @@ ensured before each step.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import threading
 import weakref
@@ -74,14 +73,10 @@ class PerWorkerResources:
             for i, a in enumerate(addresses)
         ]
 
-        async def go() -> list[Any]:
-            return list(
-                await asyncio.gather(
-                    *[self._client.rpc(a).interdist_ps_input(**kw) for a, kw in calls], return_exceptions=True
-                )
-            )
-
-        replies = self._client.sync(go)
+        # Watched: a frozen worker's error is its reply (it gets the resource when it answers again).
+        replies = self.strategy._conn.call_tasks(
+            [(a, "interdist_ps_input", kw, self._task_name(i)) for i, (a, kw) in enumerate(calls)]
+        )
         spec, error = None, None
         for i, reply in enumerate(replies):
             if isinstance(reply, BaseException):
@@ -99,6 +94,9 @@ class PerWorkerResources:
         if error is not None:
             raise error
         return spec
+
+    def _task_name(self, index: int) -> str:
+        return f"/job:worker/replica:0/task:{self.strategy._worker_tasks[index].index}"
 
     def _forget(self, key: str) -> None:
         with self._res_lock:
@@ -127,10 +125,11 @@ class PerWorkerResources:
             address = self._addresses[index]
         if not missing and not drops:
             return
-        reply = self._client.sync(
-            lambda: self._client.rpc(address).interdist_ps_input(
-                store=self.strategy._store, builds=missing, drops=drops, device=self._devices[index]
-            )
+        reply = self.strategy._conn.call_task(
+            address,
+            "interdist_ps_input",
+            {"store": self.strategy._store, "builds": missing, "drops": drops, "device": self._devices[index]},
+            self._task_name(index),
         )
         with self._res_lock:
             self._to_drop[index].difference_update(drops)

@@ -14,6 +14,9 @@ read, a write) raises ``interdist.errors.UnavailableError`` naming it within sec
 to it is given ``ps_step.PS_CONNECT_TIMEOUT``, then the scheduler is asked whether it is still
 there), as TF does. ``recover(checkpoint)`` then finds its restarted worker, places its variables
 there again and restores the checkpoint: TF's "restart the ps and restore from the last checkpoint".
+A ps task whose process is stopped (SIGSTOP, a debugger) is named within ``settings.frozen_after``
+seconds with ``interdist.errors.TaskFrozenError`` (``replica/ps_liveness.py``); it keeps its variables,
+and the strategy goes on once it resumes.
 """
 
 from __future__ import annotations
@@ -37,9 +40,9 @@ from interdist.client import cluster as cluster_lib
 from interdist.client import roles
 from interdist.client.event_log import EventLog
 from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
-from interdist.errors import UnavailableError
+from interdist.errors import TaskFrozenError, UnavailableError
 from interdist.partitioners import row_splits
-from interdist.replica import faults, ps_input, ps_step, ps_worker
+from interdist.replica import faults, ps_input, ps_liveness, ps_step, ps_worker
 from interdist.strategy.base import Strategy
 from interdist.strategy.extended import StrategyExtended
 from interdist.values import ps_variable
@@ -162,6 +165,12 @@ class ParameterServerStrategy(Strategy):
         )
         # The workers' current addresses: the coordinator updates them when a worker is replaced.
         self._worker_addresses = [t.address for t in workers]
+        # Each task's pid and host, so that a call waiting for a task on this host sees it stopped (frozen).
+        infos = self._conn.call_many(
+            [(a, "interdist_ps_whoami", {}) for a in [*addrs, *self._worker_addresses]], return_exceptions=True
+        )
+        for a, info in zip([*addrs, *self._worker_addresses], infos, strict=True):
+            ps_liveness.learn(a, info)
         self._finalizer = weakref.finalize(
             self,
             _close,
@@ -258,6 +267,7 @@ class ParameterServerStrategy(Strategy):
         """A write from the notebook: applied at once, as a step of its own."""
         self._check_usable()
         ctx = ps_step.StepContext(f"notebook-{uuid.uuid4().hex}", self._conn, self._store, "")
+        ctx.register(var)  # names its ps tasks in errors
         ctx.updates = ps_step.split_update(var, op, value)
         ctx.flush()
 
@@ -266,6 +276,7 @@ class ParameterServerStrategy(Strategy):
         self._check_usable()
         s = var._shards[index]
         ctx = ps_step.StepContext(f"notebook-{uuid.uuid4().hex}", self._conn, self._store, "")
+        ctx.register(var)
         ctx.updates = [(s.address, s.shard_id, op, part)]
         ctx.flush()
 
@@ -335,7 +346,7 @@ class ParameterServerStrategy(Strategy):
         t = found[0]
         address = self._worker_addresses[self._worker_tasks.index(t)] if job == "worker" else t.address
         label = f"/job:{job}/replica:0/task:{index}"
-        ps_names = self._ps_names() if job == "ps" else None
+        ps_names = self._ps_names() if job == "ps" else {address: label}  # watched: a frozen task is named
         self._conn.call_many(
             [(address, "interdist_ps_arm", {"at": at, "fault": fault, "seconds": seconds, "task": label})], ps_names
         )
@@ -345,10 +356,28 @@ class ParameterServerStrategy(Strategy):
             )
 
     def _ps_lost(self, error: UnavailableError) -> None:
-        """A step found ``error.task`` gone: the notebook's own calls to it fail at once from now on."""
+        """A step found ``error.task`` gone (or frozen): the notebook's own calls to it fail at once from
+        now on (while it stays frozen)."""
         for t in self._ps_tasks:
             if f"/job:ps/replica:0/task:{t.index}" == error.task:
-                self._conn.lost.setdefault(t.address, error)
+                if isinstance(error, TaskFrozenError):
+                    self._conn.frozen.setdefault(t.address, error)
+                else:
+                    self._conn.lost.setdefault(t.address, error)
+
+    def _known_frozen(self) -> TaskFrozenError | None:
+        """The error of a ps task found frozen that still is (looked at again now, within 2 s), if any."""
+        conn = self._conn
+        for address in [t.address for t in self._ps_tasks if t.address in conn.frozen]:
+
+            async def look(a: str = address) -> None:
+                await conn._check_still_frozen(a, conn.frozen)
+
+            try:
+                conn._sync(look)
+            except TaskFrozenError as e:
+                return e
+        return None
 
     def _known_lost(self) -> UnavailableError | None:
         """The error of a ps task the notebook already found gone, if any."""
@@ -480,6 +509,8 @@ class ParameterServerStrategy(Strategy):
             h._desc["shards"] = shards
             h._shards = tuple(ps_variable.Shard(*x) for x in shards)
         for i in lost:
+            ps_liveness.peers.pop(old[i].address, None)  # a new process: it tells its pid at the next call
+            self._conn.frozen.pop(old[i].address, None)
             self._ps_tasks[i] = new[i]
             self._ps_addresses[i] = new[i].address
             self._ps_incarnations[i] = incarnations[lost.index(i)]
@@ -519,9 +550,14 @@ def _resolve_strategy(store: str) -> Any:
 def _close(lease: cluster_lib.Lease, ps_addresses: list[str], worker_addresses: list[str], store: str) -> None:
     conn = ClientConnection(lease.client)
     # The ps tasks drop the variables, the workers the per-worker datasets and iterators (replica/ps_input.py).
-    for a in [*ps_addresses, *worker_addresses]:
-        with contextlib.suppress(Exception):  # closing must not fail because a task is gone
-            conn.call_many([(a, "interdist_ps_drop", {"store": store})])
+    # All at once and watched: closing must neither fail nor hang because a task is gone or frozen.
+    addresses = list(dict.fromkeys([*ps_addresses, *worker_addresses]))
+    with contextlib.suppress(Exception):
+        conn.call_many(
+            [(a, "interdist_ps_drop", {"store": store}) for a in addresses],
+            {a: f"the task at {a}" for a in addresses},
+            return_exceptions=True,
+        )
     for key in [k for k in ps_variable._handles if k[0] == store]:
         ps_variable._handles.pop(key, None)
     cluster_lib.release(lease)
@@ -533,6 +569,7 @@ class ClientConnection(ps_step.Connection):
     def __init__(self, client: Any) -> None:
         self.client = client
         self.lost: dict[str, UnavailableError] = {}
+        self.frozen: dict[str, TaskFrozenError] = {}
 
     def _sync(self, coro_fn: Callable[[], Any]) -> Any:
         return self.client.sync(coro_fn)
@@ -543,5 +580,12 @@ class ClientConnection(ps_step.Connection):
     def _scheduler(self) -> Any:
         return self.client.scheduler
 
-    async def _call(self, address: str, handler: str, kwargs: dict[str, Any], connect_timeout: float | None) -> Any:
-        return await pooled_call(self.client.rpc, address, handler, kwargs, connect_timeout)
+    async def _call(
+        self,
+        address: str,
+        handler: str,
+        kwargs: dict[str, Any],
+        connect_timeout: float | None,
+        comms: list[Any] | None = None,
+    ) -> Any:
+        return await pooled_call(self.client.rpc, address, handler, kwargs, connect_timeout, comms)

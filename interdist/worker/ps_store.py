@@ -27,9 +27,9 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.utils import sync
 
 from interdist._convert import apply_op
-from interdist.errors import UnavailableError
+from interdist.errors import TaskFrozenError, UnavailableError
 from interdist.protocol import dump_exception
-from interdist.replica import faults, ps_input
+from interdist.replica import faults, ps_input, ps_liveness
 from interdist.replica.ps_input import sync_resources
 from interdist.replica.ps_step import Connection
 from interdist.replica.ps_worker import run_step
@@ -110,6 +110,7 @@ class PSRuntime(WorkerPlugin):
                 "interdist_ps_step": self.step,
                 "interdist_ps_input": self.input,
                 "interdist_ps_incarnation": self.incarnation_id,
+                "interdist_ps_whoami": self.whoami,
                 "interdist_ps_arm": self.arm,
                 "interdist_ps_fire": self.fire,
             }
@@ -148,6 +149,11 @@ class PSRuntime(WorkerPlugin):
         """Which process this is: a restarted worker answers at the same name (or address) with a new id."""
         return self.incarnation
 
+    async def whoami(self) -> dict[str, Any]:
+        """This process's pid and host key: a caller on the same host watches its process state
+        (``replica/ps_liveness.py``) while it waits for this task."""
+        return ps_liveness.whoami()
+
     async def read(self, store: str, shard_ids: list[int]) -> bytes:
         held = self._held(store)
         self._check_shards(held, shard_ids)
@@ -161,12 +167,20 @@ class PSRuntime(WorkerPlugin):
                 "lost with an earlier process and not restored"
             )
 
-    async def apply(self, store: str, step_id: str, updates: bytes, read_count: int | None = None) -> bool:
+    async def apply(
+        self, store: str, step_id: str, updates: bytes, read_count: int | None = None, not_after: float | None = None
+    ) -> bool:
+        """Apply a step's updates once. An update that arrives after ``not_after`` (its sender's wall
+        clock) is refused: this process was stopped while it was on its way, and its sender gave up on
+        it (``ps_step.Connection``), so the step was reported failed and must not change anything now."""
+        _refuse_late(step_id, not_after)
         held = self._held(store)
         parsed = cloudpickle.loads(updates)
         self._check_shards(held, [i for i, _, _ in parsed])
         if self.armed:
-            await self._fire("ps_step", f"the apply of step {step_id}")
+            fired = await self._fire("ps_step", f"the apply of step {step_id}")
+            if fired == "freeze":  # stopped in the middle of this apply: its sender may have given up
+                _refuse_late(step_id, not_after)
         return held.apply(step_id, parsed, read_count)
 
     async def arm(self, at: str, fault: str, seconds: float, task: str) -> str:
@@ -179,15 +193,17 @@ class PSRuntime(WorkerPlugin):
         await self._fire(at, "a checkpoint save")
         return "OK"
 
-    async def _fire(self, at: str, where: str) -> None:
+    async def _fire(self, at: str, where: str) -> str | None:
+        """Fire the fault armed at ``at``, if any; the fault that fired."""
         armed = self.armed.pop(at, None)
         if armed is None:
-            return
+            return None
         where = f"{at} ({where}) on {armed['task']}"
         if armed["fault"] == "slow":  # alive: this worker's event loop goes on answering meanwhile
             await asyncio.sleep(armed["seconds"])
         else:
             faults.act(armed["fault"], armed["seconds"], where)
+        return str(armed["fault"])
 
     async def stats(self, store: str) -> dict[str, Any]:
         return self._store(store).stats() if store in self.stores else {}
@@ -219,6 +235,15 @@ class PSRuntime(WorkerPlugin):
         )
 
 
+def _refuse_late(step_id: str, not_after: float | None) -> None:
+    late = time.time() - not_after if not_after is not None else 0.0
+    if late > 0:
+        raise TaskFrozenError(
+            f"the update of step {step_id} reached this process {late:.1f} s after its sender stopped waiting "
+            "for it (this process was stopped): it was not applied"
+        )
+
+
 def _faulty_step(armed: dict[str, Any], where: str, *step: Any) -> dict[str, Any]:
     """A step that meets an injected fault first: a raise is the step's error, as the step's own would be."""
     try:
@@ -243,12 +268,20 @@ def ensure_ps_plugin(client: Any) -> None:
 
 
 async def pooled_call(
-    rpc: Any, address: str, handler: str, kwargs: dict[str, Any], connect_timeout: float | None
+    rpc: Any,
+    address: str,
+    handler: str,
+    kwargs: dict[str, Any],
+    connect_timeout: float | None,
+    comms: list[Any] | None = None,
 ) -> Any:
     """``rpc(address).handler(**kwargs)`` through ``rpc``'s connection pool, connecting within
-    ``connect_timeout`` seconds (Dask's pooled call always waits its full connect timeout, 30 s)."""
+    ``connect_timeout`` seconds (Dask's pooled call always waits its full connect timeout, 30 s).
+    The comm is appended to ``comms``: a caller that gives up aborts it (it goes back to no pool)."""
     pool = rpc(address).pool
     comm = await pool.connect(address, timeout=connect_timeout)
+    if comms is not None:
+        comms.append(comm)
     try:
         return await send_recv(comm=comm, op=handler, **kwargs)
     finally:
@@ -268,5 +301,12 @@ class WorkerConnection(Connection):
     def _scheduler(self) -> Any:
         return self.worker.scheduler
 
-    async def _call(self, address: str, handler: str, kwargs: dict[str, Any], connect_timeout: float | None) -> Any:
-        return await pooled_call(self.worker.rpc, address, handler, kwargs, connect_timeout)
+    async def _call(
+        self,
+        address: str,
+        handler: str,
+        kwargs: dict[str, Any],
+        connect_timeout: float | None,
+        comms: list[Any] | None = None,
+    ) -> Any:
+        return await pooled_call(self.worker.rpc, address, handler, kwargs, connect_timeout, comms)
