@@ -15,9 +15,14 @@ index (its SHA-256, dtype and shape) before assigning anything.
 
 The directory is written under a temporary name and renamed when complete, so a
 checkpoint interrupted by a failure (a replica raising, a worker dying) is absent,
-never half written. Restoring assigns each value in cross-replica context, so the
-seed's rule applies: a SUM sync-on-read variable is divided by the number of
-replicas of the strategy restored into (which may differ from the one saved from).
+never half written. The temporary name carries the writer's pid and host
+(``.ckpt-3.tmp-<pid>-<host>-<random>``): the next save into that directory, or a
+``CheckpointManager`` opening it, removes those left by a process that is gone (a
+notebook killed mid-save), and any left for over ``STALE_AFTER`` seconds.
+
+Restoring assigns each value in cross-replica context, so the seed's rule applies:
+a SUM sync-on-read variable is divided by the number of replicas of the strategy
+restored into (which may differ from the one saved from).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -33,9 +39,69 @@ from typing import Any
 
 import numpy as np
 
+from interdist.replica.ps_liveness import host_key
 from interdist.values.variables import Variable
 
 FORMAT = "interdist-checkpoint/1"
+
+
+#: A temporary file or directory of a save older than this is removed even when its writer cannot be
+#: told gone (another host's, or named before pids were): no save takes a day.
+STALE_AFTER = 24 * 3600.0
+# ``.{name}.tmp-{pid}-{host tag}-{mkdtemp's 8 characters}``; before pids: ``.{name}.tmp-{8 characters}``.
+_TEMPORARY = re.compile(r"\.tmp-(?:(\d+)-([0-9a-f]{12})-)?[A-Za-z0-9_]{8}$")
+
+
+def _host_tag() -> str:
+    """Where a pid means something: this host, its boot and its pid namespace."""
+    return host_key()[:12]
+
+
+def _temporary_prefix(name: str) -> str:
+    return f".{name}.tmp-{os.getpid()}-{_host_tag()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: someone else's process, alive
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory: str | os.PathLike[str]) -> list[str]:
+    """Remove the temporary files and directories of saves into ``directory`` whose writer is gone
+    (its pid on this host no longer runs) or that are older than ``STALE_AFTER``; their paths."""
+    root = Path(directory)
+    try:
+        children = list(root.iterdir())
+    except OSError:
+        return []
+    removed = []
+    now = time.time()
+    for child in children:
+        match = _TEMPORARY.search(child.name)
+        if not child.name.startswith(".") or match is None:
+            continue
+        pid, tag = match.group(1), match.group(2)
+        try:
+            stale = (
+                not _alive(int(pid))
+                if pid is not None and tag == _host_tag()
+                else now - child.lstat().st_mtime > STALE_AFTER
+            )
+            if not stale:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        except OSError:
+            continue  # removed meanwhile, or not ours to remove
+        removed.append(str(child))
+    return removed
 
 
 def _file_name(index: int) -> str:
@@ -117,7 +183,8 @@ class Checkpoint:
     def write(self, path: str | os.PathLike[str], progress: bool = False) -> str:
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        remove_stale_temporaries(target.parent)  # a save killed earlier (its writer gone) left its directory
+        tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target.name), dir=target.parent))
         try:
             index: dict[str, Any] = {"format": FORMAT, "variables": {}}
             variables = self._variables()
@@ -340,6 +407,7 @@ class CheckpointManager:
         self._kept: list[tuple[str, float]] = []
         self._preserved: list[str] = []
         self._last_preserved = 0.0
+        remove_stale_temporaries(self._directory)  # what saves killed mid-way left (their writers gone)
         self._load_state()
 
     def _number(self, path: str) -> int | None:
@@ -355,7 +423,7 @@ class CheckpointManager:
             "preserved": [Path(p).name for p in self._preserved],
             "last_preserved": self._last_preserved,
         }
-        fd, tmp = tempfile.mkstemp(prefix=f".{STATE_FILE}.", dir=self._directory)
+        fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(STATE_FILE), dir=self._directory)
         with os.fdopen(fd, "w") as f:
             json.dump(state, f, indent=1)
         os.replace(tmp, self._directory / STATE_FILE)
