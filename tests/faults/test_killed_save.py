@@ -15,28 +15,7 @@ import numpy as np
 import interdist as idist
 from interdist import checkpoint
 
-_KILLED_SAVE = """
-import os, signal, sys
-import numpy as np
-import interdist as idist
-from interdist import checkpoint
-
-a, b = idist.Variable(np.float32(1.0)), idist.Variable(np.arange(4.0))
-manager = idist.CheckpointManager(idist.Checkpoint(a=a, b=b), sys.argv[1], max_to_keep=2)
-manager.save()
-a.assign(2.0)
-sha = checkpoint._sha256
-calls = []
-
-def dying(path):
-    calls.append(path)
-    if len(calls) == 2:  # the second variable of this save: the notebook is killed mid-save
-        os.kill(os.getpid(), signal.SIGKILL)
-    return sha(path)
-
-checkpoint._sha256 = dying
-manager.save()
-"""
+from .test_inject import _KILLED_SAVE  # the notebook program killed in the middle of its second save
 
 
 def _hidden(directory: Path) -> list[str]:
