@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interdist.client import gpus
+from interdist.client.connect import connect
 from interdist.client.worker_process import WorkerProcess
 from interdist.config import settings
 from interdist.device import DeviceSpec
@@ -80,14 +81,14 @@ def _list_for_lab(lease: Lease, cluster: Any, n: int) -> None:
 
 
 def _start_local_cpu(n: int, security: Any = None, key: tuple[Any, ...] | None = None) -> Lease:
-    from distributed import Client, LocalCluster
+    from distributed import LocalCluster
 
     from interdist.dashboard.pages import register_pages
 
     register_pages()  # the scheduler reads its dashboard pages once, as it starts
     with _malloc_env():
         cluster = _local_cluster(n, LocalCluster, security)
-    client = Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]  # distributed is untyped
+    client = connect(cluster, set_as_default=False)
     lease = _lease_from(client, cluster, n, embedded=True, key=key or ("CPU", n))
     _list_for_lab(lease, cluster, n)
     return lease
@@ -127,15 +128,14 @@ def _start_local_gpu(indices: list[int]) -> Lease:
     n = len(indices)
     with _malloc_env():
         cluster = gpus.start_cluster(indices)
-    from distributed import Client
 
-    client = Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]  # distributed is untyped
+    client = connect(cluster, set_as_default=False)
     try:
         lease = _lease_from(client, cluster, n, embedded=True, key=("GPU", tuple(indices)))
         gpus.check_gpu_workers(client, lease.addresses)
     except BaseException:
         try:
-            client.close(timeout=5)  # type: ignore[no-untyped-call]  # distributed is untyped
+            client.close(timeout=5)
         finally:
             cluster.close(timeout=10)
         for stale in [x for x in _all_embedded if x.cluster is cluster]:
@@ -210,11 +210,11 @@ def acquire(devices: list[DeviceSpec], cluster: Any = None, security: Any = None
             )
         lease = _lease_from(cluster, None, n, embedded=False)
     elif isinstance(cluster, str):
-        client = Client(cluster, set_as_default=False, timeout="10s", security=security)  # type: ignore[no-untyped-call]  # distributed is untyped
+        client = connect(cluster, set_as_default=False, timeout="10s", security=security)
         lease = _lease_from(client, None, n, embedded=False, key=("own-client", n))
     elif hasattr(cluster, "scheduler_address"):
         extra = {"security": security} if security is not None else {}
-        client = Client(cluster, set_as_default=False, **extra)  # type: ignore[no-untyped-call]  # distributed is untyped
+        client = connect(cluster, set_as_default=False, **extra)
         lease = _lease_from(client, None, n, embedded=False, key=("own-client", n))
     else:
         raise TypeError(

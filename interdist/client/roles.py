@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from interdist.client.connect import connect
 from interdist.cluster_resolver import DaskClusterResolver
 
 #: Seconds to wait for a scheduler or a task's worker when none is configured.
@@ -93,14 +94,14 @@ def open_client(cluster: Any, resolver: Any, timeout: float, security: Any = Non
                 "cluster must be None, a scheduler address, a distributed.Client or a Dask cluster "
                 f"object, but got {type(cluster).__name__}"
             )
-        return Client(cluster, set_as_default=False, timeout=f"{timeout}s"), True  # type: ignore[no-untyped-call]  # distributed is untyped
+        return connect(cluster, set_as_default=False, timeout=f"{timeout}s"), True
     if isinstance(cluster, str):
         address, task = cluster, "the Dask scheduler"
     else:
         address, task = scheduler_address(resolver)
         address = _with_scheme(address, security)
     try:
-        client = Client(address, set_as_default=False, timeout=f"{timeout}s", security=security)  # type: ignore[no-untyped-call]  # distributed is untyped
+        client = connect(address, set_as_default=False, timeout=f"{timeout}s", security=security)
         return client, True
     except TypeError as e:
         if "TLS" not in str(e):

@@ -16,6 +16,7 @@ from distributed.core import rpc
 from distributed.security import Security
 
 import interdist as idist
+from interdist.client.connect import connect  # a refused Client closed at once (see there)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def test_a_strangers_client_is_refused(lease: object, how: str) -> None:
     elif how == "credentials of its own":
         kwargs["security"] = Security.temporary()
     with pytest.raises((OSError, TypeError, TimeoutError)):  # no connection, whatever the words
-        Client(address, **kwargs)
+        connect(address, **kwargs)
 
 
 def test_a_stranger_cannot_ask_a_worker_for_its_control_token(lease: object) -> None:
@@ -68,3 +69,29 @@ def test_credentials_are_not_on_the_command_line_or_in_the_environment(lease: ob
         for part in ("cmdline", "environ"):
             data = Path(f"/proc/{pid}/{part}").read_bytes().decode(errors="replace")
             assert "PRIVATE KEY" not in data and marker not in data, (pid, part)
+
+
+def test_a_refused_client_leaves_nothing_for_the_garbage_collector(lease: object) -> None:
+    """A Client whose connection fails is closed where it failed: finalized later by the collector, in the
+    loop thread of a new Client whose start holds Dask's class-wide LoopRunner lock, its close would take
+    that lock and deadlock the process (CI hung so in Thread.start)."""
+    import threading
+
+    from distributed.utils import LoopRunner
+
+    address = lease.cluster.scheduler_address  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="TLS") as info:  # no credentials: Dask leaves this one "connecting"
+        connect(address, timeout="3s", set_as_default=False)
+    half_made, tb = [], info.value.__traceback__
+    while tb is not None:
+        if isinstance(tb.tb_frame.f_locals.get("self"), Client):
+            half_made.append(tb.tb_frame.f_locals["self"])
+        tb = tb.tb_next
+    assert half_made and all(c.status == "closed" for c in half_made)
+    with LoopRunner._lock:  # as a starting Client holds it; not reentrant: a close that took it would hang
+        finalize = threading.Thread(target=lambda: [c.__del__() for c in half_made], daemon=True)
+        finalize.start()
+        finalize.join(10)
+        hung = finalize.is_alive()
+    finalize.join(60)  # (without the fix it would take the lock now, and end)
+    assert not hung

@@ -13,6 +13,7 @@ from distributed import Client
 from distributed.security import Security
 
 import interdist as idist
+from interdist.client.connect import connect  # a refused Client closed at once (see there)
 from interdist.experimental import CentralStorageStrategy
 
 SEC = Security.temporary()
@@ -29,10 +30,10 @@ def test_embedded_cluster_takes_the_credentials(secured: idist.MirroredStrategy)
     address = secured._lease.cluster.scheduler_address
     assert address.startswith("tls://127.0.0.1:")
     with pytest.raises((OSError, TypeError, TimeoutError)):  # no credentials: no connection
-        Client(address, timeout="3s", set_as_default=False)
+        connect(address, timeout="3s", set_as_default=False)
     gc.collect()  # the refused Client's __del__ now, not inside the next Client's loop (it deadlocks there)
     with pytest.raises((OSError, TypeError, TimeoutError)):  # credentials of its own
-        Client(address, timeout="3s", set_as_default=False, security=Security.temporary())
+        connect(address, timeout="3s", set_as_default=False, security=Security.temporary())
     gc.collect()
     with Client(address, timeout="10s", set_as_default=False, security=SEC) as c:  # the same credentials
         assert set(c.scheduler_info(n_workers=-1)["workers"]) == set(secured._lease.addresses)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import interdist as idist
+from interdist.client.connect import connect  # a refused Client closed at once (see there)
 from interdist.experimental import CommunicationOptions
 
 from .conftest import free_port
@@ -145,9 +146,9 @@ def test_python_m_server_with_tls_refuses_a_client_without_the_credentials(tmp_p
         line = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
         assert line["scheduler"] == f"tls://127.0.0.1:{port}"
         with pytest.raises((OSError, TypeError, TimeoutError)):
-            Client(line["scheduler"], timeout="3s", set_as_default=False)
+            connect(line["scheduler"], timeout="3s", set_as_default=False)
         with pytest.raises((OSError, TypeError, TimeoutError)):
-            Client(line["scheduler"], security=Security.temporary(), timeout="3s", set_as_default=False)
+            connect(line["scheduler"], security=Security.temporary(), timeout="3s", set_as_default=False)
         mine = Security(
             require_encryption=True,
             tls_ca_file=str(tmp_path / "ca.pem"),
