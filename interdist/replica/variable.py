@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,6 +29,23 @@ if TYPE_CHECKING:
     from interdist.replica.replica import Replica
 
 _V = TypeVar("_V", bound="ReplicaVariable")
+
+# sys.getrefcount of ``ReplicaVariable.raw`` when only the variable holds it: its attribute, the call's argument.
+_SOLE_HOLDER = 2
+
+
+def read_only_view(raw: Any) -> Any:
+    """A read of a replica's copy without copying it: a read-only view of a NumPy copy (a TF tensor read
+    from a variable cannot be written either), a copy of a CuPy one (CuPy has no read-only arrays).
+
+    The view keeps the copy's memory alive through ``base``, so ``sys.getrefcount(raw)`` counts the reads
+    still held, and ``ReplicaVariable._local`` writes in place only when there are none (copy on write).
+    """
+    if type(raw) is np.ndarray and raw.base is None:
+        view = raw.view()
+        view.flags.writeable = False
+        return view
+    return _gpu.copy(raw)
 
 
 def single_copy(meta: VariableMeta) -> bool:
@@ -167,18 +185,23 @@ class ReplicaVariable(NDArrayOperatorsMixin):
                 )
             if agg in ("SUM", "MEAN"):
                 return reduce_arrays(list(self._all_copies()), ReduceOp(agg))
-        copy: np.ndarray = _gpu.copy(self.raw)  # a CuPy array on a GPU replica
-        return copy
+        read: np.ndarray = read_only_view(self.raw)
+        return read
 
     def value(self) -> np.ndarray:
         return self.read_value()
 
     def numpy(self) -> np.ndarray:
-        return self.read_value()
+        # TF: ``numpy()`` is a copy of its own (writable, whatever the variable does next).
+        copy: np.ndarray = _gpu.copy(_gpu.to_host(self.read_value()))
+        return copy
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         a: np.ndarray = _gpu.to_host(self.read_value())
-        return a.astype(dtype) if dtype is not None else a
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            return a.astype(dtype)
+        # NumPy's contract: np.asarray(v) may be a (here read-only) view, np.array(v) is a copy.
+        return np.array(a, copy=True) if copy else a
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         conv = tuple(x.read_value() if isinstance(x, ReplicaVariable) else x for x in inputs)
@@ -225,7 +248,9 @@ class ReplicaVariable(NDArrayOperatorsMixin):
 
     def _local(self, op: str, value: Any) -> ReplicaVariable:
         v = convert_for_variable(value, self.raw.dtype, self.raw.shape, self.meta["name"])
-        self.raw = apply_op(op, self.raw, v, in_place=True)  # the copy is this replica's alone
+        # In place while nothing else holds the copy: a read (``read_only_view``) that is still alive
+        # keeps the value it saw, as a TF tensor read from a variable does; the write then makes a new array.
+        self.raw = apply_op(op, self.raw, v, in_place=sys.getrefcount(self.raw) <= _SOLE_HOLDER)
         self._replica.touched.add(self.var_id)
         return self
 
