@@ -100,6 +100,31 @@ class _Channel:
 ABORT_GRACE = 0.25
 
 
+def _spin_seconds() -> float:
+    try:
+        return max(0.0, float(os.environ.get("INTERDIST_SPIN_US", "50"))) / 1e6
+    except ValueError:
+        return 50e-6
+
+
+#: Spin, then block (as MPI libraries and NCCL wait): a receiver polls its channels without sleeping
+#: for up to ``SPIN_S`` before it blocks in ``poll``. A peer's packet that comes meanwhile costs no
+#: wake-up: on the 2-core development machine a sleeping receiver's wake-up (the sender's ``sendmsg``
+#: and the kernel's) was ~60 us of a 150 us 4 KB all_reduce between 2 replicas; spinning, 90 us.
+#: It spins only when its last wait was short (``SPIN_IF_WAITED_BELOW``: a collective loop, not a
+#: peer still computing) and when the group's replicas on this host are no more than its cores (a
+#: spinning replica would take the core of the peer it waits for). ``INTERDIST_SPIN_US=0`` turns it off.
+SPIN_S = _spin_seconds()
+SPIN_IF_WAITED_BELOW = 4 * SPIN_S
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 class Mailbox:
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -118,6 +143,8 @@ class Mailbox:
         self._reading = False  # a thread polls the channels (one at a time)
         self._poller: Any = None
         self._doorbell: tuple[int, int] | None = None  # (read end, write end) of the wake-up pipe
+        self._last_wait = float("inf")  # seconds the last ``take`` waited (``SPIN_S``)
+        self._cores = _cores()
         self._closed = False
         self._stale_doorbell: tuple[int, int] | None = None
 
@@ -199,9 +226,18 @@ class Mailbox:
             with contextlib.suppress(BlockingIOError, OSError):
                 os.write(self._doorbell[1], b"!")
 
-    def _read_channels(self, timeout: float, writable: socket.socket | None = None) -> None:
+    def _spin_budget(self) -> float:
+        """How long a waiter polls without sleeping before it blocks (``SPIN_S``), 0 for not at all."""
+        if SPIN_S <= 0 or self._last_wait >= SPIN_IF_WAITED_BELOW:
+            return 0.0
+        if len(self._channels) + len(self._new_channels) + 1 > self._cores:
+            return 0.0  # more of the group's replicas on this host than cores
+        return SPIN_S
+
+    def _read_channels(self, timeout: float, writable: socket.socket | None = None, spin: float = 0.0) -> None:
         """Wait up to ``timeout`` s for a packet, the doorbell or (``writable``) room to write; store
-        what came. Called with the lock held and ``_reading`` set; returns with the lock held."""
+        what came. ``spin``: poll without sleeping for up to that long first. Called with the lock held
+        and ``_reading`` set; returns with the lock held."""
         self._register_new()
         poller = self._poller
         out_fd = -1 if writable is None else writable.fileno()
@@ -211,7 +247,14 @@ class Mailbox:
         got: list[tuple[int, int, int, Any]] = []
         gone: list[_Channel] = []
         try:
-            ready = poller.poll(max(0.0, timeout) * 1000)
+            ready = []
+            if spin > 0:
+                end = time.perf_counter() + min(spin, timeout)
+                ready = poller.poll(0)
+                while not ready and time.perf_counter() < end:
+                    ready = poller.poll(0)
+            if not ready:
+                ready = poller.poll(max(0.0, timeout) * 1000)
             for fd, _ in ready:
                 if self._doorbell is not None and fd == self._doorbell[0]:
                     with contextlib.suppress(BlockingIOError, OSError):
@@ -258,7 +301,7 @@ class Mailbox:
         if (self._channels or self._new_channels) and not self._reading:
             self._reading = True
             try:
-                self._read_channels(timeout)
+                self._read_channels(timeout, spin=self._spin_budget())
             finally:
                 self._reading = False
                 self._close_stale_doorbell()
@@ -358,9 +401,13 @@ class Mailbox:
     def take(self, step: int, seq: int, srcs: list[int], timeout: float, what: str) -> dict[int, Any]:
         """Wait until a message from every rank in ``srcs`` has arrived for (step, seq)."""
         out: dict[int, Any] = {}
+        t0 = time.perf_counter()
         try:
-            return self._take(step, seq, srcs, timeout, what, out)
+            got = self._take(step, seq, srcs, timeout, what, out)
+            self._last_wait = time.perf_counter() - t0
+            return got
         except BaseException:
+            self._last_wait = float("inf")
             self._drop(list(out.values()))
             raise
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import interdist as idist
-from interdist.collectives import dask_comms
+from interdist.collectives import dask_comms, mailbox
 from interdist.collectives.algorithms import Collectives
 from interdist.collectives.base import Packet, is_frame, pack_arrays, unpack_arrays
 from interdist.collectives.local import local_group
@@ -237,6 +237,49 @@ def test_doorbell_wakes_a_reader_at_once(box_and_peer: Any, how: str) -> None:
     # woken by the doorbell: well before the 0.5 s poll period of a reader left asleep
     assert elapsed < 0.4
     extra[1].close()
+
+
+def test_a_waiter_spins_only_after_short_waits_and_with_a_core_each(box_and_peer: Any) -> None:
+    box, peer = box_and_peer
+    box._cores = 2  # this replica and its one peer: a core each
+    assert box._spin_budget() == 0.0  # no wait measured yet
+    _send(peer, 1, 1, 0, b"already here")
+    box.take(1, 1, [0], 5.0, "t")
+    assert box._spin_budget() == mailbox.SPIN_S > 0  # a collective loop: the next packet is near
+    threading.Timer(0.05, _send, args=(peer, 1, 2, 0, b"late")).start()
+    box.take(1, 2, [0], 5.0, "t")
+    assert box._spin_budget() == 0.0  # the peer was computing: sleep at once
+    _send(peer, 1, 3, 0, b"quick")
+    box.take(1, 3, [0], 5.0, "t")
+    box._cores = 1  # two replicas on one core: a spinning one would hold its peer's core
+    assert box._spin_budget() == 0.0
+
+
+@pytest.mark.parametrize("how", ["channel", "put", "abort", "timeout"])
+def test_a_spinning_waiter_gets_packets_aborts_and_timeouts(
+    box_and_peer: Any, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    box, peer = box_and_peer
+    monkeypatch.setattr(mailbox, "SPIN_S", 1.0)  # everything below happens while it spins
+    monkeypatch.setattr(mailbox, "SPIN_IF_WAITED_BELOW", 4.0)
+    box._cores, box._last_wait = 2, 0.0
+    assert box._spin_budget() == 1.0
+    if how == "channel":
+        threading.Timer(0.05, _send, args=(peer, 1, 1, 0, b"while spinning")).start()
+    elif how == "put":
+        threading.Timer(0.05, box.put, args=(1, 1, 0, Packet(b"while spinning"))).start()
+    elif how == "abort":
+        threading.Timer(0.05, box.abort, args=(1, "replica 0 raised")).start()
+    t0 = time.monotonic()
+    if how == "abort":
+        with pytest.raises(CollectiveAbortedError, match="replica 0 raised"):
+            box.take(1, 1, [0], 5.0, "t")
+    elif how == "timeout":
+        with pytest.raises(CollectiveTimeoutError):
+            box.take(1, 1, [0], 0.2, "t")  # the timeout bounds the spin too
+    else:
+        assert box.take(1, 1, [0], 5.0, "t")[0].header == b"while spinning"
+    assert time.monotonic() - t0 < 0.8  # none waited out the 1 s spin
 
 
 def test_packets_of_a_step_gone_are_dropped(box_and_peer: Any) -> None:
