@@ -7,9 +7,10 @@ import re
 from typing import Any
 
 import numpy as np
+import pytest
 
 from interdist import events as ev
-from interdist._convert import block_means
+from interdist._convert import block_means, summarize_with_sketch
 from interdist.dashboard.components import PlacementDiagram, Scalars, ValueHeatmap
 from interdist.dashboard.model import FUSED_PROGRAM, DashboardModel
 from interdist.dashboard.placement_layout import PlacementPicture, from_model, from_parameter_servers, to_svg
@@ -80,6 +81,32 @@ def test_block_means_cut_the_flattened_copy_into_sixteen_blocks() -> None:
     assert block_means(np.arange(16.0), 16, 16) == ()  # small: its values travel instead
     assert block_means(np.ones((4, 8), np.float32) * 2, 16, 16) == (2.0,) * 16
     assert block_means(np.array(["a"] * 40), 16, 16) == ()
+
+
+def test_summary_of_equal_copies_is_the_same_wherever_they_lie() -> None:
+    """Equal copies give equal checksums (how divergence is seen), however their memory is aligned."""
+    rng = np.random.default_rng(3)
+    value = rng.normal(size=100_003).astype(np.float32)
+    seen = set()
+    for offset in range(16):  # every 4-byte alignment within a 64-byte line
+        buf = np.empty(value.size + 16, np.float32)
+        copy = buf[offset : offset + value.size]
+        copy[:] = value
+        seen.add(summarize_with_sketch(copy, 16, 16))
+    assert len(seen) == 1
+    norm, checksum, sketch = seen.pop()
+    exact = value.astype(np.float64)
+    assert checksum == pytest.approx(exact.sum(), abs=1e-6 * np.abs(exact).sum())
+    assert norm == pytest.approx(np.sqrt((exact * exact).sum()), rel=1e-5)
+    assert sketch == pytest.approx(block_means(exact, 16, 16), abs=1e-5)
+
+
+def test_a_float32_sum_that_overflows_is_summed_again_in_float64() -> None:
+    big = np.full(64, 3e38, np.float32)  # each finite, their float32 sum is not
+    _, checksum, sketch = summarize_with_sketch(big, 16, 16)
+    assert checksum == pytest.approx(64 * 3e38, rel=1e-6)
+    assert sketch == pytest.approx((3e38,) * 16, rel=1e-6)
+    assert summarize_with_sketch(np.array([1.0, np.inf] * 20, np.float32), 16, 16)[1] == np.inf
 
 
 def test_heatmap_marks_the_cells_where_a_copy_differs() -> None:
