@@ -18,6 +18,11 @@ interdist's figures print. Quote medians; the machine is noisy.
 
 from __future__ import annotations
 
+import multiprocessing
+import statistics
+import time
+from multiprocessing import shared_memory
+from typing import Any
 
 import numpy as np
 
@@ -88,6 +93,58 @@ print("@@" + json.dumps(out))
     return tf_child(child, f"{n} replicas")
 
 
+def _floor_worker(rank: int, n: int, names: list[str], barrier: Any, steps: int, out: Any) -> None:
+    """One of ``n`` plain NumPy processes doing the SGD step, the all-reduce a copy into shared memory and
+    a sum of every rank's copy in rank order (what interdist's all-gather-reduce does, without interdist)."""
+    shms = [shared_memory.SharedMemory(name=name) for name in names]
+    try:
+        slots = [np.ndarray((PARAMS,), np.float32, m.buf) for m in shms]
+        rng = np.random.default_rng(rank)
+        w = rng.normal(size=PARAMS).astype(np.float32)
+        x = rng.normal(size=PARAMS).astype(np.float32)
+        times = []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            g = (np.float32(0.01) * w + x) / np.float32(n)
+            if n > 1:
+                np.copyto(slots[rank], g)
+                barrier.wait()
+                total = np.add(slots[0] if rank else g, g if rank == 1 else slots[1])
+                for r in range(2, n):
+                    np.add(total, g if r == rank else slots[r], out=total)
+                barrier.wait()  # every rank has read the others' copies: they may be written again
+                g = total
+            w -= np.float32(0.1) * g
+            times.append(time.perf_counter() - t0)
+        out.put(statistics.median(times[steps // 5 :]))
+    finally:
+        for m in shms:
+            m.close()
+
+
+def numpy_processes_floor(n: int, steps: int = 300) -> float:
+    """Median step time of ``n`` plain NumPy processes doing the same SGD step through shared memory:
+    the floor of this algorithm on this machine (memory traffic and cores), without interdist."""
+    ctx = multiprocessing.get_context("spawn")
+    shms = [shared_memory.SharedMemory(create=True, size=PARAMS * 4) for _ in range(n)]
+    try:
+        barrier, out = ctx.Barrier(n), ctx.Queue()
+        procs = [
+            ctx.Process(target=_floor_worker, args=(r, n, [m.name for m in shms], barrier, steps, out))
+            for r in range(n)
+        ]
+        for p in procs:
+            p.start()
+        medians = [out.get(timeout=300) for _ in procs]
+        for p in procs:
+            p.join()
+        return max(medians)
+    finally:
+        for m in shms:
+            m.close()
+            m.unlink()
+
+
 def _line(what: str, t: float, base: float | None, base_name: str) -> None:
     ratio = f"{t / base:.2f}x {base_name} ({base * 1e3:.2f} ms)" if base else "(no TF baseline)"
     print(f"{what}: {t * 1e3:.2f} ms; {ratio}")
@@ -107,6 +164,9 @@ def main() -> None:
     print(f"one NumPy process, the same SGD step: {t_np * 1e3:.2f} ms")
     for n in REPLICAS:
         tf = _tf_child(n)
+        floor = numpy_processes_floor(n)
+        print(f"floor: the SGD step in {n} plain NumPy process(es), all-reduce through shared memory: "
+              f"{floor * 1e3:.2f} ms")
         with idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s:
             with s.scope():
                 w = idist.Variable(w0, name="w")
@@ -130,7 +190,8 @@ def main() -> None:
             t_fused = median_time(lambda: s.run_steps(step, it, steps=FUSED), repeat=10, warmup=2) / FUSED
             _line(f"SGD step, {n} replica(s), fused run_steps({FUSED})", t_fused, tf.get("sgd_function_loop"),
                   "TF tf.function loop")
-            print(f"  ({t_step / t_np:.1f}x / {t_fused / t_np:.1f}x one NumPy process)")
+            print(f"  ({t_step / t_np:.1f}x / {t_fused / t_np:.1f}x one NumPy process; "
+                  f"{t_step / floor:.2f}x / {t_fused / floor:.2f}x the {n} NumPy processes' floor)")
 
             per = BATCH // n
             with s.scope():
