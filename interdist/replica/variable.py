@@ -250,7 +250,8 @@ class ReplicaVariable(NDArrayOperatorsMixin):
         v = convert_for_variable(value, self.raw.dtype, self.raw.shape, self.meta["name"])
         # In place while nothing else holds the copy: a read (``read_only_view``) that is still alive
         # keeps the value it saw, as a TF tensor read from a variable does; the write then makes a new array.
-        self.raw = apply_op(op, self.raw, v, in_place=sys.getrefcount(self.raw) <= _SOLE_HOLDER)
+        sole = sys.getrefcount(self.raw) <= _SOLE_HOLDER  # before the call below puts self.raw on the stack
+        self.raw = apply_op(op, self.raw, v, in_place=sole)
         self._replica.touched.add(self.var_id)
         return self
 
