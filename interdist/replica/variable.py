@@ -192,9 +192,10 @@ class ReplicaVariable(NDArrayOperatorsMixin):
         return self.read_value()
 
     def numpy(self) -> np.ndarray:
-        # TF: ``numpy()`` is a copy of its own (writable, whatever the variable does next).
-        copy: np.ndarray = _gpu.copy(_gpu.to_host(self.read_value()))
-        return copy
+        # TF: ``numpy()`` is a copy of its own, writable. ``read_value`` already copies everything but a
+        # NumPy copy's read (a read-only view): only that one is copied here.
+        value: np.ndarray = self.read_value()
+        return np.array(value, copy=True) if type(value) is np.ndarray and not value.flags.writeable else value
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         a: np.ndarray = _gpu.to_host(self.read_value())
