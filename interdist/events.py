@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -115,6 +116,115 @@ class ScalarLogged(Event):
     value: float
 
 
+@dataclass(frozen=True)
+class ReplicaReleased(Event):
+    """A replica left its program because the step was aborted for someone else's failure: a peer's
+    (``by``), or the notebook's (``by = -1``: Kernel > Interrupt). Not a failure of its own."""
+
+    kind: ClassVar[str] = "replica-released"
+    by: int
+    reason: str
+
+
+# -- what the notebook saw: events it emits itself (``replica`` is the replica concerned, -1 for all) --------
+
+
+@dataclass(frozen=True)
+class StepSent(Event):
+    """The notebook sent a user call (``run``, ``run_steps``) to every replica: ``run`` is its number as the
+    notebook's errors say it ("run #3"); its programs are steps ``step`` .. ``step + steps - 1``."""
+
+    kind: ClassVar[str] = "step-sent"
+    fn: str
+    program: str
+    run: int
+    steps: int
+    world_size: int
+
+
+@dataclass(frozen=True)
+class ReplicaFrozen(Event):
+    """The liveness watch found the replica's process stopped (or silent) for ``stopped_s`` seconds."""
+
+    kind: ClassVar[str] = "replica-frozen"
+    stopped_s: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReplicaLost(Event):
+    """The replica's worker died or became unreachable during step ``step``."""
+
+    kind: ClassVar[str] = "replica-lost"
+    worker: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReplicaRestarting(Event):
+    """The notebook is waiting for a new worker to take the lost replica's place."""
+
+    kind: ClassVar[str] = "replica-restarting"
+    worker: str
+
+
+@dataclass(frozen=True)
+class ReplicaRecovered(Event):
+    """The replica runs again on a new worker (``worker``): what its state was rebuilt from.
+
+    ``copied``: variables copied from replica ``source``; ``restored``: sync-on-read copies set back to the
+    values the lost replica last reported; ``lost``: what could not be restored, each as a sentence."""
+
+    kind: ClassVar[str] = "replica-recovered"
+    worker: str
+    source: int
+    copied: tuple[str, ...]
+    restored: tuple[str, ...]
+    lost: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class VariablesRepaired(Event):
+    """The copies of variables ``var_ids`` were made equal again, copied from replica ``source``
+    (``how``: "resync" for ``resync_variables``, "recovery" after a lost replica, "restore")."""
+
+    kind: ClassVar[str] = "variables-repaired"
+    var_ids: tuple[int, ...]
+    source: int
+    how: str
+
+
+@dataclass(frozen=True)
+class FaultArmed(Event):
+    """``idist.debug.inject`` armed a fault on the replica (``persist``: until disarmed, not for one program)."""
+
+    kind: ClassVar[str] = "fault-armed"
+    fault: str
+    at: str
+    seconds: float
+    persist: bool
+
+
+@dataclass(frozen=True)
+class FaultFired(Event):
+    """An armed fault fired on the replica, at ``where`` (a kill or a freeze: just before it happens)."""
+
+    kind: ClassVar[str] = "fault-fired"
+    fault: str
+    at: str
+    where: str
+
+
+@dataclass(frozen=True)
+class FaultDisarmed(Event):
+    """An armed fault was dropped without firing: ``reason`` says why (its program never reached the point)."""
+
+    kind: ClassVar[str] = "fault-disarmed"
+    fault: str
+    at: str
+    reason: str
+
+
 SMALL_VALUES = 16
 """Variables of at most this many elements carry their values in their events (the dashboard shows
 them per replica); larger ones only their norm and checksum, so an event stays a few hundred bytes."""
@@ -134,8 +244,26 @@ EVENT_TYPES: dict[str, type[Event]] = {
         VariableCreated,
         VariableUpdated,
         ScalarLogged,
+        ReplicaReleased,
+        StepSent,
+        ReplicaFrozen,
+        ReplicaLost,
+        ReplicaRestarting,
+        ReplicaRecovered,
+        VariablesRepaired,
+        FaultArmed,
+        FaultFired,
+        FaultDisarmed,
     )
 }
+
+
+def abort_culprit(reason: str) -> int:
+    """The replica an abort's reason names first ("replica 2 is frozen: ..."): every abort the engine sends
+    says who caused it so (``Replica.execute``, ``client/group.py``); -1 for the notebook's own (an
+    interrupt) or a reason that names no replica."""
+    m = re.match(r"\s*replica (\d+)\b", reason)
+    return int(m.group(1)) if m else -1
 
 
 def from_msg(msg: dict[str, Any]) -> Event:
@@ -245,7 +373,8 @@ def to_chrome_trace(evs: Iterable[Event]) -> dict[str, Any]:
         p, tid = pid(e.group), e.replica
         if (p, tid) not in tracks:
             tracks.add((p, tid))
-            out.append({"ph": "M", "name": "thread_name", "pid": p, "tid": tid, "args": {"name": f"replica {tid}"}})
+            track = f"replica {tid}" if tid >= 0 else "notebook"  # the notebook's own events: a track of its own
+            out.append({"ph": "M", "name": "thread_name", "pid": p, "tid": tid, "args": {"name": track}})
             out.append({"ph": "M", "name": "thread_sort_index", "pid": p, "tid": tid, "args": {"sort_index": tid}})
         if isinstance(e, RunStarted):
             started[(e.group, e.step, e.replica)] = e
@@ -280,4 +409,12 @@ def to_chrome_trace(evs: Iterable[Event]) -> dict[str, Any]:
         elif isinstance(e, ReplicaFailed):
             out.append({"ph": "i", "s": "t", "name": "failed", "cat": "error", "pid": p, "tid": tid, "ts": us(e.time),
                         "args": {"step": e.step, "error": e.error}})  # fmt: skip
+        elif isinstance(e, StepSent):
+            out.append({"ph": "i", "s": "t", "name": f"run #{e.run} sent", "cat": "notebook", "pid": p, "tid": tid,
+                        "ts": us(e.time), "args": {"step": e.step, "fn": e.fn, "steps": e.steps}})  # fmt: skip
+        elif isinstance(e, (ReplicaReleased, ReplicaFrozen, ReplicaLost, ReplicaRestarting, ReplicaRecovered)):
+            name = e.kind.removeprefix("replica-")  # "frozen", "lost", ...: an instant on the replica's track
+            args = {k: v for k, v in e.to_msg().items() if k not in ("kind", "group", "replica", "time")}
+            out.append({"ph": "i", "s": "t", "name": name, "cat": "state", "pid": p, "tid": tid, "ts": us(e.time),
+                        "args": args})  # fmt: skip
     return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": {"producer": "interdist"}}

@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from interdist import events
+from interdist.dashboard.replica_state import FUSED_PROGRAM, ReplicaState, ReplicaStates, recovery_note
 
 # Checksums are float64 sums computed on each worker; mirrored copies updated by the
 # same all-reduced values agree to rounding, so only a real difference may show.
@@ -29,9 +30,7 @@ MAX_TIMINGS = 5000
 MAX_STEPS = 5000
 MAX_PENDING_STEPS = 64  # steps of checksums kept while waiting for a late replica's batch
 MAX_SCALARS = 5000  # points kept per logged scalar per replica
-# The engine's program for ``run_steps`` (``replica/fused.py``'s ``fused_steps``): one user call
-# whose inner steps each start as a "run" program. Named here, not imported: the views read events only.
-FUSED_PROGRAM = "fused_steps"
+MAX_INCIDENTS = 200  # the failures list keeps the newest
 
 
 # NCCL's convention: bus bandwidth = algorithm bandwidth x this factor, so that the
@@ -71,22 +70,49 @@ class CopySummary:
 
 
 @dataclass
-class ReplicaState:
-    """What one replica is doing, as its last events tell: the status strip's chip."""
+class ReplicaStatus:
+    """A replica's chip: its state's kind (``replica_state.KINDS``, or "waiting": running, inside a
+    collective a peer has not entered) and the words a person reads."""
 
-    phase: str = "idle"  # idle | running | done | failed | aborted
-    step: int = -1
-    fn: str = ""
-    error: str = ""
-    collective: tuple[int, int] | None = None  # (step, seq) of the collective it is inside
-    op: str = ""
+    replica: int
+    kind: str
+    text: str  # "waiting in all_reduce #1 for [1]"
+    detail: str = ""  # a longer line: the error, who released it, what a recovery restored
+
+
+@dataclass(frozen=True)
+class Incident:
+    """Something that went wrong (or was repaired) on one replica: a row of the failures list.
+
+    ``kind``: "raised", "frozen", "lost" (failures), "recovered", "fault-disarmed" (what followed)."""
+
+    kind: str
+    replica: int
+    step: int
+    time: float
+    error: str  # "ValueError: boom", "ReplicaFrozenError: its worker process ... stopped for 8 s"
+
+    @property
+    def failure(self) -> bool:
+        return self.kind in FAILURE_KINDS
+
+
+FAILURE_KINDS = ("raised", "frozen", "lost")
 
 
 @dataclass
-class ReplicaStatus:
+class ArmedFault:
+    """A fault ``idist.debug.inject`` armed on a replica, and what became of it (the faults tab)."""
+
     replica: int
-    kind: str  # idle | running | waiting | done | failed | aborted
-    text: str  # "waiting in all_reduce #1 for [1]"
+    fault: str
+    at: str
+    seconds: float
+    persist: bool
+    armed_at: float
+    state: str = "armed"  # armed | fired | disarmed
+    where: str = ""  # fired: where; disarmed: why
+    step: int = -1
 
 
 @dataclass
@@ -141,8 +167,8 @@ class DashboardModel:
     >>> from interdist import events
     >>> m = DashboardModel()
     >>> m.feed(events.RunStarted("g", 1, 0, 10.0, "step", "run"))
-    >>> m.replicas
-    [0]
+    >>> m.replicas, m.status(0).text
+    ([0], 'running step')
     """
 
     def __init__(self, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> None:
@@ -158,12 +184,16 @@ class DashboardModel:
         self.variables: dict[int, VariableInfo] = {}
         self.copies: dict[tuple[int, int], CopySummary] = {}  # (var_id, replica) -> summary
         self.diverged_since: dict[int, int] = {}  # var_id -> step where copies began to differ
+        self.repaired: dict[int, tuple[int, str]] = {}  # var_id -> (step, how) of its last repair
         self._checks: dict[int, dict[int, dict[int, float]]] = {}  # var_id -> step -> replica -> checksum
         self._judged: dict[int, int] = {}  # var_id -> last step compared
         self.timeline: deque[TimelineEntry] = deque(maxlen=MAX_TIMELINE)
         self.timings: deque[TimingPoint] = deque(maxlen=MAX_TIMINGS)
         self.open: dict[tuple[int, int], OpenCollective] = {}  # (step, seq) -> state
-        self.failures: list[events.ReplicaFailed] = []
+        self.replica_states = ReplicaStates()  # what each replica is doing: every view's one answer
+        self.incidents: deque[Incident] = deque(maxlen=MAX_INCIDENTS)  # the failures list, oldest first
+        self._incident_keys: set[tuple[str, int, int, float]] = set()  # a repeated event lists nothing twice
+        self.faults: list[ArmedFault] = []  # faults armed with idist.debug.inject, newest last
         self.steps_done: deque[tuple[float, int]] = deque(maxlen=MAX_STEPS)  # (time, step) of finished run steps
         self.steps_finished = 0  # all of them, also those that left steps_done
         self._starting: dict[int, set[int]] = {}  # step -> replicas that started it
@@ -171,8 +201,7 @@ class DashboardModel:
         self._counted: set[int] = set()  # steps already counted as finished
         self.running_step: int | None = None
         self.last_fn = ""
-        self.states: dict[int, ReplicaState] = {}  # replica -> what it is doing
-        self.runs = 0  # the user's run calls seen (programs "run"), numbered from 1 in the order they started
+        self.runs = 0  # the user's run calls: the notebook's number (StepSent), else counted as they start
         self.run_of_step: dict[int, int] = {}  # step -> run number (the last MAX_STEPS)
         self.last_collective: tuple[str, int, int] | None = None  # (op, seq, step) of the newest collective
         self._run_steps: list[int] = []  # the keys of run_of_step, sorted
@@ -199,6 +228,14 @@ class DashboardModel:
         if device is not None:
             self.replica_devices[replica] = device
 
+    @property
+    def failures(self) -> list[Incident]:
+        """The replicas' own failures (raised, frozen, lost), oldest first: not a peer's release."""
+        return [i for i in self.incidents if i.failure]
+
+    def state(self, replica: int) -> ReplicaState:
+        return self.replica_states.get(replica)
+
     # -- feeding -------------------------------------------------------------------
     def feed_many(self, evs: list[events.Event]) -> None:
         for e in evs:
@@ -209,10 +246,12 @@ class DashboardModel:
         if self.group is None:
             self.group = e.group
         self.version += 1
-        self._replicas.add(e.replica)
+        if e.replica >= 0:  # the notebook's events about the whole group name no replica
+            self._replicas.add(e.replica)
         if self.t0 is None or e.time < self.t0:
             self.t0 = e.time
         self.last_time = max(self.last_time, e.time)
+        self.replica_states.handle(e)
         if isinstance(e, events.CollectiveEntered):
             self._entered(e)
         elif isinstance(e, events.CollectiveExited):
@@ -228,23 +267,42 @@ class DashboardModel:
             self._started(e)
         elif isinstance(e, events.RunFinished):
             self._finished(e)
+        elif isinstance(e, events.StepSent):
+            self._sent(e)
         elif isinstance(e, events.ReplicaFailed):
-            self.failures.append(e)
-            st = self._state(e.replica)
-            st.phase = "aborted" if is_secondary(e) else "failed"
-            st.error, st.collective = e.error, None
+            self._incident("raised", e, e.error)
+        elif isinstance(e, events.ReplicaFrozen):
+            self._incident("frozen", e, f"ReplicaFrozenError: {e.reason}")
+            self._close_collectives(e.step)
+        elif isinstance(e, events.ReplicaLost):
+            self._incident("lost", e, f"WorkerLostError: {e.reason}")
+            self._close_collectives(e.step)
+        elif isinstance(e, events.ReplicaRecovered):
+            self._incident("recovered", e, f"recovered on {e.worker}: {recovery_note(e)}")
+        elif isinstance(e, events.VariablesRepaired):
+            self._repaired(e)
+        elif isinstance(e, (events.FaultArmed, events.FaultFired, events.FaultDisarmed)):
+            self._fault(e)
+
+    def _incident(self, kind: str, e: events.Event, error: str) -> None:
+        key = (kind, e.replica, e.step, e.time)
+        if key in self._incident_keys:
+            return
+        self._incident_keys.add(key)
+        if len(self._incident_keys) > 4 * MAX_INCIDENTS:  # forget keys of incidents that left the list
+            self._incident_keys = {(i.kind, i.replica, i.step, i.time) for i in self.incidents}
+        self.incidents.append(Incident(kind, e.replica, e.step, e.time, error))
+
+    def _close_collectives(self, step: int) -> None:
+        """A replica frozen or lost in ``step``: its peers are released, so the step's collectives are over."""
+        for k in [k for k in self.open if k[0] == step]:
+            del self.open[k]
 
     def _created(self, e: events.VariableCreated) -> None:
         self.variables[e.var_id] = VariableInfo(
             e.var_id, e.name, tuple(e.shape), e.dtype, e.synchronization, e.aggregation, e.step
         )
         self._copy(e.var_id, e.replica, CopySummary(e.device, e.norm, e.checksum, e.step, e.time, e.values))
-
-    def _state(self, replica: int) -> ReplicaState:
-        st = self.states.get(replica)
-        if st is None:
-            st = self.states[replica] = ReplicaState()
-        return st
 
     def _copy(self, var_id: int, replica: int, summary: CopySummary) -> None:
         self.copies[(var_id, replica)] = summary
@@ -273,17 +331,46 @@ class DashboardModel:
         lo, hi = min(checksums), max(checksums)
         if hi - lo > self.atol + self.rtol * max(abs(lo), abs(hi)):
             self.diverged_since.setdefault(var_id, step)
+            self.repaired.pop(var_id, None)
         else:
             self.diverged_since.pop(var_id, None)
+
+    def _repaired(self, e: events.VariablesRepaired) -> None:
+        """Copies made equal again (``resync_variables``, a recovery): no longer diverged, at once, and
+        no verdict of an older step may mark them so again."""
+        for var_id in e.var_ids:
+            self.diverged_since.pop(var_id, None)
+            self.repaired[var_id] = (e.step, e.how)
+            self._judged[var_id] = max(self._judged.get(var_id, -1 << 62), e.step)
+            per_step = self._checks.get(var_id, {})
+            for old in [st for st in per_step if st <= e.step]:
+                del per_step[old]
+
+    def _fault(self, e: events.FaultArmed | events.FaultFired | events.FaultDisarmed) -> None:
+        if isinstance(e, events.FaultArmed):
+            if any(f.armed_at == e.time and f.replica == e.replica for f in self.faults):
+                return  # the same arming, seen twice
+            for f in self.faults:
+                if f.state == "armed" and f.replica == e.replica:
+                    f.state, f.where = "disarmed", "replaced by a newer fault"
+            self.faults.append(ArmedFault(e.replica, e.fault, e.at, e.seconds, e.persist, e.time, step=e.step))
+            del self.faults[:-MAX_FAULTS]
+            return
+        for f in reversed(self.faults):
+            if f.replica == e.replica and f.fault == e.fault and f.at == e.at and f.armed_at <= e.time:
+                if isinstance(e, events.FaultFired):
+                    f.state, f.where, f.step = ("armed" if f.persist else "fired"), e.where, e.step
+                    self._incident("fault-fired", e, f"{e.fault} at {e.where} (idist.debug.inject)")
+                elif f.state == "armed":
+                    f.state, f.where, f.step = "disarmed", e.reason, e.step
+                    self._incident("fault-disarmed", e, f"{e.fault} at {e.at} not reached: {e.reason}")
+                return
 
     def _entered(self, e: events.CollectiveEntered) -> None:
         oc = self.open.get((e.step, e.seq))
         if oc is None:
             oc = self.open[(e.step, e.seq)] = OpenCollective(e.op, e.step, e.seq)
         oc.entered[e.replica] = e.time
-        st = self._state(e.replica)
-        if e.step >= st.step:  # not a late event of an older step
-            st.collective, st.op = (e.step, e.seq), e.op
         self.last_collective = (e.op, e.seq, e.step)
 
     def _exited(self, e: events.CollectiveExited) -> None:
@@ -302,9 +389,6 @@ class DashboardModel:
         # Bandwidth from the transfer time only: waiting for a late peer says nothing about the link.
         bus = e.nbytes * factor / e.transfer_s / 1e9 if e.transfer_s > 0 else 0.0
         self.timings.append(TimingPoint(e.replica, e.time, e.step, e.op, e.time - start, e.nbytes, bus))
-        st = self._state(e.replica)
-        if st.collective == key:
-            st.collective = None
         if oc is not None:
             oc.exited.add(e.replica)
             # Done once everyone known has left. A replica not heard of yet (its worker's
@@ -331,6 +415,7 @@ class DashboardModel:
         if number is None:
             self.runs += 1
             number = self.runs
+        self.runs = max(self.runs, number)
         self.run_of_step[step] = number
         bisect.insort(self._run_steps, step)
         if len(self.run_of_step) > MAX_STEPS:
@@ -338,15 +423,20 @@ class DashboardModel:
             self._runs_forgotten = True
         return number
 
+    def _sent(self, e: events.StepSent) -> None:
+        """The notebook's own number for a call: its steps are named by it ("run #3"), as its errors do."""
+        for r in range(e.world_size):
+            self._replicas.add(r)
+        for step in range(e.step, e.step + max(1, e.steps)):
+            self._number_run(step, e.run)
+        self.last_fn = e.fn
+
     def _started(self, e: events.RunStarted) -> None:
         if e.program == FUSED_PROGRAM:  # one user call (run_steps): its inner steps share its number
             self._fused[e.replica] = self._number_run(e.step)
             return
         if e.program != "run":
             return
-        st = self._state(e.replica)
-        if e.step >= st.step:
-            st.phase, st.step, st.fn, st.error, st.collective = "running", e.step, e.fn, "", None
         self._number_run(e.step, self._fused.get(e.replica))
         if e.step not in self.train_step_of:
             self.train_steps += 1
@@ -363,16 +453,7 @@ class DashboardModel:
             self._fused.pop(e.replica, None)
         # A failed step aborts its collectives: they are not stuck, they are over.
         if not e.ok:
-            for k in [k for k in self.open if k[0] == e.step]:
-                del self.open[k]
-        st = self._state(e.replica)
-        if st.collective is not None and st.collective[0] == e.step:
-            st.collective = None
-        if e.program == "run" and e.step == st.step:
-            if e.ok:
-                st.phase = "done"
-            elif st.phase not in ("failed", "aborted"):
-                st.phase = "failed"
+            self._close_collectives(e.step)
         if e.program != "run" or e.step in self._counted:
             return
         done = self._finishing.setdefault(e.step, set())
@@ -442,32 +523,85 @@ class DashboardModel:
             return f"after run #{self.run_of_step[self._run_steps[i - 1]]}"
         return f"step {step}" if self._runs_forgotten else "before run #1"
 
-    def status(self, replica: int) -> ReplicaStatus:
-        """One replica's chip: running fn, waiting in op #k for [replicas], done, failed: error."""
-        st = self.states.get(replica)
-        if st is None:
-            return ReplicaStatus(replica, "idle", "idle")
-        if st.phase == "failed":
-            return ReplicaStatus(replica, "failed", f"failed: {first_line(st.error)}")
-        if st.phase == "aborted":
-            return ReplicaStatus(replica, "aborted", "aborted (a peer failed)")
-        if st.collective is not None:
-            oc = self.open.get(st.collective)
+    def status(self, replica: int, now: float | None = None) -> ReplicaStatus:
+        """One replica's chip, from its state alone (and, for "waiting", the open collective it is in)."""
+        st = self.replica_states.get(replica)
+        kind, fn = st.kind, st.fn.rsplit(".", 1)[-1]  # "step", not "make.<locals>.step"
+        note = f" · {st.note}" if st.note else ""
+        if kind in ("running", "starting") and st.collective is not None:
+            oc = self.open.get(st.collective[:2])
             if oc is not None and replica not in oc.exited:
                 missing = [r for r in range(self.world_size) if r not in oc.entered]
                 where = f"{oc.op} #{oc.seq}"
                 if missing:
-                    return ReplicaStatus(replica, "waiting", f"waiting in {where} for {missing}")
-                return ReplicaStatus(replica, "running", f"in {where}")
-        if st.phase == "running":
-            return ReplicaStatus(replica, "running", f"running {st.fn.rsplit('.', 1)[-1]}")  # not make.<locals>.step
-        if st.phase == "done":
-            return ReplicaStatus(replica, "done", "done")
+                    return ReplicaStatus(
+                        replica,
+                        "waiting",
+                        f"waiting in {where} for {missing}",
+                        f"{self.run_label(st.step)}: {fn} waits for replica(s) {missing}{note}",
+                    )
+                return ReplicaStatus(replica, "running", f"in {where}", f"{self.run_label(st.step)}: {fn}")
+        if kind == "starting":
+            return ReplicaStatus(
+                replica,
+                kind,
+                f"starting {self.run_label(st.step)}",
+                "sent by the notebook; the replica has not started it yet",
+            )
+        if kind == "running":
+            what = f"running {fn}" if not st.system else f"busy: {fn}"
+            return ReplicaStatus(replica, kind, what, f"{self.run_label(st.step)}{note}")
+        if kind == "done":
+            return ReplicaStatus(replica, kind, "done", f"{self.run_label(st.user_step)}{note}")
+        if kind == "raised":
+            words = f"raised {st.error_type}" + (f": {first_line(st.error, 60)}" if st.error else "")
+            return ReplicaStatus(replica, kind, words, f"{st.error_type} in {self.run_label(st.step)}: {st.error}")
+        if kind == "released":
+            text = "released: " + _why_released(st.by, st.error, replica)
+            return ReplicaStatus(
+                replica, kind, text, f"{self.run_label(st.step)} aborted: {first_line(st.error)}{note}"
+            )
+        if kind == "frozen":
+            now = time.time() if now is None else now
+            return ReplicaStatus(
+                replica,
+                kind,
+                f"frozen {max(0.0, now - st.stopped_since):.0f} s",
+                f"in {self.run_label(st.step)}: {first_line(st.error)}",
+            )
+        if kind == "lost":
+            return ReplicaStatus(replica, kind, "lost", f"in {self.run_label(st.step)}: {first_line(st.error)}")
+        if kind == "restarting":
+            return ReplicaStatus(replica, kind, "restarting", f"waiting for a new worker (was {st.worker})")
+        if kind == "recovered":
+            return ReplicaStatus(replica, kind, "recovered", f"on {st.worker}: {st.note}")
         return ReplicaStatus(replica, "idle", "idle")
 
-    def failed_replicas(self) -> list[events.ReplicaFailed]:
-        """The failures that were a replica's own error (not a peer's abort), newest last."""
-        return [f for f in self.failures if not is_secondary(f)]
+    def counts(self) -> dict[str, int]:
+        """How many replicas are in each kind of state (only kinds that some replica is in)."""
+        out: dict[str, int] = {}
+        for r in range(self.world_size):
+            kind = self.replica_states.get(r).kind
+            out[kind] = out.get(kind, 0) + 1
+        return out
+
+    def failed_replicas(self) -> list[Incident]:
+        """The replicas' own failures (raised, frozen, lost; not a peer's release), oldest first."""
+        return self.failures
+
+    def variable_status(self, var_id: int) -> tuple[str, str]:
+        """(kind, words) for a variable: "agree", "diverged" (since run #n), "repaired", "per-replica"."""
+        info = self.variables.get(var_id)
+        if info is not None and info.synchronization == "ON_READ":
+            return "per-replica", "per replica (sync-on-read)"
+        since = self.diverged_since.get(var_id)
+        if since is not None:
+            return "diverged", f"DIVERGED since {self.run_label(since)}"
+        fixed = self.repaired.get(var_id)
+        if fixed is not None:
+            step, how = fixed
+            return "repaired", f"repaired ({how}) {self.run_label(step)}".replace(") run #", ") at run #")
+        return "agree", "ok"
 
     def devices_of(self, replica: int) -> str:
         """The replica's own device: given by the owner, else read off its mirrored variables."""
@@ -480,6 +614,21 @@ class DashboardModel:
 
     def copies_of(self, var_id: int) -> int:
         return sum(1 for (v, _) in self.copies if v == var_id)
+
+
+MAX_FAULTS = 50
+
+
+def _why_released(by: int | None, reason: str, replica: int) -> str:
+    """Released: why, in a few words ("replica 1 lost")."""
+    if by is None or by < 0:
+        return "the notebook was interrupted" if "interrupt" in reason else "the step was aborted"
+    if by == replica:
+        return "resumed after it was frozen"
+    for words, short in (("was lost", "lost"), ("frozen", "frozen"), ("raised", "raised"), ("returned", "returned")):
+        if words in reason:
+            return f"replica {by} {short}"
+    return f"replica {by} failed"
 
 
 def is_secondary(failure: events.ReplicaFailed) -> bool:

@@ -206,7 +206,14 @@ class Replica:
             except BaseException as exc:  # noqa: BLE001 - every failure must reach the notebook
                 secondary = isinstance(exc, CollectiveAbortedError)
                 tb, frames = trim_traceback(exc)  # the user's frames only
-                if not secondary:  # a peer released by another's failure is not one more failure
+                released = self._released_by(exc)
+                if released is not None:  # a peer's failure or the notebook's interrupt: not one more failure
+                    self.emit(
+                        events.ReplicaReleased(
+                            self.group_id, self.step, self.rank, time.time(), events.abort_culprit(released), released
+                        )
+                    )
+                else:
                     self._abort_peers(self.step, f"replica {self.rank} raised {type(exc).__name__}: {exc}")
                     self.emit(
                         events.ReplicaFailed(
@@ -260,6 +267,16 @@ class Replica:
                 reply["plain_updates"] = cloudpickle.dumps(updates)  # arrays: not msgpack-able
             return reply
 
+    def _released_by(self, exc: BaseException) -> str | None:
+        """Why the program was released, when ``exc`` is an abort's doing (a peer failed, the notebook was
+        interrupted) rather than a failure of this replica's own; None for its own failure."""
+        if not isinstance(exc, (CollectiveAbortedError, KeyboardInterrupt)):
+            return None
+        reason = self.transport.mailbox.aborted(self.step)
+        if reason is None and isinstance(exc, CollectiveAbortedError):
+            reason = str(exc).partition(" was aborted: ")[2] or str(exc)
+        return reason
+
     def _deref(self, x: Any) -> Any:
         if isinstance(x, StoreRef):
             try:
@@ -306,24 +323,20 @@ class Replica:
 
     def _emit_variable_updates(self, step: int) -> None:
         for var_id in sorted(self.touched):
-            var = self.variables.get(var_id)
-            if var is not None:
-                norm, checksum, sketch = summarize_with_sketch(var.raw, events.SKETCH_BLOCKS, events.SMALL_VALUES)
-                self.emit(
-                    events.VariableUpdated(
-                        self.group_id,
-                        step,
-                        self.rank,
-                        time.time(),
-                        var_id,
-                        var.name,
-                        self.device,
-                        norm,
-                        checksum,
-                        small_values(var.raw, events.SMALL_VALUES),
-                        sketch,
-                    )
-                )
+            event = self.variable_event(var_id, step)
+            if event is not None:
+                self.emit(event)
+
+    def variable_event(self, var_id: int, step: int) -> events.VariableUpdated | None:
+        """The ``VariableUpdated`` event that describes this replica's copy of ``var_id`` now (None: no copy)."""
+        var = self.variables.get(var_id)
+        if var is None:
+            return None
+        norm, checksum, sketch = summarize_with_sketch(var.raw, events.SKETCH_BLOCKS, events.SMALL_VALUES)
+        values = small_values(var.raw, events.SMALL_VALUES)
+        return events.VariableUpdated(
+            self.group_id, step, self.rank, time.time(), var_id, var.name, self.device, norm, checksum, values, sketch
+        )
 
     def release(self, keys: list[str]) -> None:
         for k in keys:

@@ -122,16 +122,20 @@ def test_status_strip_running_waiting_done() -> None:
     assert chips(m) == {r: "done" for r in range(3)} and m.runs == 1 and m.run_label(7) == "run #1"
 
 
-def test_status_strip_failed_and_aborted_and_failures_counted_once() -> None:
+def test_status_strip_raised_and_released_and_failures_counted_once() -> None:
     m = fed(hang_stream())
     m.feed(ev.ReplicaFailed(G, 7, 1, 102.0, "ValueError: boom\nmore", "tb"))
-    m.feed(ev.ReplicaFailed(G, 7, 0, 102.1, "CollectiveAbortedError: all_gather #1 was aborted", "tb"))
+    m.feed(ev.ReplicaReleased(G, 7, 0, 102.1, 1, "replica 1 raised ValueError: boom"))
     m.feed(ev.RunFinished(G, 7, 0, 102.1, "step", "run", 2.1, False))
-    # the failed step's collectives are over: replica 2 no longer waits in one (its own abort is on its way)
-    assert chips(m) == {0: "aborted (a peer failed)", 1: "failed: ValueError: boom", 2: "running step"}
-    assert [f.replica for f in m.failed_replicas()] == [1]  # the aborted peer is not a failure of its own
-    m.feed(ev.RunStarted(G, 9, 1, 103.0, "step", "run"))  # the next run clears the chip
+    # replica 2's own release is on its way: until it comes, it is still in its step
+    assert chips(m) == {0: "released: replica 1 raised", 1: "raised ValueError: boom", 2: "running step"}
+    assert [m.status(r).kind for r in range(3)] == ["released", "raised", "running"]
+    assert [(f.replica, f.kind) for f in m.failures] == [(1, "raised")]  # a released peer is no failure of its own
+    m.feed(ev.ReplicaFailed(G, 7, 1, 102.0, "ValueError: boom\nmore", "tb"))  # the same event again
+    assert len(m.failures) == 1
+    m.feed(ev.RunStarted(G, 9, 1, 103.0, "step", "run"))  # the next run clears the chip, not the list
     assert chips(m)[1] == "running step" and m.runs == 2 and m.run_label(8) == "after run #1"
+    assert len(m.failures) == 1
 
 
 def test_run_numbers_count_the_users_runs_not_the_engines_programs() -> None:

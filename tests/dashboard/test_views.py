@@ -49,7 +49,7 @@ def test_replica_values_one_row_per_replica_per_variable_with_divergence() -> No
         "norm": [2.0, 2.5, 3.0, 4.0],
         "checksum": [2.0, 2.5, 3.0, 4.0],
         "step": ["run #2"] * 4,  # step 3 was the user's second run call
-        "status": ["DIVERGED since run #2"] * 2 + ["on-read (per replica)"] * 2,
+        "status": ["DIVERGED since run #2"] * 2 + ["per replica (sync-on-read)"] * 2,
         "color": ["red", "red", "black", "black"],
     }
     assert "1 diverged" in v.summary.text

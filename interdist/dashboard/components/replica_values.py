@@ -82,13 +82,8 @@ class ReplicaValues(View):
             name = info.name if info is not None else f"var {var_id}"
             if not self.shows_replica(replica) or (self.variable is not None and name != self.variable):
                 continue
-            since = model.diverged_since.get(var_id)
-            if since is not None:
-                status, color = f"DIVERGED since {model.run_label(since)}", "red"
-            elif info is not None and info.synchronization == "ON_READ":
-                status, color = "on-read (per replica)", "black"
-            else:
-                status, color = "ok", "black"
+            kind, status = model.variable_status(var_id)
+            color = {"diverged": "red", "repaired": "#0f766e"}.get(kind, "black")
             row = {
                 "var_id": var_id,
                 "variable": name,

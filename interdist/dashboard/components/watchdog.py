@@ -2,7 +2,8 @@
 
 The question after a hang is "who is everyone waiting for?": each row lists the
 replicas that arrived (and for how long they have waited) and the ones missing.
-Failed replicas are listed too, since a failure is the usual reason.
+The failures list (the status strip's, from the replica states) follows, since a failure is
+the usual reason.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from bokeh.models.sources import ColumnDataSource
 from bokeh.models.widgets import DataTable, Div, TableColumn
 
 from interdist.dashboard.components._base import View, set_data
+from interdist.dashboard.components.status import failures_list
 from interdist.dashboard.model import DashboardModel
 
 COLUMNS = ["op", "step", "seq", "arrived", "waiting_s", "missing"]
@@ -86,12 +88,4 @@ class Watchdog(View):
             )
         else:
             self.status.text = "no collectives yet"
-        self.failures.text = "".join(
-            f"<div style='color:red'>replica {f.replica} failed at step {f.step}: {_escape(f.error)}</div>"
-            for f in model.failures[-5:]
-            if self.shows_replica(f.replica)
-        )
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        self.failures.text = failures_list(model, self.shows_replica)
