@@ -136,8 +136,12 @@ class EventLog:
         return out
 
     def add(self, event: Event) -> None:
+        """One event the notebook made itself (``DaskGroup.emit``). While live, it also comes back in the
+        scheduler's topic (the notebook sends it there for the Dask pages): that copy is dropped."""
         with self._cond:
             self._expand()
+            if self._seen is not None:
+                self._seen[event_key(event)] = None
             self._events.append(event)
             self._expanded += 1
             self._cond.notify_all()

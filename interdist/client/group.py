@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 import uuid
@@ -19,6 +20,7 @@ from typing import Any
 import cloudpickle
 
 from interdist import control as local_control
+from interdist import events
 from interdist.client import liveness
 from interdist.client.fn_pickle import dumps_fn
 from interdist.client.replies import StepReplies, raise_for, show_output, user_stacklevel
@@ -35,7 +37,12 @@ from interdist.protocol import (
 )
 from interdist.worker.plugin import PLUGIN_NAME, ReplicaRuntime
 
+logger = logging.getLogger("interdist")
+
 _registered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+#: How often (seconds, at most) the notebook's own events go to the scheduler's event log (the Dask pages):
+#: as often as the workers send theirs (worker/plugin.py).
+FLUSH_EVERY = 0.25
 _register_lock = threading.Lock()
 
 
@@ -77,7 +84,11 @@ class DaskGroup:
         self.suspect: str | None = None
         self._background: set[asyncio.Future[Any]] = set()  # calls not awaited (kept alive until done)
         self.runs = 0  # the user's calls (run, run_steps), as the notebook counts them: "run #3"
-        self.on_events: Callable[[Any], None] | None = None  # the strategy's event log
+        self.on_events: Callable[[Any], None] | None = None  # the strategy's event log: the replies' events
+        self.on_event: Callable[[events.Event], None] | None = None  # ... and the notebook's own (``emit``)
+        self._outbox: list[dict[str, Any]] = []  # the notebook's events not yet sent to the scheduler
+        self._outbox_lock = threading.Lock()  # emitted from the notebook's thread and the client's event loop
+        self._flushed = 0.0  # when they last were (monotonic)
         # The strategy's handles for variables created inside a replica function (rank 0's list).
         self.on_created: Callable[[list[CreatedVariable]], None] | None = None
         self.on_recover: Callable[[list[int]], None] | None = None  # restores state on replaced replicas
@@ -87,6 +98,42 @@ class DaskGroup:
         ensure_plugin(client)
         self._join()
         self._liveness.learn_pids()
+
+    # -- the notebook's own events ----------------------------------------------
+    def emit(self, event: events.Event, urgent: bool = False) -> None:
+        """An event the notebook saw (a call sent, a replica frozen or lost, a recovery): into the strategy's
+        log, and to the scheduler's event log for the Dask pages, batched (at once when ``urgent``)."""
+        if self.on_event is not None:
+            self.on_event(event)
+        with self._outbox_lock:
+            self._outbox.append(event.to_msg())
+        if urgent or time.monotonic() - self._flushed >= FLUSH_EVERY:
+            self.flush_events()
+
+    def flush_events(self) -> None:
+        """Send the notebook's pending events to the scheduler, without waiting for it (best effort)."""
+        with self._outbox_lock:
+            msgs, self._outbox = self._outbox, []
+        self._flushed = time.monotonic()
+        if not msgs:
+            return
+        batch = events.pack_batch(msgs)
+        client = self.client
+
+        async def send() -> None:
+            try:
+                await client.scheduler.log_event(topic=events.TOPIC, msg=batch)
+            except Exception as exc:  # noqa: BLE001 - the Dask pages miss a batch; the notebook's log has it
+                logger.debug("interdist: could not send the notebook's events to the scheduler: %s", exc)
+
+        try:
+            client.loop.add_callback(send)
+        except Exception as exc:  # noqa: BLE001 - a closed client: nothing to show them on
+            logger.debug("interdist: no scheduler for the notebook's events: %s", exc)
+
+    def _now_event(self, cls: Any, step: int, rank: int, *fields: Any) -> events.Event:
+        event: events.Event = cls(self.group_id, step, rank, time.time(), *fields)
+        return event
 
     # -- membership ------------------------------------------------------------
     def _join(self) -> None:
@@ -106,6 +153,7 @@ class DaskGroup:
         if self.closed:
             return
         self.closed = True
+        self.flush_events()
         self._drop_control()
         # Best effort: closing must not fail because a worker is gone.
         self._broadcast(range(self.world_size), lambda worker: worker.interdist_leave(group=self.group_id))
@@ -116,6 +164,8 @@ class DaskGroup:
 
         deadline = time.monotonic() + timeout
         replacements: dict[int, str] = {}
+        for r, addr in sorted(self.lost.items()):
+            self.emit(self._now_event(events.ReplicaRestarting, self.step, r, addr), urgent=True)
         while time.monotonic() < deadline:
             info = self.client.scheduler_info(n_workers=-1)
             workers = info.get("workers") if isinstance(info, dict) else None
@@ -170,11 +220,19 @@ class DaskGroup:
             self.on_recover(ranks)
 
     def restore_variable(self, rank: int, var_id: int, meta: VariableMeta, value: Any) -> None:
-        self.client.sync(
+        """Set replica ``rank``'s copy of a variable to ``value``; its worker's event about the new copy goes
+        to the strategy's log (the dashboard's values then show it at once)."""
+        msg = self.client.sync(
             lambda: self.client.rpc(self.addresses[rank]).interdist_restore_var(
-                group=self.group_id, var_id=var_id, meta=cloudpickle.dumps(meta), value=cloudpickle.dumps(value)
+                group=self.group_id,
+                var_id=var_id,
+                meta=cloudpickle.dumps(meta),
+                value=cloudpickle.dumps(value),
+                step=self.step,
             )
         )
+        if isinstance(msg, dict) and self.on_events is not None:
+            self.on_events([msg])
 
     # -- execution -------------------------------------------------------------
     def execute(
@@ -205,6 +263,13 @@ class DaskGroup:
                 self.runs += 1
             step = self.step + 1
             self.step += steps  # a fused program numbers its inner steps step .. step + steps - 1
+            if user_call:
+                kind, _, fn_name = what.partition(" of ")
+                self.emit(
+                    events.StepSent(
+                        self.group_id, step, -1, time.time(), fn_name, kind, self.runs, steps, self.world_size
+                    )
+                )
             with pickling_for(self.group_id, self.world_size):  # plain/foreign variables as snapshots
                 fn_bytes = dumps_fn(fn)
             conns = self._control_connections()
@@ -237,6 +302,10 @@ class DaskGroup:
         if self.on_events is not None:
             for reply in replies:
                 self.on_events(reply.get("events", ()))
+        for rank, rep in enumerate(replies):
+            if rep.get("lost"):  # the notebook's own evidence: the connection to its worker closed
+                why = f"{rep['type']}: {rep['message']}"
+                self.emit(self._now_event(events.ReplicaLost, step, rank, self.addresses[rank], why), urgent=True)
         if self.on_created is not None and replies[0].get("created"):
             self.on_created(replies[0]["created"])  # before results (which may be those variables) decode
         if any(not r["ok"] for r in replies):
@@ -281,6 +350,10 @@ class DaskGroup:
             pass
         running = [r for r, a in enumerate(answers) if a is False]
         unknown = [r for r, a in enumerate(answers) if a is not True and a is not False]
+        for r, answer in enumerate(answers):
+            if answer is True:  # its worker's word: it left the step (its own events may never come back)
+                self.emit(self._now_event(events.ReplicaReleased, step, r, -1, reason))
+        self.flush_events()
         for r in running:
             self.busy[r] = (step, _StillRunning(self, r, step))
         kind, _, fn_name = what.partition(" of ")
@@ -385,8 +458,9 @@ class DaskGroup:
                 with contextlib.suppress(OSError):
                     conns[rank].post(local_control.pack({"op": "peer_done", "group": self.group_id, **notice}))
             frozen = self._liveness.frozen(waiting)
-            for rank, why in frozen.items():
-                reason = got.frozen(rank, conns[rank], why)
+            for rank, found in frozen.items():
+                self.emit(self._now_event(events.ReplicaFrozen, step, rank, found.stopped_s, found.reason), True)
+                reason = got.frozen(rank, conns[rank], found.reason)
                 self._broadcast(self._others(rank), self._abort_step(step, reason))
                 # The frozen replica too, on its own control socket: it reads the abort as soon as it resumes,
                 # so it leaves the step at its next collective instead of waiting there for its peers.
@@ -442,7 +516,9 @@ class DaskGroup:
                     notify.add_done_callback(self._background.discard)
                 loop = asyncio.get_running_loop()
                 frozen = await loop.run_in_executor(None, self._liveness.frozen, sorted(waiting))
-                for rank, why in frozen.items():
+                for rank, found in frozen.items():
+                    self.emit(self._now_event(events.ReplicaFrozen, step, rank, found.stopped_s, found.reason), True)
+                    why = found.reason
                     pending.discard(waiting[rank])
                     # best effort, not awaited: a stopped worker may not even complete a new connection
                     task = asyncio.ensure_future(

@@ -17,7 +17,11 @@ still waiting for:
   event-loop thread, which a busy replica does not block) is older than ``2 * frozen_after`` plus
   the heartbeat interval: frozen, or cut off.
 
-``frozen(ranks)`` returns, for each frozen rank, the reason the user reads.
+``frozen(ranks)`` returns, for each frozen rank, the reason the user reads and how long the process
+has been seen stopped. That time is measured by continuous observation: a process seen stopped at
+one check and again at the next counts from the first; one not checked for a while (between steps,
+or a replica resumed and stopped again between two checks) starts a new count, so a second freeze
+is never reported early with the first one's age.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from interdist.config import settings
@@ -59,13 +64,22 @@ def _stopped(pid: int) -> bool | None:
     return status in ("stopped", "tracing-stop")
 
 
+@dataclass(frozen=True)
+class Frozen:
+    """A frozen replica: why (the words of the error), and for how long it was seen so."""
+
+    reason: str
+    stopped_s: float
+
+
 class Liveness:
     """Frozen-replica checks for the workers at ``addresses`` (by rank) of ``client``'s cluster."""
 
     def __init__(self, client: Any, addresses: list[str]) -> None:
         self.client = client
         self.addresses = addresses
-        self._stopped_since: dict[int, float] = {}
+        # rank -> (first seen stopped, last seen stopped), monotonic: a run of checks that saw it stopped
+        self._stopped: dict[int, tuple[float, float]] = {}
         self._local: set[str] | None = None
         self._pids: dict[str, int] = {}
 
@@ -93,7 +107,7 @@ class Liveness:
         info: dict[str, Any] = self.client.scheduler_info(n_workers=-1).get("workers", {})
         return info
 
-    def frozen(self, ranks: list[int]) -> dict[int, str]:
+    def frozen(self, ranks: list[int]) -> dict[int, Frozen]:
         """The frozen ranks among ``ranks``, each with why. Never raises (a failed check finds none)."""
         try:
             workers = self._workers()
@@ -103,7 +117,7 @@ class Liveness:
         if self._local is None:
             self._local = _local_hosts()
         now_mono, now = time.monotonic(), time.time()
-        found: dict[int, str] = {}
+        found: dict[int, Frozen] = {}
         for rank in ranks:
             w = workers.get(self.addresses[rank])
             if w is None:
@@ -112,19 +126,27 @@ class Liveness:
             stopped = _stopped(pid) if pid and str(w.get("host", "")) in self._local else None
             if stopped is not None:
                 if not stopped:
-                    self._stopped_since.pop(rank, None)
+                    self._stopped.pop(rank, None)
                     continue
-                since = self._stopped_since.setdefault(rank, now_mono)
-                if now_mono - since >= settings.frozen_after:
-                    found[rank] = (
-                        f"its worker process (pid {pid}) has been stopped for {now_mono - since:.0f} s "
-                        "(SIGSTOP, a debugger, a suspended process): it runs nothing and answers nothing"
+                first, last = self._stopped.get(rank, (now_mono, now_mono))
+                if now_mono - last > 2 * CHECK_EVERY + 1.0:
+                    first = now_mono  # not watched in between: it may have run meanwhile, count anew
+                self._stopped[rank] = (first, now_mono)
+                seen = now_mono - first
+                if seen >= settings.frozen_after:
+                    found[rank] = Frozen(
+                        f"its worker process (pid {pid}) has been stopped for {seen:.1f} s "
+                        "(SIGSTOP, a debugger, a suspended process): it runs nothing and answers nothing",
+                        seen,
                     )
                 continue
             last_seen = w.get("last_seen")
             if isinstance(last_seen, (int, float)) and now - last_seen > 2 * settings.frozen_after + 5:
-                found[rank] = (
+                found[rank] = Frozen(
                     f"its worker at {self.addresses[rank]} has not sent a heartbeat for {now - last_seen:.0f} s "
-                    "(frozen, or cut off from the scheduler)"
+                    "(frozen, or cut off from the scheduler)",
+                    now - last_seen,
                 )
+        for rank in found:
+            self._stopped.pop(rank, None)  # reported: a later freeze is counted from its own start
         return found

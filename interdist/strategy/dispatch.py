@@ -19,6 +19,7 @@ from typing import Any
 from interdist import _context, _nest
 from interdist._convert import same_object_across
 from interdist.client import cluster as cluster_lib
+from interdist.client.event_log import EventLog
 from interdist.client.group import DaskGroup
 from interdist.errors import DivergedCopiesError
 from interdist.protocol import ArgRef, StoreRef, ValueMeta, VarRef, registered_variable
@@ -38,6 +39,7 @@ class ReplicaDispatch:
     _kind: str
     _lease: cluster_lib.Lease
     _group: DaskGroup
+    events: EventLog  # the replicas' and the notebook's events (client/event_log.py)
     _group_id: str
     extended: StrategyExtended
 

@@ -11,15 +11,17 @@ variables are copied to it from a survivor (``_restore_replicas``). A mixin of `
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import numpy as np
 
-from interdist import _context, _gpu, _nest
+from interdist import _context, _gpu, _nest, events
 from interdist._convert import convert_for_variable, same_object_across
 from interdist._reduction import reduce_arrays
+from interdist.client.replies import user_stacklevel
 from interdist.errors import DivergedCopiesError, WorkerLostError
 from interdist.protocol import VARIABLE_KEY, CreatedVariable, ValueMeta, VariableMeta, VarRef
 from interdist.reduce_op import ReduceOp
@@ -136,30 +138,97 @@ class VariablesMixin(ReplicaDispatch):
         return [v for v in (self._variable_by_id(i) for i in sorted(self._var_metas)) if v is not None]
 
     def _restore_replicas(self, ranks: list[int]) -> None:
-        """After a worker restart: give the new replicas the variables, copied from a survivor."""
+        """After a worker restart: give the new replicas the variables, and say exactly what they got.
+
+        Mirrored variables (and the optimizers' slots) are copied from a survivor: they were equal. A
+        sync-on-read copy was the lost replica's own (a metric's count, a per-replica statistic), held
+        nowhere else: it is set back to the value that replica last reported (each step's events carry
+        the values of a variable of at most ``events.SMALL_VALUES`` elements), so a SUM neither loses
+        nor duplicates its share. A larger one, or one never reported, cannot be restored: it restarts
+        from zero (SUM) or a survivor's copy, and the warning and the dashboard name it and the amount lost.
+        """
         self._lease.addresses = list(self._group.addresses)
         survivors = [r for r in range(self.num_replicas_in_sync) if r not in ranks]
         if not survivors:
             raise WorkerLostError("every replica of this strategy was lost; its variables are gone")
         source = survivors[0]
-        restored = []
+        copied: list[str] = []
+        mirrored_ids: list[int] = []
+        restored: dict[int, list[str]] = {r: [] for r in ranks}
+        lost: dict[int, list[str]] = {r: [] for r in ranks}
         for var_id, meta in list(self._var_metas.items()):
             if self._variable_by_id(var_id) is None:
                 continue
             value = self._group.read_variable(source, var_id)
-            if meta["kind"] == "sync_on_read" and meta["aggregation"] == "SUM":
-                value = np.zeros_like(value)  # a lost replica's share of a sum is lost, not duplicated
+            if meta["kind"] != "sync_on_read":
+                for r in ranks:
+                    self._group.restore_variable(r, var_id, meta, value)
+                copied.append(meta["name"])
+                mirrored_ids.append(var_id)
+                continue
             for r in ranks:
-                self._group.restore_variable(r, var_id, meta, value)
-            restored.append(meta["name"])
+                own, words = self._last_reported(var_id, r, value)
+                if own is not None:
+                    restored[r].append(f"{meta['name']} = {words}")
+                    self._group.restore_variable(r, var_id, meta, own)
+                    continue
+                fallback = np.zeros_like(value) if meta["aggregation"] == "SUM" else value
+                how = "restarts from 0" if meta["aggregation"] == "SUM" else f"took replica {source}'s copy"
+                lost[r].append(f"{meta['name']} (sync-on-read {meta['aggregation']}): {words}; it {how}")
+                self._group.restore_variable(r, var_id, meta, fallback)
         self._system(programs.share_optimizer_state, source, list(ranks))  # slots too, or the copies drift apart
-        warnings.warn(
-            f"replica(s) {ranks} of {self!r} were restarted on new workers; {len(restored)} variable(s) and the "
-            f"optimizers' state were copied there from replica {source}. Values the lost replicas held (run "
-            "results, dataset iterators) are gone.",
-            UserWarning,
-            stacklevel=4,
-        )
+        step = self._group.step
+        for r in ranks:
+            recovered = events.ReplicaRecovered(
+                self._group_id, step, r, time.time(), self._group.addresses[r], source,
+                tuple(copied), tuple(restored[r]), tuple(lost[r]),
+            )  # fmt: skip
+            self._group.emit(recovered, urgent=True)
+        if mirrored_ids:
+            self._group.emit(
+                events.VariablesRepaired(self._group_id, step, -1, time.time(), tuple(mirrored_ids), source, "recovery")
+            )
+        message = [
+            f"replica(s) {ranks} of this {type(self).__name__} were restarted on new workers: "
+            f"{len(copied)} variable(s) and the optimizers' state were copied there from replica {source}"
+        ]
+        for r in ranks:
+            if restored[r]:
+                message.append(
+                    f"replica {r}'s sync-on-read copies were set back to their last reported values: "
+                    + ", ".join(restored[r])
+                )
+            if lost[r]:
+                message.append(f"LOST on replica {r}: " + "; ".join(lost[r]))
+        message.append("values the lost replicas held otherwise (run results, dataset iterators) are gone")
+        warnings.warn(". ".join(message) + ".", UserWarning, stacklevel=user_stacklevel())
+
+    def _last_reported(self, var_id: int, rank: int, like: Any) -> tuple[Any, str]:
+        """Replica ``rank``'s copy of ``var_id`` as its last event reported it (None if that event carried no
+        values), shaped as ``like``; and words for it: the value, or why it cannot be known."""
+        for e in reversed(self.events.events):
+            if e.replica != rank or getattr(e, "var_id", None) != var_id:
+                continue
+            if not isinstance(e, (events.VariableUpdated, events.VariableCreated)):
+                continue
+            template = np.asarray(_gpu.to_host(like))
+            when = self._when(e.step)
+            if not e.values or len(e.values) != template.size:
+                return None, (
+                    f"its copy (norm {e.norm:.6g} {when}) has more than {events.SMALL_VALUES} elements, "
+                    "which the events do not carry"
+                )
+            value = np.asarray(e.values, dtype=np.float64).astype(template.dtype).reshape(template.shape)
+            shown = value.tolist() if value.size > 1 else value.reshape(()).item()
+            return value, f"{shown}, its value {when}"
+        return None, "it never reported a value"
+
+    def _when(self, step: int) -> str:
+        """ "at the end of run #3" for a step of the user's third call (the notebook's own numbering)."""
+        for e in reversed(self.events.events):
+            if isinstance(e, events.StepSent) and e.step <= step < e.step + max(1, e.steps):
+                return f"at the end of run #{e.run}"
+        return f"after engine step {step}"
 
     def _check_copies(self, fault: str) -> None:
         """After a fault (``fault`` says which): mirrored copies must still be equal. A step that failed may
@@ -195,7 +264,8 @@ class VariablesMixin(ReplicaDispatch):
         if not 0 <= from_replica < self.num_replicas_in_sync:
             raise ValueError(f"from_replica {from_replica} is not a replica of 0..{self.num_replicas_in_sync - 1}")
         self._check_usable()
-        copied = []
+        copied: list[str] = []
+        ids: list[int] = []
         for var_id, meta in list(self._var_metas.items()):
             if meta.get("kind") != "mirrored" or self._variable_by_id(var_id) is None:
                 continue
@@ -204,6 +274,14 @@ class VariablesMixin(ReplicaDispatch):
                 if r != from_replica:
                     self._group.restore_variable(r, var_id, meta, value)
             copied.append(meta["name"])
+            ids.append(var_id)
+        if ids:  # the dashboard marks them repaired at once, not at the next run's events
+            self._group.emit(
+                events.VariablesRepaired(
+                    self._group_id, self._group.step, -1, time.time(), tuple(ids), from_replica, "resync"
+                ),
+                urgent=True,
+            )
         return copied
 
     def _variable_kind(self, args: dict[str, Any]) -> str:

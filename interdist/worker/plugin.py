@@ -255,14 +255,22 @@ class ReplicaRuntime(WorkerPlugin):
         transport._peers[:] = list(peers)
         return "OK"
 
-    async def restore_var(self, group: str, var_id: int, meta: bytes, value: bytes) -> str:
-        """Give a replacement replica its copy of a variable (taken from a surviving replica)."""
+    async def restore_var(self, group: str, var_id: int, meta: bytes, value: bytes, step: int = -1) -> Any:
+        """Give a replica its copy of a variable (from a surviving replica, ``resync_variables``, a restore);
+        the event that describes the copy now (its wire form), for the dashboard: numbered ``step``."""
 
         replica = self._replica(group)
+        given = cloudpickle.loads(value)
         replica.variables[var_id] = make_replica_variable(
-            replica, var_id, cloudpickle.loads(meta), _gpu.place(cloudpickle.loads(value), replica.device)
+            replica, var_id, cloudpickle.loads(meta), _gpu.place(given, replica.device)
         )
-        return "OK"
+        numbered = step if step >= 0 else max(replica.step, 0)
+        event = replica.variable_event(var_id, numbered) if given is not None else None
+        if event is None:  # a central variable's placeholder holds no value to describe
+            return None
+        msg = event.to_msg()
+        self._emit(msg)  # to the scheduler's event log too (the Dask pages)
+        return msg
 
     async def central_read(
         self, group: str, var_id: int, program: int, epoch: int, step: int, tag: int, src: int

@@ -19,11 +19,14 @@ def test_events_of_one_all_reduce_step(mirrored2: idist.MirroredStrategy) -> Non
 
     evs = mine(s.events.wait_for(lambda evs: sum(isinstance(e, events.RunFinished) for e in mine(evs)) == 2))
     kinds = sorted((e.replica, e.kind, getattr(e, "op", "")) for e in evs)
-    assert kinds == sorted([
+    # the notebook's own event (replica -1: the whole group) says it sent the call, and its number
+    assert kinds == sorted([(-1, "step-sent", "")] + [
         (r, k, op) for r in (0, 1) for k, op in [
             ("run-started", ""), ("collective-entered", "all_reduce"), ("collective-exited", "all_reduce"),
             ("run-finished", "")]
     ])
+    (sent,) = [e for e in evs if isinstance(e, events.StepSent)]
+    assert (sent.run, sent.steps, sent.world_size, sent.program) == (s._group.runs, 1, 2, "run")
     for e in evs:
         if isinstance(e, events.CollectiveExited):
             assert e.nbytes >= 16 and e.wait_s >= 0 and e.transfer_s >= 0 and e.backend == "dask"
