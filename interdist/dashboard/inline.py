@@ -72,6 +72,7 @@ class InlineDashboard:
         self.refresh(force=True)
         self._thread = threading.Thread(target=self._run, name="interdist-dashboard", daemon=True)
         self._thread.start()
+        self._cell_hook = _on_cell_end(self.drain)  # each cell ends with the views showing all it did
 
     # -- the loop ------------------------------------------------------------------
     def pump(self) -> int:
@@ -130,10 +131,29 @@ class InlineDashboard:
             if closed:
                 self.close()
 
+    def drain(self) -> None:
+        """Bring the views up to every event the log holds now, at once (not at the next redraw).
+
+        Called at the end of each notebook cell (an IPython ``post_run_cell`` hook) and by ``close``: a
+        Run All whose last cell reads or closes the dashboard sees every step the cells before it ran,
+        however far behind the throttled redraws were.
+        """
+        if self._stop.is_set():
+            return
+        try:
+            self.refresh()
+        except Exception:  # a redraw that fails must not fail the user's cell: logged, not raised
+            logger.debug("interdist dashboard: drain failed", exc_info=True)
+
     def close(self) -> None:
-        """Stop updating and unsubscribe (the widgets stay, showing the last state)."""
+        """Show every event that came so far, then stop updating and unsubscribe (the widgets stay,
+        showing that last state)."""
+        self.drain()
         self._stop.set()
         self.live.close()
+        hook, self._cell_hook = self._cell_hook, None
+        if hook is not None:
+            hook()
 
     # -- widgets -------------------------------------------------------------------
     def _build_widgets(self) -> Any:
@@ -228,6 +248,31 @@ class InlineDashboard:
         self._pause.description = "resume" if self.paused else "pause"
         if not self.paused:
             self.refresh(force=True)
+
+
+def _on_cell_end(fn: Callable[[], None]) -> Callable[[], None] | None:
+    """Call ``fn`` after every cell the IPython kernel runs (``post_run_cell``); the function that stops
+    it. None outside IPython (a script: every step's events are in the log when ``run`` returns)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    ip = get_ipython()
+    if ip is None or not hasattr(ip, "events"):
+        return None
+
+    def hook(*_: Any) -> None:
+        fn()
+
+    ip.events.register("post_run_cell", hook)
+
+    def stop() -> None:
+        try:
+            ip.events.unregister("post_run_cell", hook)
+        except ValueError:  # already gone
+            pass
+
+    return stop
 
 
 @functools.cache
