@@ -13,6 +13,10 @@ seconds, and every embedded cluster at interpreter exit.
 
 GPU devices get one worker per GPU, started and checked by ``gpus.py``; the pool
 leases them as it does CPU workers. See docs/gpu.md.
+
+The lines this process logs from the cluster's threads (its scheduler's, its client's, the worker
+supervisor's) go to the cluster's log file, with the workers' own output, not under an old cell of
+the notebook (``logs.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from interdist.client import gpus
+from interdist.client import gpus, logs
 from interdist.client.connect import connect
 from interdist.client.worker_process import WorkerProcess
 from interdist.config import settings
@@ -171,6 +175,7 @@ def acquire(devices: list[DeviceSpec], cluster: Any = None, security: Any = None
     ``security`` (a ``distributed.security.Security``): the credentials to reach a scheduler given by
     address or cluster object; with no cluster, the embedded cluster speaks TLS with them (instead of
     credentials made for it alone), pooled only for strategies given the same credentials."""
+    logs.install()  # Dask's and interdist's background lines to the cluster's log file, not under old cells
     n = len(devices)
     gpu = devices[0].device_type == "GPU"
     if cluster is None:

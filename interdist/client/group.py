@@ -24,6 +24,7 @@ from interdist import events
 from interdist.client import liveness
 from interdist.client.fn_pickle import dumps_fn
 from interdist.client.replies import StepReplies, raise_for, show_output, user_stacklevel
+from interdist.client.worker_process import worker_log_path
 from interdist.config import settings
 from interdist.errors import WorkerLostError
 from interdist.protocol import (
@@ -185,9 +186,11 @@ class DaskGroup:
             time.sleep(0.2)
         if len(replacements) != len(self.lost):
             lost = ", ".join(f"replica {r} ({a})" for r, a in sorted(self.lost.items()))
+            log = worker_log_path()  # why the embedded cluster could not start it again
             raise WorkerLostError(
                 f"{lost} of this strategy was lost with its worker and no replacement worker came up within "
                 f"{timeout:g} s; the state it held is gone: create a new strategy"
+                + (f". The embedded cluster's log (why its worker did not start again) is {log}" if log else "")
             )
         for r, addr in replacements.items():
             self.addresses[r] = addr

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import linecache
 import os
+import site
 import sys
+import sysconfig
 from collections.abc import Mapping
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, cast
 
 import cloudpickle
@@ -206,17 +208,43 @@ def show_output(replies: list[Reply]) -> None:
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# Where the frames between the user's line and interdist come from, when any do: the standard library
+# (contextlib's ``with``, functools), installed packages (IPython's display of a cell's last value,
+# numpy's dispatch).
+_LIBRARY_DIRS = tuple(
+    {
+        os.path.join(os.path.abspath(d), "")
+        for d in [
+            *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+            *site.getsitepackages(),
+            site.getusersitepackages(),
+        ]
+    }
+)
 
 
 def user_stacklevel() -> int:
-    """The ``stacklevel`` of a ``warnings.warn`` made by the caller that points at the first frame outside
-    interdist: the user's line that called it, not interdist's or IPython's."""
-    frame = sys._getframe(1)
-    level = 1
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    """The ``stacklevel`` of a ``warnings.warn`` made by the caller that points at the user's line: the
+    first frame that is neither interdist's nor a library's (a notebook cell, a script, a test), past
+    the frames of IPython or the standard library that called interdist; where there is none (a
+    background thread), the first frame outside interdist.
+
+    It counts frames as ``warnings.warn`` does: importlib's bootstrap frames do not count."""
+    frame: FrameType | None = sys._getframe(1)
+    level, first_outside = 1, 0
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_PACKAGE_DIR):
+            if not filename.startswith(_LIBRARY_DIRS) and not filename.startswith("<frozen "):
+                return level
+            first_outside = first_outside or level
         frame = frame.f_back
+        while (
+            frame is not None and "importlib" in frame.f_code.co_filename and "_bootstrap" in frame.f_code.co_filename
+        ):
+            frame = frame.f_back  # warnings skips these (the frames of an ``import``)
         level += 1
-    return level
+    return first_outside or level - 1
 
 
 def remote_traceback(frames: list[list[Any]]) -> TracebackType | None:

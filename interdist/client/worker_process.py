@@ -28,7 +28,10 @@ in a file, where another account on the host could read them.
 Its stdout and stderr go to a log file (:func:`worker_log_path`, named in a ``WorkerLostError``), not
 to the notebook's: what a replica function prints travels back with its step's reply and shows in the
 cell that ran it, labelled (``replica/user_code.py``); what is left is the worker's own noise (Dask's
-logs, the traceback of a dying process), which landed in whichever cell ran next.
+logs, each line labelled ``worker NAME pid N``, the traceback of a dying process), which landed in
+whichever cell ran next. The notebook's own background lines join them there (``logs.py``), the
+restart of a dead worker's among them: in a notebook the dashboard shows that as events (a replica
+lost, restarting, recovered), and a script's stderr shows the line as it happens.
 ``INTERDIST_WORKER_LOG=-`` gives workers the notebook's streams again.
 """
 
@@ -43,12 +46,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
 import dask
 from distributed.deploy.spec import ProcessInterface
+
+from interdist.client import logs
 
 logger = logging.getLogger("interdist")
 
@@ -77,21 +81,32 @@ _log_path: str | None = None
 
 
 def _open_log() -> int | None:
-    """A descriptor for a worker's stdout and stderr (appended to by every worker of this process), or None."""
+    """A descriptor for a worker's stdout and stderr (the cluster's log file, ``logs.py``: appended to by
+    every worker of this process, and by this process's own background lines), or None."""
     global _log_path
-    path = os.environ.get("INTERDIST_WORKER_LOG", "")
-    if path == "-":
+    path = logs.log_path()
+    if path is None:
         return None
-    if not path:
-        folder = os.path.join(tempfile.gettempdir(), f"interdist-{os.getuid()}")
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        path = os.path.join(folder, f"workers-{os.getpid()}.log")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError:
         return None  # an unwritable place: the notebook's streams, as before
     _log_path = path
     return fd
+
+
+#: ``distributed.admin.log-format``'s default; a worker's lines in the shared log file then say whose they are.
+_DASK_LOG_FORMAT = "%(asctime)s - %(name)s - %(levelname)s - %(message)s"
+
+
+def _log_format_env(name: Any) -> dict[str, str]:
+    """Dask's log format for worker ``name``, labelled as this process's lines are (``logs.py``); nothing
+    when the user set a format of their own."""
+    if dask.config.get("distributed.admin.log-format", None) != _DASK_LOG_FORMAT:
+        return {}
+    label = "worker " + str(name).replace("%", "%%") + " pid %(process)d"
+    fmt = _DASK_LOG_FORMAT.replace("%(asctime)s - ", f"%(asctime)s - {label} - ", 1)
+    return {"DASK_DISTRIBUTED__ADMIN__LOG_FORMAT": fmt}
 
 
 class WorkerProcess(ProcessInterface):
@@ -135,6 +150,7 @@ class WorkerProcess(ProcessInterface):
             **_config_env("distributed.nanny.environ"),
             **{k: str(v) for k, v in (env or {}).items()},
             "DASK_INTERNAL_INHERIT_CONFIG": dask.config.serialize(dask.config.global_config),
+            **_log_format_env(name),
         }
         self.process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
