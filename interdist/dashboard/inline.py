@@ -85,12 +85,14 @@ class InlineDashboard:
         self.model.feed_many(new)
         return len(new)
 
-    def refresh(self, force: bool = False) -> None:
-        """Redraw every view whose data changed (all of them with ``force``)."""
+    def refresh(self, force: bool = False, shown_only: bool = False) -> None:
+        """Redraw every view whose data changed (all of them with ``force``); with ``shown_only``, only the
+        status strip and the views of the tab on screen (the others are redrawn when their tab is chosen)."""
         with self._lock:
             self.pump()
             self._sync_selectors()
-            changed = [v.update(self.model, force) for v in self.views.values()]
+            views = [self.views[n] for n in self._shown_views()] if shown_only else list(self.views.values())
+            changed = [v.update(self.model, force) for v in views]
             if any(changed):
                 self.updates += 1
             status = ("live" if self.live.active else "after each step") + (" (paused)" if self.paused else "")
@@ -120,7 +122,9 @@ class InlineDashboard:
                 if self.paused:
                     self.pump()
                 else:
-                    self.refresh()
+                    # The tab on screen only: a redraw of every view took 15-50 ms at 4 replicas, which the
+                    # CPU budget turned into one redraw a second or less; the strip then lagged its replicas.
+                    self.refresh(shown_only=True)
             except Exception:
                 logger.debug("interdist dashboard: redraw failed", exc_info=True)
             spent = time.thread_time() - cpu
@@ -171,7 +175,10 @@ class InlineDashboard:
         controls = w.HBox([self._replica, self._variable, self._pause, self._refresh, self._status])
         self.fault_controls = self._build_fault_controls(w)
         live = _live_bokeh_model_class()
-        self.bokeh_models = {name: live(v.root, lock=self._lock) for name, v in self.views.items()}
+        self.bokeh_models = {
+            name: live(v.root, lock=self._lock, before=functools.partial(v.update, self.model))
+            for name, v in self.views.items()
+        }
         # The status strip and summary on top, the rest in tabs: one screen high, beside the code.
         m = self.bokeh_models
         tabs = {
@@ -186,6 +193,8 @@ class InlineDashboard:
             tabs["faults"] = [self.fault_controls]
         self.tabs = w.Tab(children=[c[0] if len(c) == 1 else w.VBox(c) for c in tabs.values()], titles=tuple(tabs))
         self.tabs.observe(self._on_tab, names="selected_index")
+        # each tab's views, by name (a tab holds a view's widget, or a box of them)
+        self._tab_views = [[n for n, bm in m.items() if any(bm is c for c in group)] for group in tabs.values()]
         box = DashboardBox([controls, m["status"], self.tabs])
         box.dashboard = self
         return box
@@ -222,6 +231,12 @@ class InlineDashboard:
             text = f"armed: {fault} at {at} on replica {replica}, for the next program"
         self._fault_status.value = text
         return text
+
+    def _shown_views(self) -> list[str]:
+        """The views on screen: the status strip, and those of the selected tab."""
+        index = self.tabs.selected_index
+        tab = self._tab_views[index] if index is not None and 0 <= index < len(self._tab_views) else []
+        return ["status", *[n for n in tab if n != "status"]]
 
     def _on_tab(self, _: Any) -> None:
         # A view drawn while its tab was hidden had no width: send it again, now that it has one.
@@ -309,14 +324,17 @@ def _live_bokeh_model_class() -> Any:
         were first shown ("no variables yet" beside a running dashboard).
         """
 
-        def __init__(self, model: Any, lock: Any, **kwargs: Any) -> None:
+        def __init__(self, model: Any, lock: Any, before: Callable[[], Any] | None = None, **kwargs: Any) -> None:
             self._interdist_lock = lock  # first: BokehModel.__init__ already sends the state (get_state)
+            self._interdist_before = before  # brings the view up to the model (one in a hidden tab may lag)
             super().__init__(model, **kwargs)
 
         def get_state(self, key: Any = None, drop_defaults: bool = False) -> Any:
             state = super().get_state(key, drop_defaults)
             if "render_bundle" in state:
                 with self._interdist_lock:
+                    if self._interdist_before is not None:
+                        self._interdist_before()
                     state["render_bundle"] = serialize_json(self._model_to_traits(self._model))
             return state
 
