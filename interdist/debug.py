@@ -187,22 +187,57 @@ def _workers(strategy: Any) -> list[tuple[str, str]]:
     return list(zip(getattr(lease, "addresses", ()), devices, strict=False))
 
 
-def inject(strategy: Any, replica: int | str, fault: str, at: str = "step", seconds: float = 3.0) -> None:
+def inject(
+    strategy: Any,
+    replica: int | str,
+    fault: str,
+    at: str = "step",
+    seconds: float = 3.0,
+    persist: bool = False,
+) -> None:
     """Arm one fault on one replica for the strategy's next program: faults on purpose, for teaching and
     for testing what a failure looks like (``interdist/replica/faults.py``).
 
-    ``fault``: ``"raise"`` (the replica raises ``InjectedFaultError``), ``"slow"`` (it sleeps ``seconds``:
-    slow but alive, never reported as failed), ``"freeze"`` (its worker process stops, as under
-    SIGSTOP, for ``seconds``: the notebook names it frozen after ``config.settings.frozen_after``),
-    ``"kill"`` (its worker process dies: ``WorkerLostError``, and an embedded cluster starts it again).
-    ``at``: ``"step"`` (the start of the replica function), ``"collective"`` (before its first
-    collective), a collective's name (``"all_reduce"``, ``"all_gather"``, ``"merge_call"``),
-    ``"update"`` (before its first variable update in replica context), or ``"checkpoint_save"``
-    (in the middle of the next ``Checkpoint.save``, after its first variable is written).
-    On a ``ParameterServerStrategy``, ``replica`` is a worker task's index, or ``"worker:i"`` or
-    ``"ps:i"``, and ``at`` is ``"ps_step"`` (a worker: the start of its next step; a ps task: when
-    it next applies a step's updates) or ``"checkpoint_save"``.
+    Parameters
+    ----------
+    strategy
+        The strategy whose replica fails.
+    replica
+        The replica's index. On a ``ParameterServerStrategy``: a worker task's index, or ``"worker:i"``
+        or ``"ps:i"``.
+    fault
+        ``"raise"`` (the replica raises ``InjectedFaultError``), ``"slow"`` (it sleeps ``seconds``: slow
+        but alive, never reported as failed), ``"freeze"`` (its worker process stops, as under SIGSTOP,
+        for ``seconds``: the notebook names it frozen after ``config.settings.frozen_after``), ``"kill"``
+        (its worker process dies: ``WorkerLostError``, and an embedded cluster starts it again).
+    at
+        ``"step"`` (the start of the replica function), ``"collective"`` (before its first collective),
+        a collective's name (``"all_reduce"``, ``"all_gather"``, ``"merge_call"``), ``"update"`` (before
+        its first variable update in replica context), or ``"checkpoint_save"`` (in the middle of the
+        next ``Checkpoint.save``, after its first variable is written). ``"all_reduce"`` is also where
+        a ``merge_fn`` reduces: ``optimizer.apply_gradients``, ``strategy.extended.reduce_to`` and
+        ``batch_reduce_to``, ``strategy.reduce``. On a ``ParameterServerStrategy``: ``"ps_step"`` (a
+        worker: the start of its next step; a ps task: when it next applies a step's updates) or
+        ``"checkpoint_save"``.
+    seconds
+        How long ``"slow"`` sleeps and ``"freeze"`` stops the process.
+    persist
+        The fault is for the next user call (``strategy.run``, ``run_steps``; for ``"checkpoint_save"``
+        the next ``Checkpoint.save``): if that call does not reach ``at``, the fault is disarmed at its
+        end with a ``UserWarning``. With ``persist=True`` it stays armed, call after call, until it fires
+        (once) or ``disarm(strategy)``. The engine's own programs in between (variables created, values
+        assigned from the notebook) never fire or disarm it. On a ``ParameterServerStrategy`` every
+        fault waits until its point is reached, as with ``persist=True``: its tasks run steps as the
+        coordinator schedules them, so there is no "next call" there.
 
+    Notes
+    -----
+    The strategy's events record it: ``FaultArmed`` (the notebook's), ``FaultFired`` (the replica's,
+    just before the fault acts: a kill or a freeze may keep it from arriving) and ``FaultDisarmed``;
+    the dashboard's "faults" tab lists them. Arming a fault replaces the one armed before.
+
+    Examples
+    --------
     >>> import interdist as idist, numpy as np
     >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
     ...     idist.debug.inject(s, replica=1, fault="raise", at="all_reduce")
@@ -210,6 +245,8 @@ def inject(strategy: Any, replica: int | str, fault: str, at: str = "step", seco
     ...         s.run(lambda: idist.get_replica_context().all_reduce("SUM", np.float32(1.0)))
     ...     except idist.errors.InjectedFaultError as e:
     ...         caught = (type(e).__name__, e.interdist_replica)
+    ...     [(e.kind, e.replica, e.at) for e in s.events.events if e.kind.startswith("fault-")]
+    [('fault-armed', 1, 'all_reduce'), ('fault-fired', 1, 'all_reduce')]
     >>> caught
     ('InjectedFaultError', 1)
     """
@@ -219,8 +256,10 @@ def inject(strategy: Any, replica: int | str, fault: str, at: str = "step", seco
         raise TypeError(f"at must be a point name such as {faults.POINTS} or a collective's name, got {at!r}")
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 3600:
         raise ValueError(f"seconds must be a number of seconds between 0 and 3600, got {seconds!r}")
+    if not isinstance(persist, bool):
+        raise TypeError(f"persist must be True or False, got {persist!r}")
     if hasattr(strategy, "_inject"):  # ParameterServerStrategy: tasks, not replicas
-        strategy._inject(replica, fault, at, float(seconds))
+        strategy._inject(replica, fault, at, float(seconds), persist=persist)
         return
     n = strategy.num_replicas_in_sync
     if isinstance(replica, bool) or not isinstance(replica, int):
@@ -229,6 +268,34 @@ def inject(strategy: Any, replica: int | str, fault: str, at: str = "step", seco
         raise ValueError(f"replica {replica} is not a replica of this strategy (0..{n - 1})")
     if not hasattr(strategy, "_system"):
         raise TypeError(f"inject needs an interdist strategy with replicas on workers, got {type(strategy).__name__}")
-    strategy._system(faults.arm, replica, fault, at, float(seconds))
-    if at == "checkpoint_save":  # Checkpoint.write calls this once, in the middle of its next save
-        strategy._checkpoint_fault = lambda: strategy._system(faults.fire_point, "checkpoint_save")
+    group = strategy._group
+    # ``group.runs``: the notebook's count of user calls, so that a replica names the call it meant ("run #5").
+    strategy._system(faults.arm, replica, fault, at, float(seconds), persist, group.runs)
+
+    def checkpoint_fault() -> None:  # Checkpoint.write calls it once, in the middle of its next save
+        strategy._system(faults.fire_point, "checkpoint_save")
+
+    strategy._checkpoint_fault = checkpoint_fault if at == "checkpoint_save" else None  # replaces an older one
+    armed = events.FaultArmed(group.group_id, group.step, replica, time.time(), fault, at, float(seconds), persist)
+    group.emit(armed, urgent=True)
+
+
+def disarm(strategy: Any) -> None:
+    """Drop every fault ``inject`` armed on ``strategy`` and that has not fired (``persist=True`` ones too).
+
+    Each replica that held one records a ``FaultDisarmed`` event.
+
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     idist.debug.inject(s, replica=0, fault="raise", at="step", persist=True)
+    ...     idist.debug.disarm(s)
+    ...     [float(x) for x in s.experimental_local_results(s.run(lambda: np.float32(1.0)))]
+    [1.0, 1.0]
+    """
+    if hasattr(strategy, "_disarm"):  # ParameterServerStrategy
+        strategy._disarm()
+        return
+    if not hasattr(strategy, "_system"):
+        raise TypeError(f"disarm needs an interdist strategy with replicas on workers, got {type(strategy).__name__}")
+    strategy._checkpoint_fault = None
+    strategy._system(faults.disarm)

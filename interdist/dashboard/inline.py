@@ -18,6 +18,7 @@ asks the kernel for its widgets again after a reload (``LiveBokehModel.get_state
 from __future__ import annotations
 
 import functools
+import html
 import logging
 import threading
 import time
@@ -28,7 +29,7 @@ from typing import Any, cast
 from interdist.dashboard import bokehjs
 from interdist.dashboard.components import VIEWS, ReplicaStatusStrip, View, Watchdog
 from interdist.dashboard.live import LiveFeed
-from interdist.dashboard.model import DashboardModel
+from interdist.dashboard.model import ArmedFault, DashboardModel
 from interdist.replica import faults
 
 logger = logging.getLogger("interdist")
@@ -93,6 +94,7 @@ class InlineDashboard:
             self._sync_selectors()
             views = [self.views[n] for n in self._shown_views()] if shown_only else list(self.views.values())
             changed = [v.update(self.model, force) for v in views]
+            self._update_fault_table()
             if any(changed):
                 self.updates += 1
             status = ("live" if self.live.active else "after each step") + (" (paused)" if self.paused else "")
@@ -209,28 +211,53 @@ class InlineDashboard:
         points = [*faults.POINTS, "all_reduce", "all_gather", "merge_call"]
         self._fault_point = w.Dropdown(description="at", options=points, value="step")
         self._fault_seconds = w.BoundedFloatText(description="seconds", value=3.0, min=0.0, max=3600.0)
+        self._fault_persist = w.Checkbox(description="persist", value=False, indent=False)
         self._fault_arm = w.Button(description="arm", icon="bolt", button_style="warning")
         self._fault_status = w.Label(value="")
         self._fault_arm.on_click(lambda _: self.arm_fault())
         note = w.HTML(
             "Arms one fault on one replica for the strategy's <b>next</b> program (as "
-            "<code>idist.debug.inject</code>): run a step to see it fail, hang or lose its worker."
+            "<code>idist.debug.inject</code>): run a step to see it fail, hang or lose its worker. "
+            "A program that does not reach the point drops it, unless <i>persist</i>: then it waits until it fires."
         )
-        row = w.HBox([self._fault_replica, self._fault_kind, self._fault_point, self._fault_seconds, self._fault_arm])
-        return w.VBox([note, row, self._fault_status])
+        row = w.HBox(
+            [
+                self._fault_replica,
+                self._fault_kind,
+                self._fault_point,
+                self._fault_seconds,
+                self._fault_persist,
+                self._fault_arm,
+            ]
+        )
+        self._fault_table = w.HTML(value=_fault_table([]))
+        self._faults_shown: list[tuple[Any, ...]] = []
+        return w.VBox([note, row, self._fault_status, self._fault_table])
 
     def arm_fault(self) -> str:
         """Arm the fault the controls describe; what the status line then says."""
         assert self._inject is not None
         replica, fault, at = self._fault_replica.value, self._fault_kind.value, self._fault_point.value
+        persist = bool(self._fault_persist.value)
         try:
-            self._inject(replica=replica, fault=fault, at=at, seconds=float(self._fault_seconds.value))
+            self._inject(replica=replica, fault=fault, at=at, seconds=float(self._fault_seconds.value), persist=persist)
         except Exception as e:  # noqa: BLE001 - shown beside the button, not raised into the widget's callback
             text = f"not armed: {type(e).__name__}: {e}"
         else:
-            text = f"armed: {fault} at {at} on replica {replica}, for the next program"
+            until = "until it fires" if persist else "for the next program"
+            text = f"armed: {fault} at {at} on replica {replica}, {until}"
         self._fault_status.value = text
+        self._update_fault_table()
         return text
+
+    def _update_fault_table(self) -> None:
+        """Show ``model.faults`` under the controls, when they changed since last shown."""
+        if self._inject is None:
+            return
+        rows = [(f.replica, f.fault, f.at, f.state, f.where, f.persist, f.armed_at) for f in self.model.faults]
+        if rows != self._faults_shown:
+            self._faults_shown = rows
+            self._fault_table.value = _fault_table(self.model.faults)
 
     def _shown_views(self) -> list[str]:
         """The views on screen: the status strip, and those of the selected tab."""
@@ -288,6 +315,22 @@ def _on_cell_end(fn: Callable[[], None]) -> Callable[[], None] | None:
             pass
 
     return stop
+
+
+def _fault_table(armed: list[ArmedFault]) -> str:
+    """The faults tab's table: each fault ``inject`` armed, newest first, and what became of it."""
+    if not armed:
+        return "<i>no fault armed yet</i>"
+    head = "".join(f"<th style='text-align:left;padding:0 8px'>{h}</th>" for h in _FAULT_COLUMNS)
+    rows = []
+    for f in reversed(armed):
+        state = f.state + (" (persist)" if f.persist and f.state == "armed" else "")
+        cells = (str(f.replica), f.fault, f.at, state, f.where)
+        rows.append("<tr>" + "".join(f"<td style='padding:0 8px'>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+_FAULT_COLUMNS = ("replica", "fault", "at", "state", "where / why")
 
 
 @functools.cache

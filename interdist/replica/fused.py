@@ -15,6 +15,7 @@ import cloudpickle
 
 from interdist import _context, events
 from interdist.protocol import resolving
+from interdist.replica import faults
 from interdist.replica.user_code import call_user
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ def fused_steps(replica: Replica, fn: Callable[..., Any], source: tuple[str, Any
     out: Any = None
     done = 0
     name = getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
+    if replica.injected is not None:  # a user call (idist.debug.inject's "next program"): faults.py
+        faults.begin(replica, "run_steps", name)
     group, rank = replica.group_id, replica.rank
     # Steps that emit no event of their own are recorded together, as one ``run-steps`` record
     # (events.RUN_STEPS); a step that does emit (a collective, a variable) gets its own
@@ -95,6 +98,8 @@ def fused_steps(replica: Replica, fn: Callable[..., Any], source: tuple[str, Any
                 alone = False
                 replica.before_emit = before_event
                 t0 = time.time()
+                if replica.armed_fault is not None:
+                    faults.fire(replica, "step")
                 out = call_user(fn, (batch,), {})
                 t1 = time.time()
                 if alone:

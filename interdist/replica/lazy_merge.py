@@ -21,7 +21,12 @@ such leaf becomes a ``LazyPerReplica``:
   it is an ordinary ``PerReplica``.
 
 Each replica runs ``merge_fn`` (context.py), and a ``merge_fn`` does the same thing on
-every replica, so the collectives above happen in the same order everywhere. Values
+every replica, so the collectives above happen in the same order everywhere. Every
+decision is taken from the skeletons, which every replica holds alike, never from what
+this replica held: a replica may hold arrays its peers send (a fault armed at
+``"all_reduce"`` holds back small arrays too, so that the reduction it stops is a real
+all-reduce: ``faults.holds_back``), and a leaf held by any replica is then reduced by one
+all-reduce, or gathered, on every replica alike. Values
 from other replicas exist only while ``merge_fn`` runs: a held value kept and read after
 ``merge_fn`` returned raises a ``RuntimeError`` (the peers have moved on).
 """
@@ -37,6 +42,7 @@ import numpy as np
 from interdist import _gpu
 from interdist.collectives.algorithms import COLLECTIVE_DTYPES
 from interdist.reduce_op import ReduceOp
+from interdist.replica import faults
 from interdist.values.distributed import PerReplica
 
 if TYPE_CHECKING:
@@ -65,10 +71,11 @@ class HeldArgs:
         self.local: list[Any] = []
         self._gathered: list[list[Any]] | None = None
         self.open = True  # merge_fn is running: the peers are at the same merge_call
+        self.min_bytes = 0 if faults.holds_back(replica) else LAZY_MIN_BYTES
 
     def hold(self, x: Any) -> Any:
         """``x`` itself, or a ``Held`` standing for it when it is a large array."""
-        if (type(x) is np.ndarray or _gpu.is_cupy(x)) and x.nbytes >= LAZY_MIN_BYTES:
+        if (type(x) is np.ndarray or _gpu.is_cupy(x)) and x.nbytes >= self.min_bytes:
             self.local.append(x)
             return Held(len(self.local) - 1, tuple(x.shape), np.dtype(x.dtype).str)
         return x
@@ -79,6 +86,10 @@ class HeldArgs:
             return entry
         if rank == self.rank:
             return self.local[entry.index]
+        return self.gather()[rank][entry.index]
+
+    def gather(self) -> list[list[Any]]:
+        """Every replica's held arrays: one exchange, the first time any replica's are needed."""
         if self._gathered is None:
             if not self.open:
                 raise RuntimeError(
@@ -88,7 +99,7 @@ class HeldArgs:
                 )
             nbytes = int(sum(getattr(a, "nbytes", 0) for a in self.local))
             self._gathered = self._r.exchange("merge_call", self.local, nbytes)
-        return self._gathered[rank][entry.index]
+        return self._gathered
 
     @property
     def gathered(self) -> bool:
@@ -107,6 +118,8 @@ class LazyPerReplica(PerReplica):
     @property
     def _values(self) -> tuple[Any, ...]:
         if self._cache is None:
+            if any(isinstance(e, Held) for e in self._entries):
+                self._held.gather()  # on every replica, also the one that held them all itself
             self._cache = tuple(self._held.value(r, e) for r, e in enumerate(self._entries))
         return self._cache
 
@@ -122,24 +135,35 @@ class LazyPerReplica(PerReplica):
     def local_dtype(self) -> np.dtype[Any]:
         """The dtype of replica 0's value, without fetching it (``batch_reduce_to``'s check)."""
         e = self._entries[0]
-        if isinstance(e, Held):
-            return np.dtype(e.dtype)
-        return np.asarray(self._component(0)).dtype
+        meta = _array_meta(e)
+        return np.dtype(meta[1]) if meta is not None else np.asarray(e).dtype  # a value the skeleton carried
 
     def reducible(self) -> bool:
         """Can an all-reduce of the local values stand for reducing the gathered ones?
 
-        Only while nothing was gathered, when every replica held an array of the same shape
-        and dtype, of a dtype the collectives reduce (else the reduction of the gathered
-        values decides, with its errors).
+        Only while nothing was gathered, when some replica held its array back and every
+        replica's is an array of the same shape and dtype, of a dtype the collectives reduce
+        (else the reduction of the gathered values decides, with its errors).
         """
         if self._cache is not None or self._held.gathered or not self._held.open:
             return False
-        e0 = self._entries[0]
+        metas = [_array_meta(e) for e in self._entries]
+        m0 = metas[0]
         return (
-            all(isinstance(e, Held) and e.shape == e0.shape and e.dtype == e0.dtype for e in self._entries)
-            and np.dtype(e0.dtype).name in COLLECTIVE_DTYPES
+            m0 is not None
+            and any(isinstance(e, Held) for e in self._entries)
+            and all(m == m0 for m in metas)
+            and np.dtype(m0[1]).name in COLLECTIVE_DTYPES
         )
+
+
+def _array_meta(entry: Any) -> tuple[tuple[int, ...], str] | None:
+    """(shape, dtype) of a skeleton entry that is an array, held back or carried; None for anything else."""
+    if isinstance(entry, Held):
+        return entry.shape, entry.dtype
+    if type(entry) is np.ndarray or _gpu.is_cupy(entry):
+        return tuple(entry.shape), np.dtype(entry.dtype).str
+    return None
 
 
 def all_reduce_held(replica: Replica, op: ReduceOp, values: list[LazyPerReplica]) -> list[Any]:

@@ -83,7 +83,10 @@ class Replica:
         self.transport = transport
         self._sink = emit
         self.step_events: list[dict[str, Any]] = []
-        self.armed_fault: dict[str, Any] | None = None  # idist.debug.inject (replica/faults.py)
+        # idist.debug.inject (replica/faults.py): the fault armed here, and what the hooks read (only while a
+        # user program runs, so that system programs neither fire nor drop it)
+        self.injected: faults.Injected | None = None
+        self.armed_fault: faults.Injected | None = None
         self.before_emit: Callable[[], None] | None = None  # called once before the next event (fused.py)
         self._abort_peers = abort_peers
         self.store: dict[str, Any] = {}
@@ -198,6 +201,8 @@ class Replica:
                     result = fn(self, *args, **kwargs)
                 else:
                     arg_ids = {id(x): i for i, x in enumerate(_nest.flatten((args, kwargs))) if x is not None}
+                    if self.injected is not None:
+                        faults.begin(self, "run", fn_name)
                     if self.armed_fault is not None:
                         faults.fire(self, "step")
                     with _context.enter(self.view, self.context):
@@ -250,6 +255,8 @@ class Replica:
                     reply["ok"],
                 )
             )
+            if self.injected is not None:
+                faults.end(self)  # a user program that did not reach the armed fault drops it, with a warning
             if self.warnings:
                 reply["warnings"] = list(self.warnings)
             if self.seq and reply["ok"]:

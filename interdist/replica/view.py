@@ -21,7 +21,7 @@ from interdist._gpu import to_host
 from interdist.input.distributed_dataset import DistributedDataset
 from interdist.protocol import VariableMeta, resolve_strategy
 from interdist.reduce_op import ReduceOp, check_reduce_op
-from interdist.replica import programs
+from interdist.replica import faults, programs
 from interdist.replica.central import reduce_to_holder
 from interdist.replica.central_variable import CentralReplicaVariable, create_central_variable
 from interdist.replica.context import _regroup_local, _select, _unwrap
@@ -281,6 +281,8 @@ class ReplicaStrategyView(_ReportsNotebookClass):
     def reduce(self, reduce_op: Any, value: Any, axis: _reduction.Axis = None) -> Any:
         op = check_reduce_op(reduce_op, "reduce")
         self._require_cross_replica("reduce")
+        if self._replica.armed_fault is not None:  # an all-reduce, even of values already here (faults.py)
+            faults.fire(self._replica, "collective", "all_reduce", "strategy.reduce")
         if _nest.is_nested(value):
             return _nest.map_structure(lambda v: self.reduce(op, v, axis), value)  # as TF: leaf by leaf
         if isinstance(value, ReplicaVariable) and not _is_central(value):
@@ -394,6 +396,8 @@ class ReplicaExtendedView(_ReportsNotebookClass):
         op = check_reduce_op(reduce_op, "reduce_to", self._kind())
         if self._kind() == "one_device":
             return value  # TF's OneDeviceExtended hands the value back as it is
+        if self._replica.armed_fault is not None:  # an all-reduce, even of values already here (faults.py)
+            faults.fire(self._replica, "collective", "all_reduce", "reduce_to")
         return self._reduce_to(op, value, destinations)
 
     def _reduce_to(self, op: ReduceOp, value: Any, destinations: Any) -> Any:
@@ -422,6 +426,8 @@ class ReplicaExtendedView(_ReportsNotebookClass):
             return [v for v, _ in pairs]
         for _, d in pairs:
             self._devices_of(d)  # TF: ValueError for None and for a list of devices here
+        if self._replica.armed_fault is not None:  # an all-reduce, even of values already here (faults.py)
+            faults.fire(self._replica, "collective", "all_reduce", "batch_reduce_to")
         if self._n() > 1:
             _check_one_dtype([v for v, _ in pairs])
         # merge_call's held arguments (an optimizer's gradients): one all-reduce for the whole batch.

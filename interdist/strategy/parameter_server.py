@@ -331,8 +331,13 @@ class ParameterServerStrategy(Strategy):
         return {t.address: f"/job:ps/replica:0/task:{t.index}" for t in self._ps_tasks}
 
     # -- faults and recovery ---------------------------------------------------
-    def _inject(self, task: Any, fault: str, at: str, seconds: float) -> None:
-        """``idist.debug.inject`` here: ``task`` a worker index, ``"worker:i"`` or ``"ps:i"``."""
+    def _inject(self, task: Any, fault: str, at: str, seconds: float, persist: bool = False) -> None:
+        """``idist.debug.inject`` here: ``task`` a worker index, ``"worker:i"`` or ``"ps:i"``.
+
+        ``persist`` changes nothing: a task's fault always waits until its point is reached (what
+        ``persist=True`` asks for on the other strategies). Tasks run steps as the coordinator schedules
+        them, so no call is a task's "next program", after which an unreached fault could be dropped;
+        ``idist.debug.disarm`` drops them (``_disarm``)."""
         if at not in faults.PS_POINTS:
             raise ValueError(f"on a ParameterServerStrategy, at must be one of {faults.PS_POINTS}, got {at!r}")
         job, index = ("worker", task) if isinstance(task, int) and not isinstance(task, bool) else (None, None)
@@ -351,9 +356,20 @@ class ParameterServerStrategy(Strategy):
             [(address, "interdist_ps_arm", {"at": at, "fault": fault, "seconds": seconds, "task": label})], ps_names
         )
         if at == "checkpoint_save":  # Checkpoint.write fires it in the middle of its next save
-            self._checkpoint_fault = lambda: self._conn.call_many(
+            self._checkpoint_fault: Callable[[], Any] | None = lambda: self._conn.call_many(
                 [(address, "interdist_ps_fire", {"at": "checkpoint_save"})], ps_names
             )
+
+    def _disarm(self) -> None:
+        """``idist.debug.disarm`` here: every task drops the faults armed on it (a task that cannot be
+        reached now is skipped: a lost task's faults went with its process)."""
+        self._checkpoint_fault = None
+        workers = [
+            (a, f"/job:worker/replica:0/task:{t.index}")
+            for t, a in zip(self._worker_tasks, self._worker_addresses, strict=True)
+        ]
+        tasks = {**dict(workers), **self._ps_names()}
+        self._conn.call_many([(a, "interdist_ps_disarm", {}) for a in tasks], tasks, return_exceptions=True)
 
     def _ps_lost(self, error: UnavailableError) -> None:
         """A step found ``error.task`` gone (or frozen): the notebook's own calls to it fail at once from

@@ -113,6 +113,7 @@ class PSRuntime(WorkerPlugin):
                 "interdist_ps_whoami": self.whoami,
                 "interdist_ps_arm": self.arm,
                 "interdist_ps_fire": self.fire,
+                "interdist_ps_disarm": self.disarm,
             }
         )
         worker.interdist_ps = self
@@ -184,8 +185,16 @@ class PSRuntime(WorkerPlugin):
         return held.apply(step_id, parsed, read_count)
 
     async def arm(self, at: str, fault: str, seconds: float, task: str) -> str:
-        """``idist.debug.inject`` on a ParameterServerStrategy: arm ``fault`` at ``at`` on this task, once."""
+        """``idist.debug.inject`` on a ParameterServerStrategy: arm ``fault`` at ``at`` on this task, once.
+
+        It stays armed until it fires (``persist=True``'s meaning): a task runs steps as the coordinator
+        schedules them, so there is no "next program" of the task to disarm it after."""
         self.armed[at] = {"fault": fault, "seconds": float(seconds), "task": task}
+        return "OK"
+
+    async def disarm(self) -> str:
+        """``idist.debug.disarm``: drop every fault armed on this task that has not fired."""
+        self.armed.clear()
         return "OK"
 
     async def fire(self, at: str) -> str:

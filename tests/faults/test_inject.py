@@ -10,16 +10,19 @@ The figures (time to error per case) are printed for docs/reliability.md (``pyte
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 import interdist as idist
+from interdist import events
 from interdist.config import settings
 
 pytestmark = pytest.mark.timeout(180)
@@ -142,6 +145,307 @@ def test_fault_during_checkpoint_save(strategy: idist.MirroredStrategy, fault: s
     assert [float(c) for c in s.experimental_local_results(v)] == [5.0] * n
     print(f"\n[faults] {n} replicas, {fault} at checkpoint_save: {type(info.value).__name__} after {took:.2f} s; "
           f"usable again after {back:.2f} s")
+
+
+# -- honest injection: the point however it is reached, the next user program only, persist, events ----------
+# On the 2-replica instance of the module's strategy (the same pooled cluster as the cases above).
+on_two = pytest.mark.parametrize("strategy", [2], indirect=True, ids=["2-replicas"])
+
+
+def _fault_events(s: idist.MirroredStrategy, since: float) -> list[events.Event]:
+    """The fault events of ``s`` since the time ``since``, in the order the log keeps them."""
+    return [e for e in list(s.events.events) if e.time >= since and e.kind.startswith("fault-")]
+
+
+@contextlib.contextmanager
+def _no_inject_warning() -> Iterator[None]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    assert [str(w.message) for w in caught if "idist.debug.inject" in str(w.message)] == []
+
+
+def _train(s: idist.MirroredStrategy, size: int) -> tuple[idist.MirroredVariable, object]:
+    """A variable and a step whose only collectives are inside ``optimizer.apply_gradients``."""
+    with s.scope():
+        v = idist.Variable(np.zeros(size, np.float32), name="w")
+        opt = idist.optimizers.SGD(0.5)
+
+    def train_step() -> None:
+        r = idist.get_replica_context().replica_id_in_sync_group
+        opt.apply_gradients([(np.full(size, r + 1.0, np.float32), v)])
+
+    return v, train_step
+
+
+def _copies(s: idist.MirroredStrategy, v: idist.MirroredVariable) -> list[list[float]]:
+    return [np.asarray(c)[:2].tolist() for c in s.experimental_local_results(v)]
+
+
+@on_two
+@pytest.mark.parametrize("size", [3, 40_000], ids=["gathered", "held"])  # below and above LAZY_MIN_BYTES
+def test_an_all_reduce_fault_fires_inside_apply_gradients(strategy: idist.MirroredStrategy, size: int) -> None:
+    """The user's report: the step's only collective is the optimizer's (merge_call, batch_reduce_to).
+    Small gradients are gathered by the merge_call and reduced where they are; the fault fires there,
+    before replica 1's gradients leave it, and no replica applies the step (the copies stay equal)."""
+    s = strategy
+    v, train_step = _train(s, size)
+    since = time.time()
+    idist.debug.inject(s, replica=1, fault="raise", at="all_reduce")
+    with pytest.raises(idist.errors.InjectedFaultError, match="all_reduce \\(in batch_reduce_to\\)") as info:
+        s.run(train_step)
+    assert info.value.interdist_replica == 1  # type: ignore[attr-defined]
+    assert _copies(s, v) == [[0.0, 0.0], [0.0, 0.0]]  # applied nowhere
+    s.run(train_step)  # untouched: the fault fired once
+    assert _copies(s, v) == [[-1.5, -1.5], [-1.5, -1.5]]
+    assert [(e.kind, e.replica, e.at) for e in _fault_events(s, since)] == [
+        ("fault-armed", 1, "all_reduce"),
+        ("fault-fired", 1, "all_reduce"),
+    ]
+
+
+@on_two
+@pytest.mark.parametrize("at", ["all_reduce", "collective", "merge_call"])
+def test_a_fault_fires_in_reduce_to_inside_merge_call(strategy: idist.MirroredStrategy, at: str) -> None:
+    """``strategy.extended.reduce_to`` in a ``merge_fn`` is an all-reduce (of values the merge_call
+    gathered); ``at="merge_call"`` fires at the merge_call, ``"collective"`` at the first collective."""
+    s = strategy
+    with s.scope():
+        dest = idist.Variable(np.float32(0.0), name="dest")
+
+    def merge_fn(strategy: object, x: object) -> object:
+        return strategy.extended.reduce_to("SUM", x, dest)  # type: ignore[attr-defined]
+
+    def step() -> object:
+        ctx = idist.get_replica_context()
+        return ctx.merge_call(merge_fn, args=(np.float32(ctx.replica_id_in_sync_group + 1),))
+
+    since = time.time()
+    idist.debug.inject(s, replica=1, fault="raise", at=at)
+    with pytest.raises(idist.errors.InjectedFaultError) as info:
+        s.run(step)
+    assert info.value.interdist_replica == 1  # type: ignore[attr-defined]
+    where = {"all_reduce": "all_reduce (in reduce_to)", "collective": "merge_call", "merge_call": "merge_call"}[at]
+    fired = [e for e in _fault_events(s, since) if isinstance(e, events.FaultFired)]
+    assert [(e.at, e.where.split(",")[0]) for e in fired] == [(at, where)]
+    assert [float(x) for x in s.experimental_local_results(s.run(step))] == [3.0, 3.0]
+
+
+@on_two
+def test_a_merge_fn_that_reads_every_value_while_armed(strategy: idist.MirroredStrategy) -> None:
+    """Armed at "all_reduce", replica 1 holds back even small merge_call arrays (lazy_merge.py) that its
+    peer sends along: a merge_fn that reads every replica's value gathers them on both replicas alike
+    (no replica waits alone in an exchange), and gets TF's values."""
+    s = strategy
+
+    def merge_fn(strategy: object, x: object) -> object:
+        return float(sum(np.asarray(c).sum() for c in strategy.experimental_local_results(x)))  # type: ignore[attr-defined]
+
+    def step() -> object:
+        ctx = idist.get_replica_context()
+        return ctx.merge_call(merge_fn, args=(np.full(3, ctx.replica_id_in_sync_group + 1.0, np.float32),))
+
+    idist.debug.inject(s, replica=1, fault="raise", at="all_reduce")
+    with pytest.warns(UserWarning, match="was not reached in run #"):
+        out = s.run(step)
+    assert float(out) == 9.0
+
+
+@on_two
+def test_a_fault_not_reached_warns_and_is_disarmed(strategy: idist.MirroredStrategy) -> None:
+    """The next user program does not reach the point: a warning at the user's line at its end, a
+    FaultDisarmed event, and the program after it, which does reach the point, is untouched."""
+    s = strategy
+    _, train_step = _train(s, 3)
+    since = time.time()
+    idist.debug.inject(s, replica=1, fault="raise", at="all_gather")
+    run = s._group.runs + 1
+    expected = (
+        f"idist.debug.inject: the raise armed at all_gather on replica 1 was not reached in run #{run} "
+        f"({train_step.__qualname__}) and is disarmed; pass persist=True to keep it armed"
+    )
+    with pytest.warns(UserWarning) as caught:
+        s.run(train_step)
+    ours = [w for w in caught if "idist.debug.inject" in str(w.message)]
+    assert [str(w.message) for w in ours] == [expected]
+    assert ours[0].filename == __file__  # the user's line, not interdist's
+
+    def gather() -> object:
+        return idist.get_replica_context().all_gather(np.ones(1, np.float32), axis=0)
+
+    with _no_inject_warning():
+        out = s.run(gather)
+    assert [np.asarray(x).tolist() for x in s.experimental_local_results(out)] == [[1.0, 1.0]] * 2
+    disarmed = _fault_events(s, since)[-1]
+    assert isinstance(disarmed, events.FaultDisarmed)
+    assert (disarmed.replica, disarmed.fault, disarmed.at) == (1, "raise", "all_gather")
+    assert disarmed.reason == f"not reached in run #{run} ({train_step.__qualname__})"
+    assert [e.kind for e in _fault_events(s, since)] == ["fault-armed", "fault-disarmed"]
+
+
+@on_two
+def test_system_programs_neither_fire_nor_disarm_a_fault(strategy: idist.MirroredStrategy) -> None:
+    """Armed at "collective" (not persist): creating a variable, assigning it from the notebook and a
+    notebook ``strategy.reduce`` (the engine's programs, one of them with a collective) leave it armed
+    for the next user program, which it fails."""
+    s = strategy
+    # Larger than settings.inline_bytes: the values stay on the replicas, and reducing them is a program there.
+    per_replica = s.run(lambda: np.full(2048, idist.get_replica_context().replica_id_in_sync_group + 1, np.float32))
+    idist.debug.inject(s, replica=0, fault="raise", at="collective")
+    with s.scope():
+        v = idist.Variable(np.zeros(2, np.float32), name="sys")
+    v.assign(np.ones(2, np.float32))
+    assert np.asarray(s.reduce("SUM", per_replica, axis=None))[:2].tolist() == [3.0, 3.0]
+    with pytest.raises(idist.errors.InjectedFaultError) as info:
+        s.run(lambda: idist.get_replica_context().all_reduce("SUM", np.float32(1.0)))
+    assert info.value.interdist_replica == 0  # type: ignore[attr-defined]
+
+
+@on_two
+def test_a_checkpoint_save_fault_is_for_the_next_save(strategy: idist.MirroredStrategy, tmp_path: object) -> None:
+    """``at="checkpoint_save"``: its program is the next ``Checkpoint.save``, not the steps before it."""
+    s = strategy
+    with s.scope():
+        v = idist.Variable(np.float32(1.0), aggregation=idist.VariableAggregation.MEAN)
+    idist.debug.inject(s, replica=1, fault="raise", at="checkpoint_save")
+    with _no_inject_warning():
+        s.run(lambda: idist.get_replica_context().all_reduce("SUM", np.float32(1.0)))
+    with pytest.raises(idist.errors.InjectedFaultError, match=r"Checkpoint\.save on replica 1"):
+        idist.Checkpoint(v=v).save(os.path.join(str(tmp_path), "ckpt"))
+
+
+@on_two
+def test_a_persistent_fault_waits_for_its_point(strategy: idist.MirroredStrategy) -> None:
+    """``persist=True``: programs that do not reach the point keep it armed, without a warning (the engine's
+    in between too); the first that reaches it fires it, once; ``disarm`` drops one that never fires."""
+    s = strategy
+    v, train_step = _train(s, 3)
+    since = time.time()
+    idist.debug.inject(s, replica=1, fault="raise", at="all_reduce", persist=True)
+    with _no_inject_warning():
+        s.run(lambda: np.float32(1.0))
+        s.run_steps(lambda b: b, iter(s.experimental_distribute_dataset(idist.data.Dataset.range(4).batch(2))), 2)
+        v.assign(np.ones(3, np.float32))  # a system program
+    with pytest.raises(idist.errors.InjectedFaultError):
+        s.run(train_step)
+    s.run(train_step)  # fired once: gone
+    assert [e.kind for e in _fault_events(s, since)] == ["fault-armed", "fault-fired"]
+    idist.debug.inject(s, replica=0, fault="raise", at="all_gather", persist=True)
+    s.run(train_step)
+    idist.debug.disarm(s)
+    s.run(lambda: idist.get_replica_context().all_gather(np.ones(1, np.float32), axis=0))
+    last = _fault_events(s, since)[-1]
+    assert isinstance(last, events.FaultDisarmed) and last.reason == "dropped by idist.debug.disarm"
+
+
+@on_two
+def test_run_steps_is_the_next_program(strategy: idist.MirroredStrategy) -> None:
+    """A fused loop is a user call: ``at="step"`` fires at its first step; one not reached warns, naming it."""
+    s = strategy
+
+    def batches() -> object:
+        return iter(s.experimental_distribute_dataset(idist.data.Dataset.range(8).batch(2)))
+
+    def double(b: object) -> object:
+        return b * 2  # type: ignore[operator]
+
+    idist.debug.inject(s, replica=1, fault="raise", at="step")
+    with pytest.raises(idist.errors.InjectedFaultError):
+        s.run_steps(double, batches(), 2)
+    idist.debug.inject(s, replica=1, fault="raise", at="all_reduce")
+    with pytest.warns(UserWarning, match=f"not reached in run_steps #{s._group.runs + 1} \\(.*double\\)"):
+        s.run_steps(double, batches(), 2)
+
+
+@on_two
+def test_fault_events_and_the_dashboard_model(strategy: idist.MirroredStrategy) -> None:
+    """FaultArmed (the notebook's), FaultFired and FaultDisarmed (the replica's), with their fields; the
+    dashboard model lists each fault's state from them."""
+    from interdist.dashboard.model import DashboardModel
+
+    s = strategy
+    _, train_step = _train(s, 3)
+    since = time.time()
+    idist.debug.inject(s, replica=1, fault="raise", at="all_reduce", seconds=2.5)
+    step0 = s._group.step  # the arm program's
+    with pytest.raises(idist.errors.InjectedFaultError):
+        s.run(train_step)
+    idist.debug.inject(s, replica=0, fault="slow", at="update", seconds=0.0)
+    with pytest.warns(UserWarning, match="not reached"):
+        s.run(train_step)  # its updates are in cross-replica context (merge_fn): not "update" points
+    idist.debug.inject(s, replica=1, fault="freeze", at="all_gather", persist=True)
+    s.run(train_step)
+    s.events.wait_for(lambda _: len(_fault_events(s, since)) >= 5, timeout=10.0)
+    armed, fired, armed2, disarmed, armed3 = _fault_events(s, since)
+    assert isinstance(armed, events.FaultArmed)
+    assert (armed.group, armed.step, armed.replica, armed.fault, armed.at, armed.seconds, armed.persist) == (
+        s._group.group_id, step0, 1, "raise", "all_reduce", 2.5, False)  # fmt: skip
+    assert isinstance(fired, events.FaultFired)
+    assert (fired.group, fired.replica, fired.fault, fired.at) == (s._group.group_id, 1, "raise", "all_reduce")
+    assert fired.step > armed.step and fired.where.startswith("all_reduce (in batch_reduce_to), run #")
+    assert isinstance(armed2, events.FaultArmed) and (armed2.replica, armed2.fault) == (0, "slow")
+    assert isinstance(disarmed, events.FaultDisarmed)
+    assert (disarmed.replica, disarmed.fault, disarmed.at) == (0, "slow", "update")
+    assert disarmed.reason.startswith("not reached in run #")
+    assert isinstance(armed3, events.FaultArmed) and armed3.persist
+    model = DashboardModel()
+    model.feed_many(_fault_events(s, since))
+    assert [(f.replica, f.fault, f.at, f.state, f.persist) for f in model.faults] == [
+        (1, "raise", "all_reduce", "fired", False),
+        (0, "slow", "update", "disarmed", False),
+        (1, "freeze", "all_gather", "armed", True),
+    ]
+    assert model.faults[0].where == fired.where and model.faults[1].where == disarmed.reason
+    idist.debug.disarm(s)
+    model = DashboardModel()
+    model.feed_many(_fault_events(s, since))
+    assert [f.state for f in model.faults] == ["fired", "disarmed", "disarmed"]
+    assert model.faults[-1].where == "dropped by idist.debug.disarm"
+
+
+@on_two
+def test_the_faults_tab_arms_with_persist_and_lists_faults(strategy: idist.MirroredStrategy) -> None:
+    s = strategy
+    d = s.dashboard(interval=60).dashboard
+    try:
+        d._fault_replica.value, d._fault_kind.value, d._fault_point.value = 1, "raise", "all_reduce"
+        d._fault_persist.value = True
+        assert d.arm_fault() == "armed: raise at all_reduce on replica 1, until it fires"
+        s.run(lambda: np.float32(1.0))
+        d.refresh()
+        assert "armed (persist)" in d._fault_table.value
+        with pytest.raises(idist.errors.InjectedFaultError):
+            s.run(lambda: idist.get_replica_context().all_reduce("SUM", np.float32(1.0)))
+        d.refresh()
+        # the model keeps a persistent fault that fired "armed" (dashboard/model.py): only "fired" is checked for
+        # a fault that is not persist
+        d._fault_persist.value = False
+        d._fault_point.value = "step"
+        assert d.arm_fault() == "armed: raise at step on replica 1, for the next program"
+        with pytest.raises(idist.errors.InjectedFaultError):
+            s.run(lambda: np.float32(1.0))
+        d.refresh()
+        assert "<td style='padding:0 8px'>fired</td>" in d._fault_table.value
+    finally:
+        d.close()
+
+
+@on_two
+def test_freeze_at_all_reduce_inside_apply_gradients(strategy: idist.MirroredStrategy) -> None:
+    """The user's report with its freeze: the step that applies gradients is the one that freezes (named
+    frozen after ``frozen_after``); the next, unrelated all-reduce step is not."""
+    s = strategy
+    v, train_step = _train(s, 3)
+    with s.scope():
+        w = idist.Variable(np.float32(0.0), aggregation=idist.VariableAggregation.MEAN)
+    # Stopped for longer than it takes to name it frozen (frozen_after, and the liveness watch's polls).
+    idist.debug.inject(s, replica=1, fault="freeze", at="all_reduce", seconds=settings.frozen_after + 4.5)
+    t0 = time.monotonic()
+    with pytest.raises(idist.errors.ReplicaFrozenError) as info:
+        s.run(train_step)
+    assert info.value.replica == 1 and time.monotonic() - t0 < settings.frozen_after + 4.0
+    _usable(s, w)  # waits for replica 1 to resume; then an all-reduce step, untouched
+    assert _copies(s, v) == [[0.0, 0.0], [0.0, 0.0]]
 
 
 _KILLED_SAVE = """
