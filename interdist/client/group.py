@@ -317,10 +317,10 @@ class DaskGroup:
         show_output(replies)  # what the replicas printed, labelled, in this cell, before its result or error
         kind, _, fn_name = what.partition(" of ")
         call = f"{kind} #{self.runs} ({fn_name})" if user_call else f"{what} (step {step})"  # "run #3 (train_step)"
-        raise_for(replies, step, what, self.spec["devices"], self.addresses, self.lost, call)
-        for r in replies:
+        for r in replies:  # before a failure's exception: a failed call's warnings matter too (an unreached fault)
             for w in r.get("warnings", ()):
                 warnings.warn(w, UserWarning, stacklevel=user_stacklevel())
+        raise_for(replies, step, what, self.spec["devices"], self.addresses, self.lost, call)
         return [cloudpickle.loads(r["result"]) for r in replies]
 
     # -- Kernel > Interrupt -------------------------------------------------------

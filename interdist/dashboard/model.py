@@ -359,7 +359,7 @@ class DashboardModel:
         for f in reversed(self.faults):
             if f.replica == e.replica and f.fault == e.fault and f.at == e.at and f.armed_at <= e.time:
                 if isinstance(e, events.FaultFired):
-                    f.state, f.where, f.step = ("armed" if f.persist else "fired"), e.where, e.step
+                    f.state, f.where, f.step = "fired", e.where, e.step  # once, persist or not
                     self._incident("fault-fired", e, f"{e.fault} at {e.where} (idist.debug.inject)")
                 elif f.state == "armed":
                     f.state, f.where, f.step = "disarmed", e.reason, e.step
