@@ -22,6 +22,7 @@ the notebook (``logs.py``).
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import threading
 import time
@@ -91,7 +92,7 @@ def _start_local_cpu(n: int, security: Any = None, key: tuple[Any, ...] | None =
 
     register_pages()  # the scheduler reads its dashboard pages once, as it starts
     with _malloc_env():
-        cluster = _local_cluster(n, LocalCluster, security)
+        cluster = _local_cluster(n, _embedded_class(LocalCluster), security)
     client = connect(cluster, set_as_default=False)
     lease = _lease_from(client, cluster, n, embedded=True, key=key or ("CPU", n))
     _list_for_lab(lease, cluster, n)
@@ -106,6 +107,27 @@ def embedded_security() -> Any:
     from distributed.security import Security
 
     return Security.temporary()  # type: ignore[no-untyped-call]  # distributed is untyped
+
+
+@functools.cache
+def _embedded_class(LocalCluster: Any) -> Any:  # noqa: N803 - the class, imported lazily
+    """``LocalCluster`` without Dask's lost-worker timeout: its ``WorkerProcess`` workers restart themselves.
+
+    When a worker leaves the scheduler, ``SpecCluster`` waits ``distributed.deploy.lost-worker-timeout``
+    (15 s), then closes that worker for good if none of its name is registered at that moment. A
+    worker killed twice within 15 s (or restarted slower than that under load) was there, closed as it
+    came back: the replica was lost for good, and every later call waited 30 s for a replacement that
+    never came. A ``WorkerProcess`` watches its own process and starts it again, as a nanny does, so
+    the cluster leaves that to it.
+    """
+    from distributed.deploy.cluster import Cluster
+
+    class EmbeddedCluster(LocalCluster):  # type: ignore[misc]  # distributed is untyped
+        def _update_worker_status(self, op: str, msg: Any) -> None:
+            # the scheduler's view only: no closing on a timer
+            Cluster._update_worker_status(self, op, msg)  # type: ignore[no-untyped-call]  # distributed is untyped
+
+    return EmbeddedCluster
 
 
 def _local_cluster(n: int, LocalCluster: Any, security: Any = None) -> Any:  # noqa: N803 - the class, imported lazily

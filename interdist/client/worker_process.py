@@ -58,8 +58,8 @@ logger = logging.getLogger("interdist")
 
 #: Seconds a worker process gets to start (import, connect to the scheduler) before it counts as failed.
 START_TIMEOUT = 60.0
-#: How many times a worker that died is started again before giving up (each fails to start, one second apart).
-START_ATTEMPTS = 3
+#: The longest wait (seconds) between two tries to start a dead worker again (1 s, 2 s, 4 s, ... up to this).
+RETRY_MAX_S = 10.0
 
 # The child's first Python: the parent's import path (a notebook may have added to it), then
 # interdist.worker.process; nothing of the parent's __main__. ``distributed`` is imported before
@@ -226,18 +226,18 @@ class WorkerProcess(ProcessInterface):
             logger.warning(
                 "interdist: worker %r (pid %s) exited with code %s; starting it again", self.name, process.pid, code
             )
-            for attempt in range(1, START_ATTEMPTS + 1):
-                if self._closing:
-                    return
+            attempt = 0
+            while not self._closing:
+                attempt += 1
                 try:
                     await self._spawn()
                     self.restarts += 1
                     break
                 except Exception as exc:  # noqa: BLE001 - e.g. its name still taken at the scheduler: try again
-                    if attempt == START_ATTEMPTS:
-                        logger.error("interdist: could not start worker %r again: %s", self.name, exc)
-                        return
-                    await asyncio.sleep(1.0)
+                    # Never given up while the cluster runs: a replica lost for good cannot be had back,
+                    # and a worker that cannot start says why in the log the notebook's errors name.
+                    logger.error("interdist: could not start worker %r again (try %d): %s", self.name, attempt, exc)
+                    await asyncio.sleep(min(RETRY_MAX_S, 0.5 * 2**attempt))
 
     async def close(self) -> None:
         self._closing = True
