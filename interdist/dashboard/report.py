@@ -72,6 +72,8 @@ def section(model: DashboardModel, label: str, since: float | None = None) -> La
     for title, view in zip(
         ["Collectives", "Timings", "Values", "", "Logged scalars", "Placement", ""], views, strict=True
     ):
+        if view.following is not None:
+            view.following.show_all()  # no Python behind the page to move a window: all of the data
         view.update(model, force=True)
         if title:
             parts.append(Div(text=f"<h3>{title}</h3>"))
@@ -87,7 +89,9 @@ def report_html(sections: Sequence[Section], since: float | None = None, title: 
         body.append(Div(text="<p>No interdist events were recorded.</p>"))
     for label, evs, *workers in sections:
         body.append(section(section_model(evs, since, workers[0] if workers else None), label, since))
-    return file_html(column(*body, sizing_mode="stretch_width"), resources=INLINE, title=title)
+    # the follow controls' Python callbacks are inert here, and their controls hidden (show_all)
+    page = column(*body, sizing_mode="stretch_width")
+    return file_html(page, resources=INLINE, title=title, suppress_callback_warning=True)
 
 
 def write_report(

@@ -144,11 +144,12 @@ def many_steps(first: int, n: int) -> list[ev.Event]:
 
 
 def sent_changes(view: Any) -> list[Any]:
-    """The document changes a view's update sends to the browser (recorded from now on)."""
+    """The changes to a view's rows (its source) that its update sends to the browser (recorded from now on);
+    not those of its follow control (each window's ranges, a few numbers: _base.Following.targets)."""
     doc = Document()
     doc.add_root(view.root)
     changes: list[Any] = []
-    doc.on_change(changes.append)
+    doc.on_change(lambda event: changes.append(event) if getattr(event, "model", None) is view.source else None)
     return changes
 
 

@@ -9,7 +9,7 @@ from bokeh.models.sources import ColumnDataSource
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
 
-from interdist.dashboard.components._base import Appended, View, numbers
+from interdist.dashboard.components._base import TIME_WINDOWS, Appended, Following, View, elapsed, in_window, numbers
 from interdist.dashboard.model import DashboardModel
 
 COLUMNS = ["time", "step", "count"]
@@ -21,6 +21,7 @@ class Progress(View):
 
     name = "progress"
     title = "interdist: progress"
+    following: Following
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
@@ -29,7 +30,11 @@ class Progress(View):
         )  # found by tests in the browser
         self._rows: Appended[tuple[float, int]] = Appended(self.source, SHOWN)
         self.status = Div(text="no steps yet")
+        self.following = following = Following(self.name, TIME_WINDOWS, "30 s", self.lock)
+        fit = lambda x0, x1: in_window(self.source.data["time"], self.source.data["count"], x0, x1)
         fig = figure(
+            x_range=following.x_range,
+            y_range=following.y_range(self.name, fit),
             height=kwargs.pop("height", 180),
             sizing_mode="stretch_width",
             tools="xpan,xwheel_zoom,reset",
@@ -37,8 +42,9 @@ class Progress(View):
             y_axis_label="steps finished",
         )
         fig.line(x="time", y="count", source=self.source)
+        following.attach(fig)
         self.figure = fig
-        self.root = column(self.status, fig, sizing_mode="stretch_width", **kwargs)
+        self.root = column(self.status, following.controls, fig, sizing_mode="stretch_width", **kwargs)
 
     def _update(self, model: DashboardModel) -> None:
         t0 = model.t0 or 0.0
@@ -53,6 +59,7 @@ class Progress(View):
             }
 
         self._rows.send(model.steps_done, t0, columns)
+        self.following.show_rows(self.source.data["time"], self.source.data["time"], elapsed(model))
         running = (
             f", running {model.run_label(model.running_step)} ({model.last_fn})"
             if model.running_step is not None

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from bokeh.layouts import column
 from bokeh.models.sources import ColumnDataSource
 from bokeh.models.tickers import SingleIntervalTicker
 from bokeh.models.tools import HoverTool
 from bokeh.plotting import figure
 
-from interdist.dashboard.components._base import Appended, View, numbers
+from interdist.dashboard.components._base import TIME_WINDOWS, Appended, Following, View, elapsed, numbers
 from interdist.dashboard.model import DashboardModel, TimelineEntry
 from interdist.dashboard.units import fmt_bytes, fmt_duration
 
@@ -44,6 +45,7 @@ class Timeline(View):
 
     name = "timeline"
     title = "interdist: collective timeline"
+    following: Following
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
@@ -51,7 +53,11 @@ class Timeline(View):
             {c: [] for c in COLUMNS}, name=f"interdist-{self.name}"
         )  # found by tests in the browser
         self._rows: Appended[TimelineEntry] = Appended(self.source, SHOWN)
+        self._lanes: tuple[float, float] | None = None  # the replicas' rows: the y range
+        self.following = following = Following(self.name, TIME_WINDOWS, "30 s", self.lock)
         fig = figure(
+            x_range=following.x_range,
+            y_range=following.y_range(self.name, lambda x0, x1: self._lanes),
             title="collectives per replica: wait (grey) vs transfer (blue)",
             x_axis_label="seconds since first event",
             y_axis_label="replica",
@@ -85,8 +91,9 @@ class Timeline(View):
                 ]
             )
         )
+        following.attach(fig)
         self.figure = fig
-        self.root = fig
+        self.root = column(following.controls, fig, sizing_mode="stretch_width")
 
     def _update(self, model: DashboardModel) -> None:
         t0 = model.t0 or 0.0
@@ -112,3 +119,7 @@ class Timeline(View):
             }
 
         self._rows.send(model.timeline, (t0, self.replica), columns, lambda e: self.shows_replica(e.replica))
+        # every replica's row, also one with no bar in the window (its absence is the news)
+        replicas = [r for r in model.replicas if self.shows_replica(r)]
+        self._lanes = (min(replicas) - 0.5, max(replicas) + 0.5) if replicas else None
+        self.following.show_rows(self.source.data["start"], self.source.data["end"], elapsed(model))

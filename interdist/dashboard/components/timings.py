@@ -6,6 +6,7 @@ per link) so different ops and world sizes compare against the link's speed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from bokeh.layouts import column
@@ -15,7 +16,15 @@ from bokeh.models.tools import HoverTool
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
-from interdist.dashboard.components._base import Appended, View, numbers
+from interdist.dashboard.components._base import (
+    TIME_WINDOWS,
+    Appended,
+    Following,
+    View,
+    elapsed,
+    in_window,
+    numbers,
+)
 from interdist.dashboard.model import DashboardModel, TimingPoint
 from interdist.dashboard.units import fmt_bytes, fmt_duration, fmt_rate
 
@@ -53,6 +62,7 @@ class Timings(View):
 
     name = "timings"
     title = "interdist: collective timings"
+    following: Following
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
@@ -69,12 +79,16 @@ class Timings(View):
             ("bytes", "@bytes_text"),
             ("bus bandwidth", "@bus_text"),
         ]
+        self.following = following = Following(self.name, TIME_WINDOWS, "30 s", self.lock)
         figs: list[Any] = []
         for field, label in [("latency_ms", "latency (ms)"), ("nbytes", "bytes"), ("bus", "bus bandwidth (GB/s)")]:
-            # Share the first plot's time axis (an x_range of None would make Bokeh try pandas).
-            shared: dict[str, Any] = {"x_range": figs[0].x_range} if figs else {}
             fig = figure(
-                height=height, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset", y_axis_label=label, **shared
+                x_range=following.x_range,  # one time axis for the three
+                y_range=following.y_range(f"{self.name}-{field}", self._fit(field), zero=True),
+                height=height,
+                sizing_mode="stretch_width",
+                tools="xpan,xwheel_zoom,reset",
+                y_axis_label=label,
             )
             fig.scatter(x="time", y=field, color="color", source=self.source, size=5, legend_field="op")
             # plain numbers ("0.002", never "2.000e-3"); bytes as "136.5 KB"
@@ -84,8 +98,12 @@ class Timings(View):
             figs.append(fig)
         figs[-1].xaxis.axis_label = "seconds since first event"
         self.bus_unit = "GB/s"
+        following.attach(*figs)
         self.figures = figs
-        self.root = column(*figs, sizing_mode="stretch_width", **kwargs)
+        self.root = column(following.controls, *figs, sizing_mode="stretch_width", **kwargs)
+
+    def _fit(self, field: str) -> Callable[[float, float], tuple[float, float] | None]:
+        return lambda x0, x1: in_window(self.source.data["time"], self.source.data[field], x0, x1)
 
     def _update(self, model: DashboardModel) -> None:
         t0 = model.t0 or 0.0
@@ -115,6 +133,7 @@ class Timings(View):
             }
 
         self._rows.send(model.timings, (t0, self.replica, self._unit), columns, lambda p: self.shows_replica(p.replica))
+        self.following.show_rows(self.source.data["time"], self.source.data["time"], elapsed(model))
         label = f"bus bandwidth ({unit})"
         if self.figures[-1].yaxis[0].axis_label != label:
             self.figures[-1].yaxis[0].axis_label = label
