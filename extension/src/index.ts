@@ -8,8 +8,13 @@
  * work on JupyterHub, Binder or any remote server. The list refreshes itself
  * every few seconds while the panel is visible; a page whose cluster is gone
  * (its kernel restarted) follows the new cluster of the same notebook.
+ *
+ * In each notebook, too: `strategy.dashboard(docked=True)` docks the overview
+ * page to the right of the notebook (`dock.ts`), and an inline dashboard whose
+ * kernel is gone becomes a static snapshot (`freeze.ts`).
  */
 import {
+  ILabShell,
   ILayoutRestorer,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
@@ -21,44 +26,21 @@ import {
   MainAreaWidget,
   WidgetTracker
 } from '@jupyterlab/apputils';
-import { URLExt } from '@jupyterlab/coreutils';
-import { ServerConnection } from '@jupyterlab/services';
+import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { LabIcon, refreshIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-const PLUGIN_ID = '@interdist/jupyterlab:plugin';
+import { ICluster, IPage, REFRESH_MS, fetchClusters, ownerOf } from './clusters';
+import { DOCK_MIME, Docks, IDocked, OPEN_DOCKED, dockRendererFactory } from './dock';
+import { INotebookPanelLike, freezeOnKernelLoss } from './freeze';
 
-/** How often the visible panel asks the server for the clusters. */
-export const REFRESH_MS = 3000;
+export { DOCK_MIME, ICluster, IPage, REFRESH_MS, fetchClusters };
+
+const PLUGIN_ID = '@interdist/jupyterlab:plugin';
 
 namespace CommandIDs {
   export const open = 'interdist:open-dashboard-page';
   export const refresh = 'interdist:refresh';
-}
-
-/** One dashboard page of a cluster, as the server lists it. */
-export interface IPage {
-  name: string;
-  url: string;
-}
-
-/** One live interdist cluster, as the server lists it. */
-export interface ICluster {
-  id: string;
-  /** The notebook's file name, else its kernel, else its process. */
-  name: string;
-  /** The notebook's path on the server, when the cluster runs in a notebook's kernel. */
-  notebook?: string | null;
-  kernel_id?: string | null;
-  /** The Dask dashboard's own page, for the browser (through the proxy when local). */
-  dashboard_url?: string | null;
-  pid: number;
-  scheduler_address: string;
-  dashboard_link: string | null;
-  n_workers: number;
-  created: number;
-  pages: IPage[];
-  pages_error?: string | null;
 }
 
 const interdistIcon = new LabIcon({
@@ -69,18 +51,6 @@ const interdistIcon = new LabIcon({
     '<circle cx="8" cy="3" r="2"/><circle cx="3" cy="13" r="2"/><circle cx="13" cy="13" r="2"/>' +
     '<path d="M7.5 4.5h1v3l4 4-.7.7L8 8.4l-3.8 3.8-.7-.7 4-4z"/></g></svg>'
 });
-
-/** The clusters from the server extension (pages included). */
-export async function fetchClusters(): Promise<ICluster[]> {
-  const settings = ServerConnection.makeSettings();
-  const url = URLExt.join(settings.baseUrl, 'interdist', 'clusters');
-  const response = await ServerConnection.makeRequest(url, {}, settings);
-  if (!response.ok) {
-    throw new ServerConnection.ResponseError(response);
-  }
-  const data = await response.json();
-  return (data.clusters ?? []) as ICluster[];
-}
 
 /** The sidebar: one entry per cluster, one link per interdist page. */
 class ClusterPanel extends Widget {
@@ -249,20 +219,18 @@ interface IOpened {
   pageName: string;
 }
 
-/** Who started a cluster: its notebook, else its kernel (a restart keeps the kernel's id). */
-function ownerOf(cluster: ICluster): string | null {
-  return cluster.notebook ?? cluster.kernel_id ?? null;
-}
-
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
-  description: 'A sidebar listing the live interdist clusters and their dashboard pages.',
+  description:
+    'A sidebar listing the live interdist clusters and their dashboard pages; docked dashboards; ' +
+    'static snapshots of inline dashboards whose kernel is gone.',
   autoStart: true,
-  optional: [ICommandPalette, ILayoutRestorer],
+  optional: [ICommandPalette, ILayoutRestorer, ILabShell],
   activate: (
     app: JupyterFrontEnd,
     palette: ICommandPalette | null,
-    restorer: ILayoutRestorer | null
+    restorer: ILayoutRestorer | null,
+    labShell: ILabShell | null
   ) => {
     const tracker = new WidgetTracker<MainAreaWidget<IFrame>>({ namespace: 'interdist' });
     const opened = new WeakMap<MainAreaWidget<IFrame>, IOpened>();
@@ -314,6 +282,38 @@ const plugin: JupyterFrontEndPlugin<void> = {
     };
     app.shell.add(panel, 'left', { rank: 300 });
     restorer?.add(panel, 'interdist-sidebar');
+
+    // Docked dashboards: opened by a notebook's output, brought back by the layout restorer.
+    // JupyterLab's main area splits; Notebook 7's holds one document (there, the note's link opens the page).
+    const docks = new Docks(app, interdistIcon, labShell !== null);
+    app.commands.addCommand(OPEN_DOCKED, {
+      label: 'interdist: open a docked dashboard',
+      execute: args =>
+        docks.find(String(args.notebook), String(args.path)) ??
+        docks.open(args as unknown as IDocked, undefined, false, false)
+    });
+    void restorer?.restore(docks.tracker, {
+      command: OPEN_DOCKED,
+      args: widget => ({ ...docks.state(widget) }),
+      name: widget => {
+        const state = docks.state(widget);
+        return state ? `${state.notebook}:${state.path}` : widget.id;
+      }
+    });
+    // Each notebook renders its docking requests (so a request knows which notebook to dock beside), and
+    // freezes its inline dashboards when its kernel goes.
+    app.docRegistry.addWidgetExtension('Notebook', {
+      createNew: (widget, context) => {
+        const notebook = widget as unknown as INotebookPanelLike & {
+          content: { rendermime: { addFactory(factory: IRenderMime.IRendererFactory, rank?: number): void } };
+        };
+        notebook.content.rendermime.addFactory(
+          dockRendererFactory(docks, () => ({ id: widget.id, path: context.path })),
+          0
+        );
+        freezeOnKernelLoss(notebook, context);
+      }
+    });
 
     app.commands.addCommand(CommandIDs.refresh, {
       label: 'interdist: refresh clusters',

@@ -13,6 +13,11 @@ already on the page receive. A view drawn later starts from its widget's state, 
 that state is made current whenever it is read or shown: the dashboard's display
 (which also loads BokehJS, see ``bokehjs``), the refresh button, and a page that
 asks the kernel for its widgets again after a reload (``LiveBokehModel.get_state``).
+
+The dashboard also keeps its state as static HTML in a hidden child (``snapshot``): once
+its kernel restarts or dies, the JupyterLab extension shows that in its place, not
+ipywidgets' broken-chain icons or "model not found". To keep the dashboard in view while
+the cells run, ``strategy.dashboard(docked=True)`` docks the overview page instead (``docked``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from interdist.dashboard import bokehjs
 from interdist.dashboard.components import VIEWS, ReplicaStatusStrip, View, Watchdog
 from interdist.dashboard.live import LiveFeed
 from interdist.dashboard.model import ArmedFault, DashboardModel
+from interdist.dashboard.snapshot import snapshot_html
 from interdist.replica import faults
 
 logger = logging.getLogger("interdist")
@@ -97,6 +103,7 @@ class InlineDashboard:
             self._update_fault_table()
             if any(changed):
                 self.updates += 1
+                self.widget.update_snapshot()  # the static state the JupyterLab extension keeps once the kernel is gone
             status = ("live" if self.live.active else "after each step") + (" (paused)" if self.paused else "")
             if self._status.value != status:
                 self._status.value = status
@@ -338,9 +345,26 @@ def _box_class() -> Any:
     import ipywidgets as w
 
     class _DashboardBox(w.VBox):  # type: ignore[misc]  # ipywidgets is untyped
-        """A VBox that keeps its dashboard alive (``box.dashboard``) as long as it is shown."""
+        """A VBox that keeps its dashboard alive (``box.dashboard``) as long as it is shown.
+
+        It carries the class ``interdist-dashboard`` and a hidden ``HTML`` child (class
+        ``interdist-snapshot-widget``) holding the dashboard's state as static HTML
+        (``snapshot.snapshot_html``), kept current by the redraws: what the JupyterLab extension
+        puts in the dashboard's place once its kernel is gone (see ``interdist.dashboard.snapshot``).
+        """
 
         dashboard: InlineDashboard | None = None
+        snapshot: Any = None  # the hidden HTML child
+
+        def update_snapshot(self) -> None:
+            """Put the dashboard's current state in the hidden snapshot child (sent only when it changed)."""
+            dashboard, child = self.dashboard, self.snapshot
+            if dashboard is None or child is None:
+                return
+            threshold_s = float(getattr(dashboard.views.get("status"), "threshold_s", 5.0))
+            text = snapshot_html(dashboard.model, threshold_s)
+            if child.value != text:
+                child.value = text
 
         def _repr_mimebundle_(self, **kwargs: Any) -> Any:
             # Shown (a cell's result or display()): first the output that loads BokehJS, saved with
@@ -348,7 +372,11 @@ def _box_class() -> Any:
             bokehjs.publish()
             if self.dashboard is not None:
                 self.dashboard.resync()
-            return super()._repr_mimebundle_(**kwargs)
+            bundle = super()._repr_mimebundle_(**kwargs)
+            # the state as static HTML too, for frontends without widgets (nbconvert, static viewers)
+            if isinstance(bundle, dict) and self.snapshot is not None and self.snapshot.value:
+                bundle["text/html"] = self.snapshot.value
+            return bundle
 
     return _DashboardBox
 
@@ -385,7 +413,14 @@ def _live_bokeh_model_class() -> Any:
 
 
 def DashboardBox(children: list[Any]) -> Any:  # noqa: N802 - named as the widget class it makes
-    return _box_class()(children)
+    import ipywidgets as w
+
+    snapshot = w.HTML(value="", layout=w.Layout(display="none"))
+    snapshot.add_class("interdist-snapshot-widget")
+    box = _box_class()([*children, snapshot])
+    box.add_class("interdist-dashboard")
+    box.snapshot = snapshot
+    return box
 
 
 def show(

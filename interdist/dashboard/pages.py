@@ -8,23 +8,34 @@ the Dask dashboard's "More" menu and dask-labextension list them.
 
 Events come from the scheduler's "interdist" topic through a scheduler plugin;
 the pages and the plugin share the scheduler's event loop, so no locking.
+
+One page per view of ``components.VIEWS``, and ``/individual-interdist-overview``
+(``components.overview.Overview``: the status strip, the watchdog and the timeline in one
+column), the page ``strategy.dashboard(docked=True)`` docks beside a notebook in JupyterLab.
+Being fed by the scheduler, a page stays live while the notebook's cells run, whatever the
+notebook shows or scrolls to, and survives a page reload (it holds no widget state).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from interdist import events
 from interdist.dashboard.model import DashboardModel, ModelHub
 
+if TYPE_CHECKING:
+    from interdist.dashboard.components import View
+
 logger = logging.getLogger("interdist")
 
 PLUGIN_NAME = "interdist-dashboard"
 PREFIX = "/individual-interdist-"
+#: The page ``strategy.dashboard(docked=True)`` docks (``PREFIX + OVERVIEW``).
+OVERVIEW = "overview"
 # Bokeh pushes each change to the browser; 4 redraws a second look live and cost little.
 INTERVAL_MS = 250
 
@@ -72,13 +83,18 @@ def ensure_plugin(scheduler: Any) -> EventsPlugin:
     return plugin
 
 
+def page_views() -> dict[str, type[View]]:
+    """The view of each page, by name: every inline view, then the pages that compose them."""
+    from interdist.dashboard.components import VIEWS, Overview
+
+    return {**VIEWS, Overview.name: Overview}
+
+
 def _page(view_name: str, scheduler: Any, extra: dict[str, Any], doc: Any) -> None:
     from distributed.dashboard.components.scheduler import BOKEH_THEME
 
-    from interdist.dashboard.components import VIEWS
-
     plugin = ensure_plugin(scheduler)
-    view = VIEWS[view_name]()
+    view = page_views()[view_name]()
     view.update(plugin.model())
 
     def tick() -> None:
@@ -94,9 +110,7 @@ def _page(view_name: str, scheduler: Any, extra: dict[str, Any], doc: Any) -> No
 
 
 def page_names() -> list[str]:
-    from interdist.dashboard.components import VIEWS
-
-    return [PREFIX + name for name in VIEWS]
+    return [PREFIX + name for name in page_views()]
 
 
 def register_pages() -> None:

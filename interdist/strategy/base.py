@@ -137,8 +137,17 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         """The Dask dashboard of the cluster the replicas run on."""
         return self._lease.dashboard_link
 
-    def dashboard(self, interval: float = 0.2, threshold_s: float = 5.0) -> Any:
-        """A live dashboard of the replicas (ipywidgets), see ``interdist.dashboard.show``."""
+    def dashboard(self, interval: float = 0.2, threshold_s: float = 5.0, *, docked: bool = False) -> Any:
+        """A live dashboard of the replicas: inline (ipywidgets, see ``interdist.dashboard.show``), or with
+        ``docked=True`` the Dask page ``/individual-interdist-overview`` (status strip, watchdog, timeline),
+        which JupyterLab (``interdist[lab]``) docks to the right of the notebook, where it stays in view and
+        live while the cells run, comes back after a page reload and follows the notebook's new cluster
+        after Kernel > Restart; elsewhere the output is a link to that page (see
+        ``interdist.dashboard.docked``). ``interval`` and ``threshold_s`` are the inline dashboard's."""
+        if docked:
+            from interdist.dashboard.docked import docked as docked_dashboard
+
+            return docked_dashboard(self._lease)
         from interdist.dashboard import show
 
         ref = weakref.ref(self)  # the dashboard must not keep the strategy alive

@@ -18,7 +18,10 @@ def test_inline_dashboard_follows_a_training_run(mirrored2: idist.MirroredStrate
     d = box.dashboard
     try:
         assert type(box).__mro__[1].__name__ == "VBox"
-        controls, strip, tabs = box.children
+        # the controls, the status strip, the other views in tabs, and the state as static HTML (hidden: what
+        # the JupyterLab extension shows in the dashboard's place once its kernel is gone, see dashboard.snapshot)
+        controls, strip, tabs, snapshot = box.children
+        assert "interdist-dashboard" in box._dom_classes and snapshot.layout.display == "none"
         assert [type(c).__name__ for c in controls.children] == ["Dropdown", "Dropdown", "ToggleButton", "Button",
                                                                 "Label"]
         assert controls.children[-1].value == "live"  # events come during the step, from the scheduler's topic
@@ -38,6 +41,7 @@ def test_inline_dashboard_follows_a_training_run(mirrored2: idist.MirroredStrate
         tabs.selected_index = tabs.titles.index("values")  # chosen: its views are drawn from the current state
         rows = d.views["replica-values"].source.data
         assert set(rows["variable"]) >= {"b", "w"} and set(rows["replica"]) == {0, 1}
+        assert snapshot.value.count("class='interdist-chip ") == 2 and ">w</td>" in snapshot.value
         assert d.views["placement"].source.data["worker"] == list(s._lease.addresses)
         # the selectors list what the events named; choosing one filters every view
         assert [v for _, v in controls.children[0].options] == [-1, 0, 1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from interdist.dashboard.components._base import View
+from interdist.dashboard.components.overview import Overview
 from interdist.dashboard.components.placement import Placement
 from interdist.dashboard.components.placement_diagram import PlacementDiagram
 from interdist.dashboard.components.progress import Progress
@@ -14,7 +15,9 @@ from interdist.dashboard.components.timings import Timings
 from interdist.dashboard.components.value_heatmap import ValueHeatmap
 from interdist.dashboard.components.watchdog import Watchdog
 
-# The Dask pages' names, and the inline dashboard's order (the status strip on top, the others in tabs).
+# The inline dashboard's views in its order (the status strip on top, the others in tabs), each also a Dask
+# page. Pages that only compose these (``Overview``) are not listed: the inline dashboard shows their parts
+# already; ``dashboard.pages.PAGE_VIEWS`` adds them.
 VIEWS: dict[str, type[View]] = {
     cls.name: cls
     for cls in (
@@ -33,6 +36,7 @@ VIEWS: dict[str, type[View]] = {
 
 __all__ = [
     "VIEWS",
+    "Overview",
     "Placement",
     "PlacementDiagram",
     "Progress",
