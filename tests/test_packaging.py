@@ -45,6 +45,7 @@ def test_version_is_single_sourced() -> None:
 OPTIONAL = {
     "cupy": "gpu", "dask_cuda": "gpu", "pynvml": "gpu", "cuda": "gpu",
     "ipywidgets": "lab", "jupyter_bokeh": "lab", "jupyter_server": "lab", "jupyter_core": "lab",
+    "IPython": "lab",  # the inline dashboard drains at the end of each cell (a post_run_cell hook)
 }
 # Distributions of modules that are usually not installed here (no GPU): packages_distributions() knows
 # installed ones only.

@@ -111,3 +111,7 @@ def test_a_lost_replicas_sync_on_read_copies_come_back_from_what_it_reported() -
         assert "lost: hist (sync-on-read SUM)" in recovered.error
         assert m.variable_status(w._var_id)[0] in ("agree", "repaired")
         assert m.variable_status(seen._var_id)[0] == "per-replica"
+        # replica_divergence agrees with the dashboard: sync-on-read copies differ by design, no divergence
+        report = idist.debug.replica_divergence(s)
+        assert report["seen"].max_abs_diff == 100.0 and not report["seen"].diverged
+        assert report["w"].max_abs_diff == 0.0 and not report["w"].diverged
