@@ -400,6 +400,17 @@ def _live_bokeh_model_class() -> Any:
             self._interdist_before = before  # brings the view up to the model (one in a hidden tab may lag)
             super().__init__(model, **kwargs)
 
+        def _sync_model(self, model: Any, content: dict[str, Any], buffers: list[Any]) -> None:
+            # The browser sends back every change of its document, the rows the kernel streamed to it
+            # included: applied again here, they doubled the Python source's rows (288 rows for 162
+            # measured), and the next full redraw (a tab switch, a reload) drew every bar twice. The views'
+            # rows only ever come from the kernel: rows from the browser are dropped; the rest (a widget's
+            # value, a range the user panned) is applied under the dashboard's lock, as redraws are.
+            if content.get("event") == "jsevent" and content.get("kind") in ("ColumnsStreamed", "ColumnsPatched"):
+                return
+            with self._interdist_lock:
+                super()._sync_model(model, content, buffers)
+
         def get_state(self, key: Any = None, drop_defaults: bool = False) -> Any:
             state = super().get_state(key, drop_defaults)
             if "render_bundle" in state:

@@ -130,3 +130,28 @@ def test_widget_state_is_the_current_document(mirrored2: idist.MirroredStrategy)
         assert d.views["progress"].status.text in now and d.views["progress"].status.text not in first
     finally:
         d.close()
+
+
+def test_rows_the_browser_sends_back_are_not_added_again(mirrored2: idist.MirroredStrategy) -> None:
+    """BokehJS sends back every change it applied, the rows the kernel streamed to it included; jupyter_bokeh
+    applied them again, so the kernel's source held each row twice and the next full redraw drew it twice."""
+    from bokeh.core.serialization import Serializer
+    from bokeh.document.events import ColumnsStreamedEvent
+    from jupyter_bokeh import BokehModel
+
+    d = mirrored2.dashboard(interval=60).dashboard
+    try:
+        for _ in range(3):
+            mirrored2.run(lambda: idist.get_replica_context().all_reduce("SUM", np.float32(1.0)))
+        d.refresh()
+        view, widget = d.views["timeline"], d.bokeh_models["timeline"]
+        rows = len(view.source.data["op"])
+        first_row = {k: list(v)[:1] for k, v in view.source.data.items()}
+        echo = Serializer(references=set(view.source.document.models)).encode(
+            ColumnsStreamedEvent(view.source.document, view.source, "data", first_row, None, None))
+        widget._sync_model(widget, {**echo, "event": "jsevent"}, [])
+        assert len(view.source.data["op"]) == rows
+        BokehModel._sync_model(widget, widget, {**echo, "event": "jsevent"}, [])  # what jupyter_bokeh alone does
+        assert len(view.source.data["op"]) == rows + 1
+    finally:
+        d.close()
