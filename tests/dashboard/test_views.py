@@ -297,3 +297,17 @@ def test_pages_are_registered_and_read_the_scheduler_topic() -> None:
     assert list(tables[0].source.data["host"]) == ["127.0.0.1", "127.0.0.1"]
 
 
+
+
+def test_value_heatmap_has_explicit_ranges_empty_and_after_data() -> None:
+    """Drawn empty (a hidden tab, no variable yet) a DataRange1d logged "could not set initial ranges" in the
+    browser; the heatmap's column range is explicit, and fits the widest row once data comes."""
+    from bokeh.models import Range1d
+
+    from interdist.dashboard.components import ValueHeatmap
+
+    v = ValueHeatmap()
+    v.update(DashboardModel())
+    assert isinstance(v.figure.x_range, Range1d) and (v.figure.x_range.start, v.figure.x_range.end) == (-0.5, 15.5)
+    v.update(model_of(training_stream()))
+    assert (v.figure.x_range.start, v.figure.x_range.end) == (-0.5, 1.5)  # w and s: two elements each

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Range1d
 from bokeh.palettes import Viridis256
 from bokeh.plotting import figure
 
@@ -32,7 +32,11 @@ class ValueHeatmap(View):
         super().__init__()
         self.source = ColumnDataSource({c: [] for c in COLUMNS}, name=f"interdist-{self.name}")
         self.rows = FactorRange(factors=["-"])
+        # explicit, not a DataRange1d: drawn empty (no variable yet, or a hidden tab) that logged "could not set
+        # initial ranges" in the browser; the widest row sets it
+        self.columns = Range1d(-0.5, 15.5)
         self.figure = fig = figure(
+            x_range=self.columns,
             title="values per replica (a cell per element, or per 1/16 of a larger variable); red: differs",
             y_range=self.rows,
             height=kwargs.pop("height", 120),
@@ -89,6 +93,9 @@ class ValueHeatmap(View):
                         data[k].append(v)
         set_data(self.source, data)
         fig = self.figure
+        end = max((c for c in data["col"]), default=15) + 0.5
+        if (self.columns.start, self.columns.end) != (-0.5, end):
+            self.columns.update(start=-0.5, end=end)
         factors = list(reversed(rows)) or ["-"]  # the first variable's replica 0 on top
         if list(self.rows.factors) != factors:
             self.rows.factors = factors
