@@ -84,7 +84,8 @@ class ReplicaStatus:
 class Incident:
     """Something that went wrong (or was repaired) on one replica: a row of the failures list.
 
-    ``kind``: "raised", "frozen", "lost" (failures), "recovered", "fault-disarmed" (what followed)."""
+    ``kind``: "raised", "frozen", "lost" (failures), "recovered" (what followed). Injected faults are not
+    listed here (they would crowd out the failures they cause): the faults tab lists them (``faults``)."""
 
     kind: str
     replica: int
@@ -360,10 +361,8 @@ class DashboardModel:
             if f.replica == e.replica and f.fault == e.fault and f.at == e.at and f.armed_at <= e.time:
                 if isinstance(e, events.FaultFired):
                     f.state, f.where, f.step = "fired", e.where, e.step  # once, persist or not
-                    self._incident("fault-fired", e, f"{e.fault} at {e.where} (idist.debug.inject)")
                 elif f.state == "armed":
                     f.state, f.where, f.step = "disarmed", e.reason, e.step
-                    self._incident("fault-disarmed", e, f"{e.fault} at {e.at} not reached: {e.reason}")
                 return
 
     def _entered(self, e: events.CollectiveEntered) -> None:
