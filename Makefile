@@ -39,6 +39,7 @@ bench: $(STAMP)
 	cd benchmarks && ../$(PY) bench_central_storage.py
 	cd benchmarks && ../$(PY) bench_ps.py
 	cd benchmarks && ../$(PY) bench_dashboard.py
+	cd benchmarks && ../$(PY) bench_dashboard_lag.py
 	cd benchmarks && ../$(PY) bench_soak.py
 	cd benchmarks && ../$(PY) bench_gpu_allreduce.py  # says "skipped" and exits 0 without CuPy and a GPU
 
