@@ -72,7 +72,9 @@ class EventLog:
         return batch
 
     def add_msgs(self, msgs: Any) -> None:
-        """A reply's event messages: kept as they are, unless a listener wants the events at once."""
+        """A reply's event messages, or the notebook's own (``DaskGroup.emit``): kept as they are, unless a
+        listener wants the events at once. (While live, the notebook's also come back in the scheduler's
+        topic, where it sends them for the Dask pages: expanded with the live ones, that copy is dropped.)"""
         if not msgs:
             return
         listeners = list(self.listeners)
@@ -136,12 +138,8 @@ class EventLog:
         return out
 
     def add(self, event: Event) -> None:
-        """One event the notebook made itself (``DaskGroup.emit``). While live, it also comes back in the
-        scheduler's topic (the notebook sends it there for the Dask pages): that copy is dropped."""
         with self._cond:
             self._expand()
-            if self._seen is not None:
-                self._seen[event_key(event)] = None
             self._events.append(event)
             self._expanded += 1
             self._cond.notify_all()

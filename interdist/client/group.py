@@ -85,8 +85,7 @@ class DaskGroup:
         self.suspect: str | None = None
         self._background: set[asyncio.Future[Any]] = set()  # calls not awaited (kept alive until done)
         self.runs = 0  # the user's calls (run, run_steps), as the notebook counts them: "run #3"
-        self.on_events: Callable[[Any], None] | None = None  # the strategy's event log: the replies' events
-        self.on_event: Callable[[events.Event], None] | None = None  # ... and the notebook's own (``emit``)
+        self.on_events: Callable[[Any], None] | None = None  # the strategy's event log (replies', and ``emit``'s)
         self._outbox: list[dict[str, Any]] = []  # the notebook's events not yet sent to the scheduler
         self._outbox_lock = threading.Lock()  # emitted from the notebook's thread and the client's event loop
         self._flushed = 0.0  # when they last were (monotonic)
@@ -104,10 +103,13 @@ class DaskGroup:
     def emit(self, event: events.Event, urgent: bool = False) -> None:
         """An event the notebook saw (a call sent, a replica frozen or lost, a recovery): into the strategy's
         log, and to the scheduler's event log for the Dask pages, batched (at once when ``urgent``)."""
-        if self.on_event is not None:
-            self.on_event(event)
+        msg = event.to_msg()
+        if self.on_events is not None:
+            # In its wire form, as the replies' events: the log expands messages only when read, and an
+            # event added as an object made it expand all the replies' pending ones at every call (+30 us)
+            self.on_events([msg])
         with self._outbox_lock:
-            self._outbox.append(event.to_msg())
+            self._outbox.append(msg)
         if urgent or time.monotonic() - self._flushed >= FLUSH_EVERY:
             self.flush_events()
 

@@ -99,7 +99,6 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         register_strategy(self._group_id, self)
         self.events = EventLog()
         self._group.on_events = self.events.add_msgs
-        self._group.on_event = self.events.add
         self._group.on_created = self._adopt_run_variables
         self._run_variables: list[Any] = []  # handles of variables made inside the current run, until it returns
         self._group.on_recover = self._restore_replicas
