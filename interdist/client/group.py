@@ -89,6 +89,7 @@ class DaskGroup:
         self._outbox: list[dict[str, Any]] = []  # the notebook's events not yet sent to the scheduler
         self._outbox_lock = threading.Lock()  # emitted from the notebook's thread and the client's event loop
         self._flushed = 0.0  # when they last were (monotonic)
+        self._calls: list[tuple[int, int, str]] = []  # (first step, last step, "run #3 of fn") of recent user calls
         # The strategy's handles for variables created inside a replica function (rank 0's list).
         self.on_created: Callable[[list[CreatedVariable]], None] | None = None
         self.on_recover: Callable[[list[int]], None] | None = None  # restores state on replaced replicas
@@ -133,6 +134,13 @@ class DaskGroup:
             client.loop.add_callback(send)
         except Exception as exc:  # noqa: BLE001 - a closed client: nothing to show them on
             logger.debug("interdist: no scheduler for the notebook's events: %s", exc)
+
+    def _call_of(self, step: int) -> str:
+        """ " (run #59 of train_step)" for a step of a recent user call, as the errors name calls; else ""."""
+        for first, last, label in reversed(self._calls):
+            if first <= step <= last:
+                return f" ({label})"
+        return ""
 
     def _now_event(self, cls: Any, step: int, rank: int, *fields: Any) -> events.Event:
         event: events.Event = cls(self.group_id, step, rank, time.time(), *fields)
@@ -259,8 +267,9 @@ class DaskGroup:
                 del self.busy[rank]
             else:
                 raise RuntimeError(
-                    f"replica {rank} ({self.spec['devices'][rank]}) is still running step {busy_step}: its replica "
-                    "function has not returned. Wait for it, or close this strategy and create a new one"
+                    f"replica {rank} ({self.spec['devices'][rank]}) is still running step {busy_step}"
+                    f"{self._call_of(busy_step)}: its replica function has not returned. Wait for it, or close "
+                    "this strategy and create a new one"
                 )
         with self._lock:
             user_call = what.startswith(("run of ", "run_steps of "))
@@ -270,6 +279,8 @@ class DaskGroup:
             self.step += steps  # a fused program numbers its inner steps step .. step + steps - 1
             if user_call:
                 kind, _, fn_name = what.partition(" of ")
+                self._calls.append((step, step + steps - 1, f"{kind} #{self.runs} of {fn_name}"))
+                del self._calls[:-64]
                 self.emit(
                     events.StepSent(
                         self.group_id, step, -1, time.time(), fn_name, kind, self.runs, steps, self.world_size

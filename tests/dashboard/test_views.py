@@ -311,3 +311,13 @@ def test_value_heatmap_has_explicit_ranges_empty_and_after_data() -> None:
     assert isinstance(v.figure.x_range, Range1d) and (v.figure.x_range.start, v.figure.x_range.end) == (-0.5, 15.5)
     v.update(model_of(training_stream()))
     assert (v.figure.x_range.start, v.figure.x_range.end) == (-0.5, 1.5)  # w and s: two elements each
+
+
+def test_replica_values_show_a_large_variables_block_means() -> None:
+    """A (4, 16) variable's events carry 16 block means, not its 64 elements: the values column said nothing."""
+    m = DashboardModel()
+    m.feed(ev.VariableCreated("g", 1, 0, 1.0, 1, "W1", (4, 16), "float32", "CPU:0", "ON_WRITE", "MEAN", 1.0, 2.0))
+    m.feed(ev.VariableUpdated("g", 2, 0, 2.0, 1, "W1", "CPU:0", 1.0, 2.0, (), tuple(float(i) for i in range(16))))
+    v = ReplicaValues()
+    v.update(m)
+    assert v.source.data["values"] == ["≈ [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]"]

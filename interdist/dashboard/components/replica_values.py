@@ -92,7 +92,8 @@ class ReplicaValues(View):
                 "dtype": info.dtype if info is not None else "?",
                 "device": c.device,
                 "where": short.get(c.device, c.device),
-                "values": fmt_values(c.values) if c.values else "",
+                # a larger variable's events carry its block means (a 1/16 of it each), not its elements
+                "values": fmt_values(c.values) if c.values else (f"≈ {fmt_values(c.sketch)}" if c.sketch else ""),
                 "values_color": "red" if (var_id, replica) in differs else "black",
                 "norm": c.norm,
                 "checksum": c.checksum,
