@@ -107,3 +107,19 @@ def running_lab(tmp: Path, registry_dir: Path, timeout: float = 60.0) -> Iterato
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def module_lab(tmp_path_factory: Any, name: str) -> Iterator[Lab]:
+    """A lab for a test module: its root (``lab.root``) and registry (``lab.registry``) in a fresh tmp dir;
+    every kernel (and so every cluster a notebook started) shut down at the end."""
+    tmp = tmp_path_factory.mktemp(name)
+    (tmp / "lab").mkdir()
+    (tmp / "registry").mkdir()
+    with running_lab(tmp / "lab", tmp / "registry") as lab:
+        lab.root = tmp / "lab" / "root"  # type: ignore[attr-defined]
+        lab.registry = tmp / "registry"  # type: ignore[attr-defined]
+        try:
+            yield lab
+        finally:
+            lab.shutdown_kernels()  # the kernel's cluster goes with it

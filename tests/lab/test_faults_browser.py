@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from ._lab import Lab, running_lab
+from ._lab import Lab, module_lab
 from .test_notebook_browser import NOTEBOOK as QUICKSTART
 from .test_notebook_browser import error_boxes
 
@@ -103,16 +103,8 @@ pytestmark = [pytest.mark.timeout(900)]
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    tmp = tmp_path_factory.mktemp("lab-faults")
-    (tmp / "lab").mkdir()
-    (tmp / "registry").mkdir()
-    with running_lab(tmp / "lab", tmp / "registry") as lab:
-        lab.root = tmp / "lab" / "root"  # type: ignore[attr-defined]
-        lab.registry = tmp / "registry"  # type: ignore[attr-defined]
-        try:
-            yield lab
-        finally:
-            lab.shutdown_kernels()
+    with module_lab(tmp_path_factory, "lab-faults") as lab:
+        yield lab
 
 
 def write_notebook(path: Path, n: int) -> None:

@@ -28,7 +28,7 @@ import pytest
 
 from interdist.lab import registry
 
-from ._lab import Lab, running_lab
+from ._lab import Lab, module_lab
 
 pytest.importorskip("jupyterlab", reason="jupyterlab is not installed (pip install 'interdist[lab]')")
 pytest.importorskip("jupyter_server_proxy", reason="jupyter-server-proxy is missing (pip install 'interdist[lab]')")
@@ -54,16 +54,8 @@ pytestmark = [pytest.mark.timeout(240)]
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    tmp = tmp_path_factory.mktemp("lab-sidebar")
-    (tmp / "lab").mkdir()
-    (tmp / "registry").mkdir()
-    with running_lab(tmp / "lab", tmp / "registry") as lab:
-        lab.root = tmp / "lab" / "root"  # type: ignore[attr-defined]
-        lab.registry = tmp / "registry"  # type: ignore[attr-defined]
-        try:
-            yield lab
-        finally:
-            lab.shutdown_kernels()  # the kernel's cluster goes with it
+    with module_lab(tmp_path_factory, "lab-sidebar") as lab:
+        yield lab
 
 
 def watch_errors(page: Any) -> list[str]:
