@@ -34,7 +34,7 @@ class ValueHeatmap(View):
         self.rows = FactorRange(factors=["-"])
         # explicit, not a DataRange1d: drawn empty (no variable yet, or a hidden tab) that logged "could not set
         # initial ranges" in the browser; the widest row sets it
-        self.columns = Range1d(-0.5, 15.5)
+        self.columns = Range1d(start=-0.5, end=15.5)
         self.figure = fig = figure(
             x_range=self.columns,
             title="values per replica (a cell per element, or per 1/16 of a larger variable); red: differs",
