@@ -259,10 +259,11 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 
 def abort_culprit(reason: str) -> int:
-    """The replica an abort's reason names first ("replica 2 is frozen: ..."): every abort the engine sends
-    says who caused it so (``Replica.execute``, ``client/group.py``); -1 for the notebook's own (an
-    interrupt) or a reason that names no replica."""
-    m = re.match(r"\s*replica (\d+)\b", reason)
+    """The replica an abort's reason names first ("replica 2 is frozen: ...", "could not deliver to replica
+    1 (tls://...)"): every abort the engine sends says who caused it so (``Replica.execute``,
+    ``client/group.py``, the transports); -1 for the notebook's own (an interrupt) or a reason that
+    names no replica."""
+    m = re.search(r"\breplica (\d+)\b", reason)
     return int(m.group(1)) if m else -1
 
 

@@ -278,6 +278,9 @@ class DashboardModel:
         elif isinstance(e, events.ReplicaLost):
             self._incident("lost", e, f"WorkerLostError: {e.reason}")
             self._close_collectives(e.step)
+            for f in self.faults:  # a killed process never says its fault fired: its death does
+                if f.replica == e.replica and f.fault == "kill" and f.state == "armed" and f.armed_at <= e.time:
+                    f.state, f.where, f.step = "fired", "its worker died", e.step
         elif isinstance(e, events.ReplicaRecovered):
             self._incident("recovered", e, f"recovered on {e.worker}: {recovery_note(e)}")
         elif isinstance(e, events.VariablesRepaired):
@@ -624,7 +627,14 @@ def _why_released(by: int | None, reason: str, replica: int) -> str:
         return "the notebook was interrupted" if "interrupt" in reason else "the step was aborted"
     if by == replica:
         return "resumed after it was frozen"
-    for words, short in (("was lost", "lost"), ("frozen", "frozen"), ("raised", "raised"), ("returned", "returned")):
+    for words, short in (
+        ("was lost", "lost"),
+        ("frozen", "frozen"),
+        ("raised", "raised"),
+        ("returned", "returned"),
+        ("could not deliver", "unreachable"),  # a send to it failed first: it died, or its host is cut off
+        ("could not reach", "unreachable"),
+    ):
         if words in reason:
             return f"replica {by} {short}"
     return f"replica {by} failed"

@@ -263,6 +263,11 @@ class VariablesMixin(ReplicaDispatch):
             raise TypeError(f"from_replica must be a replica index (int), got {from_replica!r}")
         if not 0 <= from_replica < self.num_replicas_in_sync:
             raise ValueError(f"from_replica {from_replica} is not a replica of 0..{self.num_replicas_in_sync - 1}")
+        group = getattr(self, "_group", None)
+        if group is not None:
+            # The check of the copies after a fault would raise DivergedCopiesError, which says to call this:
+            # this repairs what it would report, so it does not run first
+            group.suspect = None
         self._check_usable()
         copied: list[str] = []
         ids: list[int] = []

@@ -305,3 +305,22 @@ def test_repairs_clear_a_divergence_at_once() -> None:
 def test_a_healthy_history_ends_done_everywhere(n: int) -> None:
     h = build(n, [("ok", 0), ("slow", 1)])
     assert named(run([e for src in h.streams.values() for e in src]), n) == {r: ("done", None) for r in range(n)}
+
+
+def test_an_abort_names_the_replica_it_is_about_wherever_the_reason_says_it() -> None:
+    # a peer whose send to a killed replica failed first aborts the step with the transport's words
+    assert ev.abort_culprit("could not deliver to replica 1 (tls://127.0.0.1:4001): CommClosedError()") == 1
+    assert ev.abort_culprit("replica 2 raised ValueError: replica 1 was fine") == 2
+    assert ev.abort_culprit("the notebook was interrupted (KeyboardInterrupt)") == -1
+    m = DashboardModel()
+    m.feed(ev.RunStarted(G, 1, 0, 1.0, "step", "run"))
+    m.feed(ev.ReplicaReleased(G, 1, 0, 2.0, 1, "could not deliver to replica 1 (tls://...): CommClosedError()"))
+    assert m.status(0).text == "released: replica 1 unreachable"
+
+
+def test_a_kill_fault_is_fired_once_its_replica_is_lost() -> None:
+    """A killed process never sends its FaultFired: its death is the evidence."""
+    m = DashboardModel()
+    m.feed(ev.FaultArmed(G, 0, 1, 1.0, "kill", "step", 1.0, False))
+    m.feed(ev.ReplicaLost(G, 1, 1, 2.0, "tcp://x", "CommClosedError: closed"))
+    assert [(f.state, f.where) for f in m.faults] == [("fired", "its worker died")]

@@ -43,6 +43,20 @@ def test_copies_that_differ_after_a_fault_are_named(mirrored2: idist.MirroredStr
     assert float(s.reduce("SUM", s.run(lambda: np.float32(1.0)), axis=None)) == 2.0  # equal copies: no error
 
 
+def test_resync_right_after_the_fault_repairs_instead_of_refusing(mirrored2: idist.MirroredStrategy) -> None:
+    """The DivergedCopiesError says to call resync_variables: called first after the fault, that call
+    itself used to run the check and raise the same error; it repairs what the check would report."""
+    s = mirrored2
+    with s.scope():
+        w = idist.Variable(np.zeros(2, np.float32), name="w")
+    w.values[1].assign(np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="on purpose"):
+        s.run(_fail_on_replica_1)
+    assert s.resync_variables(from_replica=0)[-1] == "w"
+    assert [np.asarray(c).tolist() for c in s.experimental_local_results(w)] == [[0.0, 0.0]] * 2
+    assert float(s.reduce("SUM", s.run(lambda: np.float32(1.0)), axis=None)) == 2.0  # no error after it
+
+
 def test_no_report_when_the_copies_agree(mirrored2: idist.MirroredStrategy) -> None:
     s = mirrored2
     with s.scope():
