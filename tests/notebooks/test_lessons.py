@@ -5,7 +5,9 @@ nbclient, once, and must finish without an error output or a traceback on stderr
 The lessons assert nothing themselves (they are stories for a class): cells tagged ``check-*`` print
 JSON lines of facts, and the tests below read those outputs and check the semantics they show (a
 reduce is the sum of the parts, a SUM sync-on-read variable reads as the sum of its copies, which rows
-reach which replica...).
+reach which replica...). The check cells sit together in a last section, "For the course's tests", just
+before the cell that closes the strategy, out of the story's way: what they read from the lesson's
+middle (the dashboard's chips right after a failure, say), the lesson keeps in a variable there.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ def test_the_course_is_complete_and_saved_without_outputs() -> None:
         assert not any("assert " in c.source for c in code), f"{name}: lessons tell, tests check"
         assert ".close()" in code[-1].source, f"{name} must close its strategy in its last cell"
         assert any(t.startswith("check-") for c in code for t in c.metadata.get("tags", [])), name
+        checks = [i for i, c in enumerate(nb.cells) if any(t.startswith("check-") for t in c.metadata.get("tags", []))]
+        closing = nb.cells.index(code[-1])
+        assert checks == list(range(checks[0], closing)), f"{name}: the check cells come last, before the closing cell"
+        head = nb.cells[checks[0] - 1]
+        assert head.cell_type == "markdown" and "## For the course's tests" in head.source, name
 
 
 @pytest.mark.timeout(300)
@@ -99,8 +106,13 @@ def test_01_quickstart_learns_the_line_and_the_dashboard_saw_every_step() -> Non
     assert f["diverged"] == []
     assert {"w", "b"} <= set(f["shown_variables"]) and f["shown_replicas"] == [0, 1]
     ops = f["timeline_ops"]
-    assert sum(ops.values()) == f["collective_exits_logged"]  # the timeline shows every collective
+    assert sum(ops.values()) == f["collective_exits_logged"]  # the collectives tab shows every collective
     assert ops["merge_call"] >= 2 * 20 and ops["all_reduce"] >= 2 * 20  # per replica and step: the update, the loss
+    # each replica logged its own loss every step (idist.debug.log_scalar): the scalars tab draws two falling lines
+    loss = f["scalars"]["loss"]
+    assert f["scalars_logged"] == 2 * 20 and sorted(loss) == ["0", "1"] and all(len(v) == 20 for v in loss.values())
+    assert loss["0"] != loss["1"]  # different rows, different losses
+    assert all(v[-1] < v[0] / 100 for v in loss.values())
 
 
 def test_02_run_gives_one_value_per_replica_and_reduce_combines_them() -> None:
@@ -173,6 +185,9 @@ def test_06_rows_reach_replicas_as_tensorflow_splits_them() -> None:
 
 def test_07_failures_are_named_and_the_strategy_recovers() -> None:
     nb = lesson("07")
+    docked = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if "application/vnd.interdist.dock+json" in o.get("data", {})]
+    assert len(docked) == 1 and "individual-interdist-overview" in docked[0]["data"]["text/plain"]
     e = facts(nb, "check-exception")
     assert e["raise"]["type"] == "InjectedFaultError" and e["raise"]["replica"] == 1
     assert e["raise"]["line"].startswith("InjectedFaultError on replica 1 of 3 in run #")
@@ -181,18 +196,41 @@ def test_07_failures_are_named_and_the_strategy_recovers() -> None:
     assert "ValueError on replica 2 of 3" in e["value_error"]["line"]
     assert e["value_error"]["line"].endswith("(buggy); replicas 0, 1 released")
     assert e["after"] == [3.0] * 3
-    assert [1, "InjectedFaultError"] in e["dashboard_failures"] and [2, "ValueError"] in e["dashboard_failures"]
+    failures = e["dashboard_failures"]  # the failures list: each replica's own failure, never a peer's release
+    assert [1, "InjectedFaultError"] in failures and [2, "ValueError"] in failures
+    assert [f for f in failures if f[1] == "WorkerLostError"] == [[1, "WorkerLostError"]]
+    assert [f for f in failures if f[1] == "ReplicaFrozenError"] == [[2, "ReplicaFrozenError"]]
     h = facts(nb, "check-hang")
     assert h["type"] == "ReplicaMismatchError" and h["seconds"] < 10 and "can never complete" in h["message"]
     assert "replica 0 returned from forgot_all_reduce without entering all_reduce #1" in h["line"]
+    k = facts(nb, "check-kill")
+    assert k["type"] == "WorkerLostError" and k["seconds"] < 5
+    assert k["message"].startswith("replica 1 (") and "was lost during run #" in k["message"]
+    # the lost replica, and its peers released, never named failed or lost themselves: "released: replica 1 lost"
+    # (now and then, under load, "released: the step was aborted": a peer's abort reason that names no replica)
+    peer0, lost, peer2 = k["strip_after_kill"]
+    assert lost == "1: lost" and peer0.startswith("0: released: ") and peer2.startswith("2: released: ")
+    assert k["recovered"] == [3.0] * 3 and k["strip_after_recovery"] == ["0: done", "1: done", "2: done"]
+    incidents = k["incidents"]
+    assert incidents.index([1, "lost"]) < incidents.index([1, "recovered"])  # the failures list: lost, then recovered
+    recovery = next(c for c in nb.cells if c.source.startswith("recovered = strategy.run(step)"))
+    warned = "".join(o["text"] for o in recovery.outputs if o.get("name") == "stderr")
+    assert "replica(s) [1] of this MirroredStrategy were restarted on new workers" in warned
+    assert "variable(s) and the optimizers' state were copied there from replica 0" in warned
+    assert [2, "freeze", "all_reduce", "fired"] in k["faults"]
+    assert [0, "raise", "all_gather", "disarmed"] in k["faults"]  # persist=True: not dropped by a call that missed it
     f = facts(nb, "check-frozen")
     assert f["type"] == "ReplicaFrozenError" and f["replica"] == 2 and "replica 2 is frozen" in f["message"]
     assert f["frozen_after"] <= f["seconds"] < f["frozen_after"] + 5
+    assert f["strip_when_frozen"][:2] == ["0: released: replica 2 frozen", "1: released: replica 2 frozen"]
+    assert f["strip_when_frozen"][2].startswith("2: frozen ") and f["strip_when_frozen"][2].endswith(" s")
     assert f["resumed"] == [3.0] * 3
     d = facts(nb, "check-divergence")
     assert len(d["warned"]) == 1 and "aggregation NONE" in d["warned"][0]
-    assert d["before"] == 2.0 and d["dashboard"] == ["bias"]
+    assert d["before"] == 2.0 and d["diverged"] is True and d["dashboard"] == ["bias"]
     assert d["after"] == 0.0 and d["copies_after"] == [0.0] * 3
+    # resync_variables clears the dashboard's marker at once, not at the next run
+    assert d["dashboard_after"] == [] and d["bias_on_dashboard"][0].startswith("repaired (resync)")
 
 
 def test_08_performance_figures_are_consistent() -> None:
