@@ -76,8 +76,14 @@ def test_redraws_are_throttled(mirrored2: idist.MirroredStrategy) -> None:
         while time.monotonic() - t0 < 1.0:
             mirrored2.run(lambda: np.float32(1.0))
         elapsed = time.monotonic() - t0
-        # at most one redraw per interval (plus the one in flight), and the view keeps up (>= 2 per second)
-        assert 2 <= d.updates - start <= elapsed / 0.2 + 2
+        # at most one redraw per interval (plus the one in flight)
+        assert d.updates - start <= elapsed / 0.2 + 2
+        # ... and the view keeps up: its thread shows the last run (no drain here), whatever the machine's load
+        shown = f"run #{mirrored2._group.runs}<"
+        deadline = time.monotonic() + 10
+        while shown not in d.views["status"].summary.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert shown in d.views["status"].summary.text
     finally:
         d.close()
 
