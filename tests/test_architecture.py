@@ -22,6 +22,7 @@ PACKAGE = Path(interdist.__file__).parent
 LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["interdist._context", "interdist._convert", "interdist._gpu", "interdist._nest",
               "interdist._reduction", "interdist.reduce_op", "interdist.errors", "interdist.events",
+              "interdist.chrome_trace",
               "interdist.config", "interdist.device"]),
     ("contract", ["interdist.protocol", "interdist.control"]),
     ("collectives", ["interdist.collectives", "interdist.cluster_resolver", "interdist.partitioners"]),

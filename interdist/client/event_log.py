@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from interdist import events
+from interdist.chrome_trace import to_chrome_trace
 from interdist.events import Event
 
 
@@ -146,9 +147,9 @@ class EventLog:
         _tell(list(self.listeners), [event])
 
     def to_chrome_trace(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-        """The events kept as a Chrome trace for Perfetto (``events.to_chrome_trace``); written to ``path``
+        """The events kept as a Chrome trace for Perfetto (``chrome_trace.to_chrome_trace``); written to ``path``
         (JSON) when given. Open it at https://ui.perfetto.dev or in ``chrome://tracing``."""
-        trace = events.to_chrome_trace(list(self.events))
+        trace = to_chrome_trace(list(self.events))
         if path is not None:
             with open(path, "w", encoding="utf-8") as f:
                 json.dump(trace, f)

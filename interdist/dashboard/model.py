@@ -15,10 +15,40 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
 from interdist import events
+from interdist.dashboard import describe
+from interdist.dashboard.describe import first_line
+from interdist.dashboard.records import (
+    FAILURE_KINDS,
+    ArmedFault,
+    CopySummary,
+    Incident,
+    OpenCollective,
+    ReplicaStatus,
+    StuckCollective,
+    TimelineEntry,
+    TimingPoint,
+    VariableInfo,
+)
 from interdist.dashboard.replica_state import FUSED_PROGRAM, ReplicaState, ReplicaStates, recovery_note
+
+__all__ = [  # the records are the model's vocabulary: importable from here, where the views always found them
+    "FAILURE_KINDS",
+    "FUSED_PROGRAM",
+    "ArmedFault",
+    "CopySummary",
+    "DashboardModel",
+    "Incident",
+    "ModelHub",
+    "OpenCollective",
+    "ReplicaStatus",
+    "StuckCollective",
+    "TimelineEntry",
+    "TimingPoint",
+    "VariableInfo",
+    "first_line",
+]
 
 # Checksums are float64 sums computed on each worker; mirrored copies updated by the
 # same all-reduced values agree to rounding, so only a real difference may show.
@@ -43,123 +73,6 @@ def _bus_factor(op: str, n: int) -> float:
     if op in ("all_gather", "reduce_scatter"):
         return (n - 1) / n
     return 1.0
-
-
-@dataclass
-class VariableInfo:
-    var_id: int
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    synchronization: str
-    aggregation: str
-    created_step: int
-
-
-@dataclass
-class CopySummary:
-    """One replica's copy of one variable, as its last event described it."""
-
-    device: str
-    norm: float
-    checksum: float
-    step: int
-    time: float
-    values: tuple[float, ...] = ()  # the elements, for a variable of at most events.SMALL_VALUES of them
-    sketch: tuple[float, ...] = ()  # block means of a larger one (events.SKETCH_BLOCKS)
-
-
-@dataclass
-class ReplicaStatus:
-    """A replica's chip: its state's kind (``replica_state.KINDS``, or "waiting": running, inside a
-    collective a peer has not entered) and the words a person reads."""
-
-    replica: int
-    kind: str
-    text: str  # "waiting in all_reduce #1 for [1]"
-    detail: str = ""  # a longer line: the error, who released it, what a recovery restored
-
-
-@dataclass(frozen=True)
-class Incident:
-    """Something that went wrong (or was repaired) on one replica: a row of the failures list.
-
-    ``kind``: "raised", "frozen", "lost" (failures), "recovered" (what followed). Injected faults are not
-    listed here (they would crowd out the failures they cause): the faults tab lists them (``faults``)."""
-
-    kind: str
-    replica: int
-    step: int
-    time: float
-    error: str  # "ValueError: boom", "ReplicaFrozenError: its worker process ... stopped for 8 s"
-
-    @property
-    def failure(self) -> bool:
-        return self.kind in FAILURE_KINDS
-
-
-FAILURE_KINDS = ("raised", "frozen", "lost")
-
-
-@dataclass
-class ArmedFault:
-    """A fault ``idist.debug.inject`` armed on a replica, and what became of it (the faults tab)."""
-
-    replica: int
-    fault: str
-    at: str
-    seconds: float
-    persist: bool
-    armed_at: float
-    state: str = "armed"  # armed | fired | disarmed
-    where: str = ""  # fired: where; disarmed: why
-    step: int = -1
-
-
-@dataclass
-class TimelineEntry:
-    replica: int
-    step: int
-    seq: int
-    op: str
-    start: float  # when the replica entered the collective (wall clock, seconds)
-    wait_s: float
-    transfer_s: float
-    end: float
-    nbytes: int
-    algorithm: str
-    backend: str
-
-
-@dataclass
-class TimingPoint:
-    replica: int
-    time: float
-    step: int
-    op: str
-    latency_s: float
-    nbytes: int
-    bus_gbps: float
-
-
-@dataclass
-class OpenCollective:
-    """A collective some replicas entered: who arrived when, who already left."""
-
-    op: str
-    step: int
-    seq: int
-    entered: dict[int, float] = field(default_factory=dict)
-    exited: set[int] = field(default_factory=set)
-
-
-@dataclass
-class StuckCollective:
-    op: str
-    step: int
-    seq: int
-    arrived: dict[int, float]  # replica -> seconds it has been waiting
-    missing: list[int]
 
 
 class DashboardModel:
@@ -527,65 +440,7 @@ class DashboardModel:
 
     def status(self, replica: int, now: float | None = None) -> ReplicaStatus:
         """One replica's chip, from its state alone (and, for "waiting", the open collective it is in)."""
-        st = self.replica_states.get(replica)
-        kind, fn = st.kind, st.fn.rsplit(".", 1)[-1]  # "step", not "make.<locals>.step"
-        note = f" · {st.note}" if st.note else ""
-        if kind in ("running", "starting") and st.collective is not None:
-            oc = self.open.get(st.collective[:2])
-            if oc is not None and replica not in oc.exited:
-                missing = [r for r in range(self.world_size) if r not in oc.entered]
-                where = f"{oc.op} #{oc.seq}"
-                if missing:
-                    return ReplicaStatus(
-                        replica,
-                        "waiting",
-                        f"waiting in {where} for {missing}",
-                        f"{self.run_label(st.step)}: {fn} waits for replica(s) {missing}{note}",
-                    )
-                return ReplicaStatus(replica, "running", f"in {where}", f"{self.run_label(st.step)}: {fn}")
-        if kind == "starting":
-            return ReplicaStatus(
-                replica,
-                kind,
-                f"starting {self.run_label(st.step)}",
-                "sent by the notebook; the replica has not started it yet",
-            )
-        if kind == "running":
-            what = f"running {fn}" if not st.system else f"busy: {fn}"
-            return ReplicaStatus(replica, kind, what, f"{self.run_label(st.step)}{note}")
-        if kind == "done":
-            return ReplicaStatus(replica, kind, "done", f"{self.run_label(st.user_step)}{note}")
-        if kind == "raised":
-            words = f"raised {st.error_type}" + (f": {first_line(st.error, 60)}" if st.error else "")
-            return ReplicaStatus(replica, kind, words, f"{st.error_type} in {self.run_label(st.step)}: {st.error}")
-        if kind == "released":
-            text = "released: " + _why_released(st.by, st.error, replica)
-            return ReplicaStatus(
-                replica, kind, text, f"{self.run_label(st.step)} aborted: {first_line(st.error)}{note}"
-            )
-        if kind == "frozen":
-            now = time.time() if now is None else now
-            return ReplicaStatus(
-                replica,
-                kind,
-                f"frozen {max(0.0, now - st.stopped_since):.0f} s",
-                f"in {self.run_label(st.step)}: {first_line(st.error)}",
-            )
-        if kind == "lost":
-            return ReplicaStatus(replica, kind, "lost", f"in {self.run_label(st.step)}: {first_line(st.error)}")
-        if kind == "restarting":
-            return ReplicaStatus(replica, kind, "restarting", f"waiting for a new worker (was {st.worker})")
-        if kind == "recovered":
-            return ReplicaStatus(replica, kind, "recovered", f"on {st.worker}: {st.note}")
-        return ReplicaStatus(replica, "idle", "idle")
-
-    def counts(self) -> dict[str, int]:
-        """How many replicas are in each kind of state (only kinds that some replica is in)."""
-        out: dict[str, int] = {}
-        for r in range(self.world_size):
-            kind = self.replica_states.get(r).kind
-            out[kind] = out.get(kind, 0) + 1
-        return out
+        return describe.chip(self, replica, now)
 
     def failed_replicas(self) -> list[Incident]:
         """The replicas' own failures (raised, frozen, lost; not a peer's release), oldest first."""
@@ -593,17 +448,7 @@ class DashboardModel:
 
     def variable_status(self, var_id: int) -> tuple[str, str]:
         """(kind, words) for a variable: "agree", "diverged" (since run #n), "repaired", "per-replica"."""
-        info = self.variables.get(var_id)
-        if info is not None and info.synchronization == "ON_READ":
-            return "per-replica", "per replica (sync-on-read)"
-        since = self.diverged_since.get(var_id)
-        if since is not None:
-            return "diverged", f"DIVERGED since {self.run_label(since)}"
-        fixed = self.repaired.get(var_id)
-        if fixed is not None:
-            step, how = fixed
-            return "repaired", f"repaired ({how}) {self.run_label(step)}".replace(") run #", ") at run #")
-        return "agree", "ok"
+        return describe.variable(self, var_id)
 
     def devices_of(self, replica: int) -> str:
         """The replica's own device: given by the owner, else read off its mirrored variables."""
@@ -619,35 +464,6 @@ class DashboardModel:
 
 
 MAX_FAULTS = 50
-
-
-def _why_released(by: int | None, reason: str, replica: int) -> str:
-    """Released: why, in a few words ("replica 1 lost")."""
-    if by is None or by < 0:
-        return "the notebook was interrupted" if "interrupt" in reason else "the step was aborted"
-    if by == replica:
-        return "resumed after it was frozen"
-    for words, short in (
-        ("was lost", "lost"),
-        ("frozen", "frozen"),
-        ("raised", "raised"),
-        ("returned", "returned"),
-        ("could not deliver", "unreachable"),  # a send to it failed first: it died, or its host is cut off
-        ("could not reach", "unreachable"),
-    ):
-        if words in reason:
-            return f"replica {by} {short}"
-    return f"replica {by} failed"
-
-
-def is_secondary(failure: events.ReplicaFailed) -> bool:
-    """A replica stopped because a peer failed (the step's collectives were aborted), not by its own error."""
-    return failure.error.startswith("CollectiveAbortedError")
-
-
-def first_line(text: str, most: int = 90) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= most else line[: most - 1] + "…"
 
 
 class ModelHub:

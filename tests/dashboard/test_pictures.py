@@ -11,6 +11,7 @@ import pytest
 
 from interdist import events as ev
 from interdist._convert import block_means, summarize_with_sketch
+from interdist.chrome_trace import to_chrome_trace
 from interdist.dashboard.components import PlacementDiagram, Scalars, ValueHeatmap
 from interdist.dashboard.model import FUSED_PROGRAM, DashboardModel
 from interdist.dashboard.placement_layout import PlacementPicture, from_model, from_parameter_servers, to_svg
@@ -39,7 +40,7 @@ def central_stream() -> list[ev.Event]:
 
 
 def test_run_numbers_count_a_run_steps_call_once_as_the_errors_do() -> None:
-    assert FUSED_PROGRAM == fused_steps.__qualname__  # the engine's program, named by the model
+    assert fused_steps.__qualname__ == FUSED_PROGRAM  # the engine's program, named by the model
     stream: list[ev.Event] = []
     for r in (0, 1):
         stream += [ev.RunStarted(G, 1, r, 1.0, "create", "create"), ev.RunStarted(G, 2, r, 2.0, "step", "run"),
@@ -70,7 +71,7 @@ def test_logged_scalars_a_line_per_replica_over_training_steps() -> None:
     assert data(view)["ys"] == [[2.0, 1.5]]
     msg = ev.ScalarLogged(G, 5, 0, 1.0, "loss", 0.25).to_msg()
     assert ev.from_msg(msg) == ev.ScalarLogged(G, 5, 0, 1.0, "loss", 0.25)
-    trace = ev.to_chrome_trace([ev.ScalarLogged(G, 5, 1, 1.0, "loss", 0.25)])
+    trace = to_chrome_trace([ev.ScalarLogged(G, 5, 1, 1.0, "loss", 0.25)])
     assert [e for e in trace["traceEvents"] if e["ph"] == "C"] == [
         {"ph": "C", "name": "loss", "pid": 1, "ts": 0.0, "args": {"replica 1": 0.25}}
     ]
