@@ -135,12 +135,12 @@ class DaskGroup:
         except Exception as exc:  # noqa: BLE001 - a closed client: nothing to show them on
             logger.debug("interdist: no scheduler for the notebook's events: %s", exc)
 
-    def _call_of(self, step: int) -> str:
-        """ " (run #59 of train_step)" for a step of a recent user call, as the errors name calls; else ""."""
+    def call_of(self, step: int) -> str | None:
+        """ "run #59 of train_step" for a step of one of the last 64 user calls, as the errors name calls."""
         for first, last, label in reversed(self._calls):
             if first <= step <= last:
-                return f" ({label})"
-        return ""
+                return label
+        return None
 
     def _now_event(self, cls: Any, step: int, rank: int, *fields: Any) -> events.Event:
         event: events.Event = cls(self.group_id, step, rank, time.time(), *fields)
@@ -266,10 +266,12 @@ class DaskGroup:
             if fut.done():
                 del self.busy[rank]
             else:
+                call = self.call_of(busy_step)
                 raise RuntimeError(
                     f"replica {rank} ({self.spec['devices'][rank]}) is still running step {busy_step}"
-                    f"{self._call_of(busy_step)}: its replica function has not returned. Wait for it, or close "
-                    "this strategy and create a new one"
+                    + (f" ({call})" if call else "")
+                    + ": its replica function has not returned. Wait for it, or close this strategy and create a "
+                    "new one"
                 )
         with self._lock:
             user_call = what.startswith(("run of ", "run_steps of "))

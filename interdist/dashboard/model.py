@@ -31,7 +31,7 @@ from interdist.dashboard.records import (
     TimingPoint,
     VariableInfo,
 )
-from interdist.dashboard.replica_state import FUSED_PROGRAM, ReplicaState, ReplicaStates, recovery_note
+from interdist.dashboard.replica_state import FUSED_PROGRAM, ReplicaStates, recovery_note
 
 __all__ = [  # the records are the model's vocabulary: importable from here, where the views always found them
     "FAILURE_KINDS",
@@ -146,9 +146,6 @@ class DashboardModel:
     def failures(self) -> list[Incident]:
         """The replicas' own failures (raised, frozen, lost), oldest first: not a peer's release."""
         return [i for i in self.incidents if i.failure]
-
-    def state(self, replica: int) -> ReplicaState:
-        return self.replica_states.get(replica)
 
     # -- feeding -------------------------------------------------------------------
     def feed_many(self, evs: list[events.Event]) -> None:
@@ -441,10 +438,6 @@ class DashboardModel:
     def status(self, replica: int, now: float | None = None) -> ReplicaStatus:
         """One replica's chip, from its state alone (and, for "waiting", the open collective it is in)."""
         return describe.chip(self, replica, now)
-
-    def failed_replicas(self) -> list[Incident]:
-        """The replicas' own failures (raised, frozen, lost; not a peer's release), oldest first."""
-        return self.failures
 
     def variable_status(self, var_id: int) -> tuple[str, str]:
         """(kind, words) for a variable: "agree", "diverged" (since run #n), "repaired", "per-replica"."""

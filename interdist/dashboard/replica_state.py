@@ -47,8 +47,6 @@ from typing import Any
 from interdist import events
 
 KINDS = ("idle", "starting", "running", "done", "raised", "released", "frozen", "lost", "restarting", "recovered")
-#: States the notebook decided at a moment (``since``): only newer evidence from the replica moves it on.
-DECIDED = frozenset({"frozen", "lost", "restarting", "recovered"})
 _ANY = frozenset(KINDS)
 _GONE = frozenset({"frozen", "lost", "restarting"})
 #: What each kind of event may move a replica to, and from which states: the whole set of legal moves

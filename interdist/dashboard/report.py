@@ -52,7 +52,7 @@ def section_model(
 def summary(model: DashboardModel, label: str, since: float | None) -> str:
     times = [e.end for e in model.timeline] + [t for t, _ in model.steps_done if since is None or t >= since]
     span = fmt_duration(max(times) - min(times)) if len(times) > 1 else "-"
-    failures = model.failed_replicas()
+    failures = model.failures
     parts = [
         f"<b>{len(model.replicas)}</b> replica(s)",
         f"<b>{model.runs}</b> run call(s)",

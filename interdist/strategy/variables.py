@@ -206,13 +206,14 @@ class VariablesMixin(ReplicaDispatch):
     def _last_reported(self, var_id: int, rank: int, like: Any) -> tuple[Any, str]:
         """Replica ``rank``'s copy of ``var_id`` as its last event reported it (None if that event carried no
         values), shaped as ``like``; and words for it: the value, or why it cannot be known."""
+        template = np.asarray(_gpu.to_host(like))
         for e in reversed(self.events.events):
             if e.replica != rank or getattr(e, "var_id", None) != var_id:
                 continue
             if not isinstance(e, (events.VariableUpdated, events.VariableCreated)):
                 continue
-            template = np.asarray(_gpu.to_host(like))
-            when = self._when(e.step)
+            call = self._group.call_of(e.step)
+            when = f"at the end of {call}" if call else f"after engine step {e.step}"
             if not e.values or len(e.values) != template.size:
                 return None, (
                     f"its copy (norm {e.norm:.6g} {when}) has more than {events.SMALL_VALUES} elements, "
@@ -222,13 +223,6 @@ class VariablesMixin(ReplicaDispatch):
             shown = value.tolist() if value.size > 1 else value.reshape(()).item()
             return value, f"{shown}, its value {when}"
         return None, "it never reported a value"
-
-    def _when(self, step: int) -> str:
-        """ "at the end of run #3" for a step of the user's third call (the notebook's own numbering)."""
-        for e in reversed(self.events.events):
-            if isinstance(e, events.StepSent) and e.step <= step < e.step + max(1, e.steps):
-                return f"at the end of run #{e.run}"
-        return f"after engine step {step}"
 
     def _check_copies(self, fault: str) -> None:
         """After a fault (``fault`` says which): mirrored copies must still be equal. A step that failed may

@@ -66,7 +66,7 @@ class Progress(View):
             else ""
         )
         # the rate over the last steps (not since the dashboard opened, which counts the idle time between cells)
-        own = model.failed_replicas()
+        own = model.failures
         self.status.text = (
             f"<b>{total}</b> step(s) finished on <b>{model.world_size}</b> replica(s), "
             f"<b>{model.steps_per_second():.1f}</b> steps/s{running}"
