@@ -24,7 +24,23 @@ top                   this module, ``experimental``, ``server``, ``demo``
 
 from importlib import metadata as _metadata
 
-from . import cluster_resolver, config, data, debug, experimental, metrics, optimizers
+from . import (
+    autodiff,
+    cluster_resolver,
+    config,
+    data,
+    debug,
+    experimental,
+    initializers,
+    layers,
+    losses,
+    math,
+    metrics,
+    nn,
+    optimizers,
+    regularizers,
+)
+from .autodiff import GradientTape, UnconnectedGradients, stop_gradient, value_and_grad
 from .checkpoint import Checkpoint, CheckpointManager
 from .collectives.cross_device_ops import CrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce, ReductionToOneDevice
 from .debug import performance_report
@@ -45,6 +61,7 @@ from .errors import (
 )
 from .input.distributed_dataset import DistributedDataset, DistributedIterator
 from .input.input_context import InputContext, InputOptions, InputReplicationMode
+from .nn import add_n
 from .reduce_op import ReduceOp
 from .replica.context import ReplicaContext
 from .replica.programs import ValueContext
@@ -77,6 +94,7 @@ __all__ = [
     "DistributedDataset",
     "DistributedIterator",
     "DistributedValues",
+    "GradientTape",
     "HierarchicalCopyAllReduce",
     "InputContext",
     "InputOptions",
@@ -103,12 +121,15 @@ __all__ = [
     "SyncOnReadVariable",
     "TPUStrategy",
     "Tensor",
+    "UnconnectedGradients",
     "ValueContext",
     "Variable",
     "VariableAggregation",
     "VariableSynchronization",
     "WorkerLostError",
     "__version__",
+    "add_n",
+    "autodiff",
     "cluster_resolver",
     "config",
     "coordinator",
@@ -120,8 +141,16 @@ __all__ = [
     "get_strategy",
     "has_strategy",
     "in_cross_replica_context",
+    "initializers",
+    "layers",
+    "losses",
+    "math",
     "metrics",
+    "nn",
     "optimizers",
     "performance_report",
+    "regularizers",
+    "stop_gradient",
+    "value_and_grad",
     "visualize",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 # Helper modules that are scripts or need TensorFlow: never collected (--doctest-modules imports every module).
-collect_ignore_glob = ["conformance/recorder/*", "*/_*.py", "dashboard/record_events.py", "dashboard/streams.py"]
+collect_ignore_glob = ["conformance/recorder/*", "training/recorder/*", "tutorials/recorder/*", "*/_*.py", "dashboard/record_events.py", "dashboard/streams.py"]
 
 #: Debian's chromium, for the real-browser tests (``.ci/run`` installs it); None where it is missing.
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["interdist._context", "interdist._convert", "interdist._gpu", "interdist._nest",
               "interdist._reduction", "interdist.reduce_op", "interdist.errors", "interdist.events",
               "interdist.chrome_trace",
-              "interdist.config", "interdist.device"]),
+              "interdist.config", "interdist.device", "interdist.autodiff"]),
     ("contract", ["interdist.protocol", "interdist.control"]),
     ("collectives", ["interdist.collectives", "interdist.cluster_resolver", "interdist.partitioners"]),
     ("values", ["interdist.values"]),
@@ -34,7 +34,9 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("views", ["interdist.dashboard", "interdist.lab"]),
     ("client", ["interdist.client"]),
     ("api", ["interdist.strategy", "interdist.optimizers", "interdist.metrics", "interdist.checkpoint",
-             "interdist.distribute_lib", "interdist.data", "interdist.debug"]),
+             "interdist.distribute_lib", "interdist.data", "interdist.debug", "interdist.nn", "interdist.losses",
+             "interdist.layers", "interdist.initializers", "interdist.regularizers", "interdist.math",
+             "interdist.train"]),
     ("top", ["interdist.experimental", "interdist.server", "interdist.demo", "interdist"]),
 ]
 

@@ -16,7 +16,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from interdist import _context, _nest, _reduction
+from interdist import _context, _nest, _reduction, autodiff
 from interdist.collectives.local import local_group
 from interdist.protocol import GroupSpec, dump_exception
 from interdist.reduce_op import resolve
@@ -84,7 +84,7 @@ class PSWorkerView:
         self._replica.step += 1
         self._replica.seq = 0
         with _context.enter(self, self._replica_context):
-            return fn(*args, **kwargs)
+            return autodiff.detach(fn(*args, **kwargs))
 
     def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
         op = resolve(reduce_op)

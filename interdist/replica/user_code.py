@@ -29,6 +29,8 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
+from interdist import autodiff
+
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 #: What one replica's output may take in one step's reply; the rest is counted, not kept.
@@ -36,8 +38,9 @@ OUTPUT_LIMIT = 64 * 1024
 
 
 def call_user(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)``: a replica function (or a fused loop's step function) of the user."""
-    return fn(*args, **kwargs)
+    """``fn(*args, **kwargs)``: a replica function (or a fused loop's step function) of the user; a value
+    it computed on a GradientTape leaves as its plain value (as a TF tensor leaves a tape)."""
+    return autodiff.detach(fn(*args, **kwargs))
 
 
 def in_user_code(frame: FrameType | None) -> bool:

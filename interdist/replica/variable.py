@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from interdist import _context, _gpu, events
+from interdist import _context, _gpu, autodiff, events
 from interdist._convert import apply_op, as_array, convert_for_variable, small_values, summarize
 from interdist._reduction import reduce_arrays
+from interdist.autodiff import Differentiable
 from interdist.protocol import VariableMeta, resolve_variable
 from interdist.reduce_op import ReduceOp
 from interdist.replica import faults
@@ -82,7 +83,7 @@ def variable_class(base: type[_V], meta: VariableMeta) -> type[_V]:
     return cls
 
 
-class ReplicaVariable(NDArrayOperatorsMixin):
+class ReplicaVariable(Differentiable, NDArrayOperatorsMixin):
     """One replica's copy of a distributed variable (what a replica function sees).
 
     It passes for the notebook's variable: ``isinstance(v, MirroredVariable)`` (``SyncOnReadVariable``,
@@ -189,7 +190,14 @@ class ReplicaVariable(NDArrayOperatorsMixin):
         return read
 
     def value(self) -> np.ndarray:
+        value = self.read_value()
+        return autodiff.read(self, value) if autodiff.recording() else value
+
+    def _tape_value(self) -> Any:
         return self.read_value()
+
+    def _tape_key(self) -> Any:
+        return ("replica", self.group_id, self.var_id)
 
     def numpy(self) -> np.ndarray:
         # TF: ``numpy()`` is a copy of its own, writable. ``read_value`` already copies everything but a
@@ -205,6 +213,8 @@ class ReplicaVariable(NDArrayOperatorsMixin):
         return np.array(a, copy=True) if copy else a
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if autodiff.recording():  # on a GradientTape: the read is recorded
+            return autodiff.apply_ufunc(ufunc, method, inputs, kwargs)
         conv = tuple(x.read_value() if isinstance(x, ReplicaVariable) else x for x in inputs)
         return getattr(ufunc, method)(*conv, **kwargs)
 
@@ -225,6 +235,8 @@ class ReplicaVariable(NDArrayOperatorsMixin):
         return bool(self.raw)
 
     def __getitem__(self, item: Any) -> Any:
+        if autodiff.recording():
+            return autodiff.read(self)[item]
         return self.read_value()[item]
 
     def __len__(self) -> int:
@@ -367,7 +379,7 @@ def _resolve_component(group_id: str, var_id: int, rank: int) -> Any:
     return var._values[rank]
 
 
-class ReplicaComponent(NDArrayOperatorsMixin):
+class ReplicaComponent(Differentiable, NDArrayOperatorsMixin):
     """One copy of a distributed variable as replica code sees it (``v.values[r]``, TF's component variable).
 
     It passes for the notebook's ``VariableComponent`` (an ``interdist.Variable``). Its name, device,
@@ -430,6 +442,8 @@ class ReplicaComponent(NDArrayOperatorsMixin):
         return a.astype(dtype) if dtype is not None else a
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if autodiff.recording():  # on a GradientTape: the read is recorded
+            return autodiff.apply_ufunc(ufunc, method, inputs, kwargs)
         conv = tuple(x.read_value() if isinstance(x, (ReplicaVariable, ReplicaComponent)) else x for x in inputs)
         return getattr(ufunc, method)(*conv, **kwargs)
 

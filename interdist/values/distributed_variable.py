@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from interdist import _context
+from interdist import _context, autodiff
 from interdist.protocol import pickling_target, register_variable, resolve_variable
 from interdist.values import reprs
 from interdist.values.distributed import DistributedValues, Mirrored, PerReplica
@@ -159,6 +159,8 @@ class _Handle:
         return a.astype(dtype) if dtype is not None else a
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if autodiff.recording():  # on a GradientTape: the read is recorded
+            return autodiff.apply_ufunc(ufunc, method, inputs, kwargs)
         conv = tuple(np.asarray(x) if isinstance(x, (Variable, ArrayValue, Mirrored)) else x for x in inputs)
         return getattr(ufunc, method)(*conv, **kwargs)
 

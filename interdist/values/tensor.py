@@ -13,7 +13,9 @@ from typing import Any, cast
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
+from interdist import autodiff
 from interdist._gpu import to_host
+from interdist.autodiff import Differentiable
 from interdist.values.reprs import NOT_READ as _NOT_READ
 
 
@@ -21,10 +23,11 @@ def _format_numpy(a: np.ndarray) -> str:
     return np.array2string(a, separator=", ", threshold=20) if a.ndim else repr(a.item())
 
 
-class ArrayValue(NDArrayOperatorsMixin):
+class ArrayValue(Differentiable, NDArrayOperatorsMixin):
     """Common behaviour of values that stand for one array on one device."""
 
     __array_priority__ = 100
+    _tape_auto_watch = False  # a tensor is recorded only once watched (GradientTape.watch)
 
     def _get(self) -> Any:  # the value (an ndarray, or a Python object that is not numeric)
         raise NotImplementedError  # pragma: no cover - abstract
@@ -45,6 +48,8 @@ class ArrayValue(NDArrayOperatorsMixin):
         return a.copy() if copy else a
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if autodiff.recording():  # on a GradientTape: the read is recorded
+            return autodiff.apply_ufunc(ufunc, method, inputs, kwargs)
         conv = tuple(np.asarray(x) if isinstance(x, ArrayValue) else x for x in inputs)
         if "out" in kwargs:
             kwargs["out"] = tuple(np.asarray(x) if isinstance(x, ArrayValue) else x for x in kwargs["out"])
@@ -71,6 +76,8 @@ class ArrayValue(NDArrayOperatorsMixin):
         return iter(np.asarray(self._get()))
 
     def __getitem__(self, item: Any) -> Any:
+        if autodiff.recording():
+            return autodiff.read(self)[item]
         return np.asarray(self._get())[item]
 
     def __float__(self) -> float:

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from interdist import _context
+from interdist import _context, autodiff
 from interdist._convert import apply_op, as_array, convert_for_variable
+from interdist.autodiff import Differentiable
 from interdist.protocol import (
     current_resolving,
     pickling_target,
@@ -132,7 +133,7 @@ def args_from_meta(meta: dict[str, Any], shape: tuple[int, ...], dtype: Any) -> 
 
 
 # numpy's stub declares NDArrayOperatorsMixin an ABC; at runtime its metaclass is ``type``, _VariableMeta's base.
-class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):  # type: ignore[metaclass]
+class Variable(Differentiable, NDArrayOperatorsMixin, metaclass=_VariableMeta):  # type: ignore[metaclass]
     """A variable (``tf.Variable``); distributed when created in a strategy's scope.
 
     >>> v = Variable(1.0)
@@ -193,7 +194,8 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):  # type: ignore[
         return np.array(self._value, copy=True)
 
     def value(self) -> np.ndarray:
-        return self.read_value()
+        value = self.read_value()
+        return autodiff.read(self, value) if autodiff.recording() else value
 
     def numpy(self) -> np.ndarray:
         return self.read_value()
@@ -203,6 +205,8 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):  # type: ignore[
         return a.astype(dtype) if dtype is not None else a
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if autodiff.recording():  # on a GradientTape: the read is recorded
+            return autodiff.apply_ufunc(ufunc, method, inputs, kwargs)
         conv = tuple(np.asarray(x) if isinstance(x, (Variable, ArrayValue)) else x for x in inputs)
         return getattr(ufunc, method)(*conv, **kwargs)
 
@@ -219,6 +223,8 @@ class Variable(NDArrayOperatorsMixin, metaclass=_VariableMeta):  # type: ignore[
         return len(self.read_value())
 
     def __getitem__(self, item: Any) -> Any:
+        if autodiff.recording():
+            return autodiff.read(self)[item]
         return self.read_value()[item]
 
     def __hash__(self) -> int:
@@ -325,7 +331,7 @@ class PlainVariableProxy(Variable):
         return PlainRead(self)
 
 
-class PlainRead(NDArrayOperatorsMixin):
+class PlainRead(Differentiable, NDArrayOperatorsMixin):
     """What a write to a plain variable returns (TF: a read of the variable when it is used): on a
     replica, the replica's view of it; back in the notebook, the variable's value once the program's
     writes are all applied."""
@@ -346,6 +352,8 @@ class PlainRead(NDArrayOperatorsMixin):
         return a.astype(dtype) if dtype is not None else a
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if autodiff.recording():  # on a GradientTape: the read is recorded
+            return autodiff.apply_ufunc(ufunc, method, inputs, kwargs)
         conv = tuple(x.read_value() if isinstance(x, PlainRead) else x for x in inputs)
         return getattr(ufunc, method)(*conv, **kwargs)
 
@@ -365,7 +373,7 @@ def plain_updates(proxies: dict[int, PlainVariableProxy]) -> list[tuple[int, str
     return [(key, op, value) for key, proxy in proxies.items() for op, value in proxy.updates]
 
 
-class ForeignVariable(NDArrayOperatorsMixin):
+class ForeignVariable(Differentiable, NDArrayOperatorsMixin):
     """Another strategy's distributed variable inside a replica function: TF converts it to its value
     (``v + 1``, ``np.asarray(v)``, ``v.value()``), but ``read_value``, ``numpy`` and every write raise
     ``RuntimeError`` ("Mixing different tf.distribute.Strategy objects")."""
@@ -426,6 +434,8 @@ class ForeignVariable(NDArrayOperatorsMixin):
         return a.astype(dtype) if dtype is not None else a
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if autodiff.recording():  # on a GradientTape: the read is recorded
+            return autodiff.apply_ufunc(ufunc, method, inputs, kwargs)
         conv = tuple(x._value() if isinstance(x, ForeignVariable) else x for x in inputs)
         return getattr(ufunc, method)(*conv, **kwargs)
 

@@ -1,0 +1,157 @@
+"""Keras' weight initializers, drawn with NumPy (``idist.layers`` use them; any callable
+``(shape, dtype) -> array`` works too).
+
+The draws are NumPy's, not TF's: the same ``seed`` gives the same weights in interdist every time, but
+not TF's numbers. To start from TF's weights, ``model.set_weights(tf_model.get_weights())``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Constant",
+    "GlorotNormal",
+    "GlorotUniform",
+    "HeNormal",
+    "HeUniform",
+    "Initializer",
+    "Ones",
+    "RandomNormal",
+    "RandomUniform",
+    "Zeros",
+    "get",
+]
+
+
+def _fans(shape: tuple[int, ...]) -> tuple[float, float]:
+    """Keras' fan-in and fan-out: a dense kernel (in, out); a convolution (*kernel, in, out)."""
+    if len(shape) < 1:
+        return 1.0, 1.0
+    if len(shape) == 1:
+        return float(shape[0]), float(shape[0])
+    receptive = math.prod(shape[:-2])
+    return float(shape[-2] * receptive), float(shape[-1] * receptive)
+
+
+class Initializer:
+    """Base class: ``initializer(shape, dtype)`` gives a new array."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
+
+    def _rng(self) -> np.random.Generator:
+        return np.random.default_rng(self.seed)
+
+    def __call__(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+
+class Zeros(Initializer):
+    def __call__(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
+        return np.zeros(tuple(shape), dtype)
+
+
+class Ones(Initializer):
+    def __call__(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
+        return np.ones(tuple(shape), dtype)
+
+
+class Constant(Initializer):
+    def __init__(self, value: float = 0.0) -> None:
+        super().__init__()
+        self.value = value
+
+    def __call__(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
+        return np.full(tuple(shape), self.value, dtype)
+
+
+class RandomNormal(Initializer):
+    def __init__(self, mean: float = 0.0, stddev: float = 0.05, seed: int | None = None) -> None:
+        super().__init__(seed)
+        self.mean, self.stddev = mean, stddev
+
+    def __call__(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
+        return self._rng().normal(self.mean, self.stddev, tuple(shape)).astype(dtype)
+
+
+class RandomUniform(Initializer):
+    def __init__(self, minval: float = -0.05, maxval: float = 0.05, seed: int | None = None) -> None:
+        super().__init__(seed)
+        self.minval, self.maxval = minval, maxval
+
+    def __call__(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
+        return self._rng().uniform(self.minval, self.maxval, tuple(shape)).astype(dtype)
+
+
+class GlorotUniform(Initializer):
+    """Uniform in ``[-limit, limit]``, ``limit = sqrt(6 / (fan_in + fan_out))`` (Keras' default kernel)."""
+
+    def __call__(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
+        fan_in, fan_out = _fans(tuple(shape))
+        limit = math.sqrt(6.0 / (fan_in + fan_out))
+        return self._rng().uniform(-limit, limit, tuple(shape)).astype(dtype)
+
+
+class GlorotNormal(Initializer):
+    """Truncated normal with ``stddev = sqrt(2 / (fan_in + fan_out))``."""
+
+    def __call__(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
+        fan_in, fan_out = _fans(tuple(shape))
+        return _truncated(self._rng(), math.sqrt(2.0 / (fan_in + fan_out)), tuple(shape)).astype(dtype)
+
+
+class HeNormal(Initializer):
+    """Truncated normal with ``stddev = sqrt(2 / fan_in)``."""
+
+    def __call__(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
+        fan_in, _ = _fans(tuple(shape))
+        return _truncated(self._rng(), math.sqrt(2.0 / fan_in), tuple(shape)).astype(dtype)
+
+
+class HeUniform(Initializer):
+    """Uniform in ``[-limit, limit]``, ``limit = sqrt(6 / fan_in)``."""
+
+    def __call__(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
+        fan_in, _ = _fans(tuple(shape))
+        limit = math.sqrt(6.0 / fan_in)
+        return self._rng().uniform(-limit, limit, tuple(shape)).astype(dtype)
+
+
+def _truncated(rng: np.random.Generator, stddev: float, shape: tuple[int, ...]) -> np.ndarray:
+    # Keras' truncated normal: draws beyond two standard deviations are drawn again; the 0.8796 factor
+    # keeps the variance of the truncated distribution equal to stddev**2.
+    scale = stddev / 0.87962566103423978
+    out = rng.normal(0.0, scale, shape)
+    bad = np.abs(out) > 2 * scale
+    while bad.any():
+        out[bad] = rng.normal(0.0, scale, int(bad.sum()))
+        bad = np.abs(out) > 2 * scale
+    return out
+
+
+_NAMES = {
+    "zeros": Zeros,
+    "ones": Ones,
+    "glorot_uniform": GlorotUniform,
+    "glorot_normal": GlorotNormal,
+    "he_normal": HeNormal,
+    "he_uniform": HeUniform,
+    "random_normal": RandomNormal,
+    "random_uniform": RandomUniform,
+}
+
+
+def get(identifier: Any) -> Any:
+    """An initializer from its Keras name (``"glorot_uniform"``), an instance, or any callable."""
+    if isinstance(identifier, str):
+        cls = _NAMES.get(identifier.lower())
+        if cls is None:
+            raise ValueError(f"Could not interpret initializer identifier: {identifier!r}")
+        return cls()
+    if callable(identifier):
+        return identifier
+    raise ValueError(f"Could not interpret initializer identifier: {identifier!r}")

@@ -1,0 +1,211 @@
+"""Keras 3's losses (as TF 2.21 ships them) for NumPy arrays, differentiable on a ``GradientTape``.
+
+``loss(y_true, y_pred, sample_weight=None)`` computes the per-example losses and reduces them as
+``reduction`` says: ``"sum_over_batch_size"`` (the default; also ``"mean"``) divides the weighted sum
+by the number of elements, ``"mean_with_sample_weight"`` by the sum of the weights, ``"sum"`` sums,
+``None``/``"none"`` keeps one loss per example. As Keras 3 under a ``tf.distribute`` strategy, a mean
+reduction computed in replica context is also divided by ``num_replicas_in_sync`` (checked with TF
+2.21), so that summing the replicas' gradients averages over the global batch. The custom-training
+tutorial's way stays the clearer one: ``reduction=None`` and ``idist.nn.compute_average_loss``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from interdist import _context, autodiff, nn
+
+__all__ = [
+    "BinaryCrossentropy",
+    "CategoricalCrossentropy",
+    "Loss",
+    "MeanAbsoluteError",
+    "MeanSquaredError",
+    "SparseCategoricalCrossentropy",
+    "binary_crossentropy",
+    "categorical_crossentropy",
+    "mean_absolute_error",
+    "mean_squared_error",
+    "sparse_categorical_crossentropy",
+]
+
+REDUCTIONS = ("sum_over_batch_size", "sum", None, "none", "mean", "mean_with_sample_weight")
+EPSILON = 1e-7  # Keras' backend.epsilon(): probabilities are clipped to [EPSILON, 1 - EPSILON]
+
+
+def _pred(y_pred: Any) -> Any:
+    """``y_pred`` as float32 (Keras' compute dtype), recorded on a tape when it was."""
+    if autodiff.is_traced(y_pred):
+        return y_pred
+    if isinstance(y_pred, autodiff.Differentiable):
+        return autodiff.read(y_pred)
+    return np.asarray(y_pred, np.float32)
+
+
+def _clip_probs(p: Any) -> Any:
+    return np.clip(p, np.float32(EPSILON), np.float32(1 - EPSILON))
+
+
+def sparse_categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False, axis: int = -1) -> Any:
+    """Per example, the crossentropy of integer labels against class scores (logits or probabilities)."""
+    labels = np.asarray(y_true)
+    pred = _pred(y_pred)
+    if labels.ndim == np.ndim(pred) and labels.shape[-1:] == (1,):
+        labels = labels[..., 0]  # labels (N, 1) against predictions (N, C), as Keras squeezes them
+    labels = labels.astype(np.int64)
+    if from_logits:
+        return nn.sparse_softmax_cross_entropy_with_logits(labels, pred)
+    probs = _clip_probs(pred / np.sum(pred, axis=axis, keepdims=True))
+    n = int(np.shape(pred)[-1])
+    flat = np.reshape(np.log(probs), (-1, n))
+    return -np.reshape(flat[np.arange(labels.size), labels.reshape(-1)], labels.shape)
+
+
+def categorical_crossentropy(
+    y_true: Any, y_pred: Any, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1
+) -> Any:
+    """Per example, the crossentropy of one-hot (or probability) labels against class scores."""
+    pred = _pred(y_pred)
+    labels = np.asarray(y_true, np.float32)
+    if label_smoothing:
+        classes = labels.shape[axis]
+        labels = labels * np.float32(1 - label_smoothing) + np.float32(label_smoothing / classes)
+    if from_logits:
+        return nn.softmax_cross_entropy_with_logits(labels, pred, axis=axis)
+    probs = _clip_probs(pred / np.sum(pred, axis=axis, keepdims=True))
+    return -np.sum(labels * np.log(probs), axis=axis)
+
+
+def binary_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False, axis: int = -1) -> Any:
+    """Per example, the binary crossentropy averaged over the last axis."""
+    pred = _pred(y_pred)
+    z = np.asarray(y_true, np.float32)
+    if from_logits:
+        per = nn.relu(pred) - pred * z + np.log1p(np.exp(-np.abs(pred)))
+    else:
+        p = _clip_probs(pred)
+        per = -(z * np.log(p) + (1 - z) * np.log(1 - p))
+    return np.mean(per, axis=axis)
+
+
+def mean_squared_error(y_true: Any, y_pred: Any) -> Any:
+    """Per example, the mean of the squared errors over the last axis."""
+    return np.mean(np.square(_pred(y_pred) - np.asarray(y_true, np.float32)), axis=-1)
+
+
+def mean_absolute_error(y_true: Any, y_pred: Any) -> Any:
+    """Per example, the mean of the absolute errors over the last axis."""
+    return np.mean(np.abs(_pred(y_pred) - np.asarray(y_true, np.float32)), axis=-1)
+
+
+class Loss:
+    """Base class: subclasses give ``call(y_true, y_pred)``, the per-example losses."""
+
+    def __init__(self, reduction: str | None = "sum_over_batch_size", name: str | None = None) -> None:
+        if reduction not in REDUCTIONS:
+            raise ValueError(
+                "Invalid value for argument `reduction`. Expected one of {'none', 'mean', 'sum_over_batch_size', "
+                f"'mean_with_sample_weight', 'sum', None}}. Received: reduction={reduction!r}"
+            )
+        self.reduction = reduction
+        self.name = name or _snake(type(self).__name__)
+
+    def call(self, y_true: Any, y_pred: Any) -> Any:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
+        losses = self.call(y_true, y_pred)
+        weights = None
+        if sample_weight is not None:
+            weights = np.asarray(sample_weight, np.float32)
+            while weights.ndim > np.ndim(losses) and weights.shape[-1] == 1:
+                weights = weights[..., 0]  # (N, 1) weights for (N,) losses, as Keras squeezes them
+            weights = np.broadcast_to(weights, np.shape(losses))
+            losses = losses * weights
+        if self.reduction in (None, "none"):
+            return losses
+        total = np.sum(losses)
+        if self.reduction == "sum":
+            return total
+        if self.reduction == "mean_with_sample_weight" and weights is not None:
+            count = np.float32(np.sum(weights))
+        else:
+            count = np.float32(np.size(_value(losses)))
+        mean = total / count if count else total * np.float32(0)  # Keras: divide_no_nan
+        ctx = _context.get_replica_context()
+        replicas = int(getattr(_context.get_strategy(), "num_replicas_in_sync", 1))
+        if ctx is not None and replicas > 1:
+            mean = mean / np.float32(replicas)  # Keras 3's scale_loss_for_distribution
+        return mean
+
+    def get_config(self) -> dict[str, Any]:
+        return {"name": self.name, "reduction": self.reduction}
+
+
+def _value(x: Any) -> np.ndarray:
+    return np.asarray(x)
+
+
+def _snake(name: str) -> str:
+    out = "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+    return out
+
+
+class SparseCategoricalCrossentropy(Loss):
+    """Crossentropy of integer class labels against logits (``from_logits=True``) or probabilities."""
+
+    def __init__(
+        self, from_logits: bool = False, reduction: str | None = "sum_over_batch_size", name: str | None = None
+    ) -> None:
+        super().__init__(reduction, name or "sparse_categorical_crossentropy")
+        self.from_logits = from_logits
+
+    def call(self, y_true: Any, y_pred: Any) -> Any:
+        return sparse_categorical_crossentropy(y_true, y_pred, from_logits=self.from_logits)
+
+
+class CategoricalCrossentropy(Loss):
+    """Crossentropy of one-hot labels against logits or probabilities, with optional label smoothing."""
+
+    def __init__(
+        self,
+        from_logits: bool = False,
+        label_smoothing: float = 0.0,
+        reduction: str | None = "sum_over_batch_size",
+        name: str | None = None,
+    ) -> None:
+        super().__init__(reduction, name or "categorical_crossentropy")
+        self.from_logits = from_logits
+        self.label_smoothing = float(label_smoothing)
+
+    def call(self, y_true: Any, y_pred: Any) -> Any:
+        return categorical_crossentropy(y_true, y_pred, self.from_logits, self.label_smoothing)
+
+
+class BinaryCrossentropy(Loss):
+    """Binary crossentropy against logits or probabilities, averaged over the last axis."""
+
+    def __init__(
+        self, from_logits: bool = False, reduction: str | None = "sum_over_batch_size", name: str | None = None
+    ) -> None:
+        super().__init__(reduction, name or "binary_crossentropy")
+        self.from_logits = from_logits
+
+    def call(self, y_true: Any, y_pred: Any) -> Any:
+        return binary_crossentropy(y_true, y_pred, from_logits=self.from_logits)
+
+
+class MeanSquaredError(Loss):
+    """The mean of squared errors over the last axis, per example."""
+
+    def call(self, y_true: Any, y_pred: Any) -> Any:
+        return mean_squared_error(y_true, y_pred)
+
+
+class MeanAbsoluteError(Loss):
+    """The mean of absolute errors over the last axis, per example."""
+
+    def call(self, y_true: Any, y_pred: Any) -> Any:
+        return mean_absolute_error(y_true, y_pred)

@@ -1,0 +1,337 @@
+"""``tf.nn`` for NumPy arrays: the loss helpers made for distribution, and the ops a small CNN needs.
+
+Every function takes NumPy arrays, variables or values recorded on a ``GradientTape`` and is
+differentiable there: the composite ones are written with NumPy functions autograd knows, and
+:func:`conv2d`, :func:`max_pool2d` and :func:`relu` are autograd primitives with their gradients
+written here (as TF's kernels: ``relu``'s gradient at 0 is 0, a pooled window's gradient goes to its
+first maximum). Layouts are TF's defaults: NHWC inputs, HWIO filters.
+
+The semantics of :func:`compute_average_loss` and :func:`scale_regularization_loss` were checked
+against TF 2.21 (tests/training/test_nn.py): in replica context the average is over the *global*
+batch, ``per-replica batch x num_replicas_in_sync`` unless ``global_batch_size`` is given, so that
+summing the replicas' gradients (what ``apply_gradients`` does) gives the gradient of the mean.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from interdist import _context, autodiff
+
+__all__ = [
+    "compute_average_loss",
+    "conv2d",
+    "l2_loss",
+    "log_softmax",
+    "max_pool2d",
+    "relu",
+    "scale_regularization_loss",
+    "sigmoid",
+    "softmax",
+    "softmax_cross_entropy_with_logits",
+    "sparse_softmax_cross_entropy_with_logits",
+]
+
+
+def _value(x: Any) -> np.ndarray:
+    """The plain array of ``x`` (a variable's value, a box's value)."""
+    return np.asarray(x)
+
+
+def _operand(x: Any) -> Any:
+    """``x`` as an operation on the tape takes it: a recorded value stays one, a variable or tensor is read
+    (recorded when a tape watches it), anything else becomes an array."""
+    if autodiff.is_traced(x):
+        return x
+    if isinstance(x, autodiff.Differentiable):
+        return autodiff.read(x)
+    return np.asarray(x)
+
+
+def _replicas_for(fn_name: str) -> int:
+    """``num_replicas_in_sync`` for a loss helper, which TF lets run in replica context only."""
+    strategy = _context.get_strategy()
+    if _context.has_strategy() and _context.in_cross_replica_context():
+        raise RuntimeError(
+            f"You are calling `{fn_name}` in cross replica context, while it was expected to be called in "
+            "replica context."
+        )
+    return int(getattr(strategy, "num_replicas_in_sync", 1))
+
+
+def compute_average_loss(per_example_loss: Any, sample_weight: Any = None, global_batch_size: Any = None) -> Any:
+    """The sum of ``per_example_loss`` (times ``sample_weight``) over the global batch size (``tf.nn``'s).
+
+    >>> import numpy as np, interdist as idist
+    >>> float(idist.nn.compute_average_loss(np.array([1.0, 2.0, 3.0, 4.0], np.float32), global_batch_size=8))
+    1.25
+    """
+    loss = per_example_loss if autodiff.is_traced(per_example_loss) else np.asarray(per_example_loss)
+    if np.ndim(loss) == 0:
+        raise ValueError(
+            "Invalid value passed for `per_example_loss`. Expected a tensor with at least rank 1. Received "
+            f"per_example_loss={_value(loss)} with rank 0"
+        )
+    dtype = _value(loss).dtype
+    if dtype.kind in "iub":
+        dtype = np.dtype(np.float64)  # as TF 2.21: an integer loss is averaged in float64
+        loss = loss.astype(dtype)
+    if sample_weight is not None:
+        loss = loss * np.asarray(sample_weight, dtype)
+    if global_batch_size is None:
+        global_batch_size = np.shape(loss)[0] * _replicas_for("compute_average_loss")
+    elif (
+        isinstance(global_batch_size, bool)
+        or np.asarray(global_batch_size).dtype.kind not in "iu"
+        or np.ndim(global_batch_size)
+    ):
+        raise TypeError(
+            'global_batch_size must be an integer..  Expected "x" to be integer type.  Found: '
+            f"{type(global_batch_size).__name__} {global_batch_size!r}"
+        )
+    total = np.sum(loss)
+    if int(global_batch_size) == 0:
+        return total * dtype.type(0)  # TF 2.21: an empty global batch averages to 0, not NaN
+    return total / dtype.type(int(global_batch_size))
+
+
+def scale_regularization_loss(regularization_loss: Any) -> Any:
+    """The sum of ``regularization_loss`` divided by the number of replicas (``tf.nn``'s), so that the
+    replicas' summed gradients count it once."""
+    replicas = _replicas_for("scale_regularization_loss")
+    loss = regularization_loss if autodiff.is_traced(regularization_loss) else np.asarray(regularization_loss)
+    total = np.sum(loss)
+    return total / _value(total).dtype.type(replicas)
+
+
+def add_n(inputs: Any) -> Any:
+    """The element-wise sum of a list of arrays (``tf.add_n``)."""
+    items = list(inputs)
+    if not items:
+        raise ValueError("inputs must be a list of at least one Tensor/IndexedSlices with the same dtype and shape.")
+    return functools.reduce(lambda a, b: a + b, items)
+
+
+# -- activations -------------------------------------------------------------------------------------
+
+
+def _relu_raw(x: Any) -> Any:
+    return np.maximum(x, np.asarray(x).dtype.type(0))
+
+
+def _relu_vjp(ans: Any, x: Any) -> Any:
+    return lambda g: g * (x > 0)  # TF's ReluGrad: 0 where the input is 0
+
+
+def relu(features: Any) -> Any:
+    """``max(features, 0)``; its gradient is 0 where ``features <= 0`` (as TF)."""
+    return _primitives().relu(_operand(features))
+
+
+def sigmoid(x: Any) -> Any:
+    """``1 / (1 + exp(-x))``."""
+    return 1 / (1 + np.exp(-x))
+
+
+def softmax(logits: Any, axis: int = -1) -> Any:
+    """``exp(logits) / sum(exp(logits))`` along ``axis``, computed stably."""
+    z = logits - autodiff.stop_gradient(np.max(_value(logits), axis=axis, keepdims=True))
+    e = np.exp(z)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def log_softmax(logits: Any, axis: int = -1) -> Any:
+    """``logits - log(sum(exp(logits)))`` along ``axis``, computed stably."""
+    z = logits - autodiff.stop_gradient(np.max(_value(logits), axis=axis, keepdims=True))
+    return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
+
+
+def sparse_softmax_cross_entropy_with_logits(labels: Any, logits: Any) -> Any:
+    """Per example, ``-log(softmax(logits)[label])`` (``tf.nn``'s, labels as class indices)."""
+    labels = np.asarray(labels)
+    if labels.dtype.kind not in "iu":
+        labels = labels.astype(np.int64)
+    if np.ndim(logits) != labels.ndim + 1:
+        raise ValueError(
+            f"`labels.shape.rank` must equal `logits.shape.rank - 1`. Received: labels.shape={labels.shape} "
+            f"and logits.shape={np.shape(logits)}"
+        )
+    n = int(np.shape(logits)[-1])
+    if labels.size and (labels.min() < 0 or labels.max() >= n):
+        raise ValueError(f"Received a label value outside the valid range of [0, {n}): {labels.tolist()}")
+    logp = log_softmax(logits)
+    flat = np.reshape(logp, (-1, n))
+    picked = flat[np.arange(labels.size), labels.reshape(-1)]
+    return -np.reshape(picked, labels.shape)
+
+
+def softmax_cross_entropy_with_logits(labels: Any, logits: Any, axis: int = -1) -> Any:
+    """Per example, ``-sum(labels * log_softmax(logits))`` (labels as probabilities)."""
+    return -np.sum(np.asarray(labels, _value(logits).dtype) * log_softmax(logits, axis=axis), axis=axis)
+
+
+def l2_loss(t: Any) -> Any:
+    """``sum(t ** 2) / 2`` (``tf.nn.l2_loss``)."""
+    return np.sum(t * t) / 2
+
+
+# -- convolution and pooling (NHWC, HWIO) ------------------------------------------------------------
+
+
+def _pads(size: int, k: int, stride: int, padding: str) -> tuple[int, int, int]:
+    """(output size, pad before, pad after) of one spatial axis, as TF computes them."""
+    if padding == "VALID":
+        return (size - k) // stride + 1, 0, 0
+    out = -(-size // stride)
+    total = max((out - 1) * stride + k - size, 0)
+    return out, total // 2, total - total // 2
+
+
+def _padding(padding: Any) -> str:
+    p = str(padding).upper()
+    if p not in ("VALID", "SAME"):
+        raise ValueError(f"padding must be 'VALID' or 'SAME', got {padding!r}")
+    return p
+
+
+def _conv_geometry(x: np.ndarray, kh: int, kw: int, strides: tuple[int, int], padding: str) -> Any:
+    _n, h, w, _c = x.shape
+    oh, pt, pb = _pads(h, kh, strides[0], padding)
+    ow, pl, pr = _pads(w, kw, strides[1], padding)
+    return oh, ow, ((0, 0), (pt, pb), (pl, pr), (0, 0))
+
+
+def _conv2d_raw(x: np.ndarray, f: np.ndarray, strides: tuple[int, int], padding: str) -> np.ndarray:
+    kh, kw, _c, o = f.shape
+    oh, ow, pads = _conv_geometry(x, kh, kw, strides, padding)
+    xp = np.pad(x, pads) if any(p != (0, 0) for p in pads) else x
+    sh, sw = strides
+    out = np.zeros((x.shape[0], oh, ow, o), np.result_type(x, f))
+    for i in range(kh):  # one matrix product per filter tap: (N*OH*OW, C) @ (C, O)
+        for j in range(kw):
+            patch = xp[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw, :]
+            out += patch @ f[i, j]
+    return out
+
+
+def _conv2d_vjp_x(ans: Any, x: np.ndarray, f: np.ndarray, strides: tuple[int, int], padding: str) -> Any:
+    def vjp(g: np.ndarray) -> np.ndarray:
+        kh, kw, c, _o = f.shape
+        oh, ow, pads = _conv_geometry(x, kh, kw, strides, padding)
+        sh, sw = strides
+        gx = np.zeros(
+            (x.shape[0], x.shape[1] + pads[1][0] + pads[1][1], x.shape[2] + pads[2][0] + pads[2][1], c), g.dtype
+        )
+        for i in range(kh):
+            for j in range(kw):
+                gx[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw, :] += g @ f[i, j].T
+        return gx[:, pads[1][0] : gx.shape[1] - pads[1][1], pads[2][0] : gx.shape[2] - pads[2][1], :]
+
+    return vjp
+
+
+def _conv2d_vjp_f(ans: Any, x: np.ndarray, f: np.ndarray, strides: tuple[int, int], padding: str) -> Any:
+    def vjp(g: np.ndarray) -> np.ndarray:
+        kh, kw, c, o = f.shape
+        oh, ow, pads = _conv_geometry(x, kh, kw, strides, padding)
+        xp = np.pad(x, pads) if any(p != (0, 0) for p in pads) else x
+        sh, sw = strides
+        g2 = g.reshape(-1, o)
+        gf = np.empty(f.shape, g.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw, :]
+                gf[i, j] = patch.reshape(-1, c).T @ g2
+        return gf
+
+    return vjp
+
+
+def _windows(x: np.ndarray, k: tuple[int, int], strides: tuple[int, int], padding: str) -> Any:
+    """Pooling windows of x (padded with -inf for SAME) as (N, OH, OW, C, KH*KW), and the padding."""
+    oh, ow, pads = _conv_geometry(x, k[0], k[1], strides, padding)
+    xp = np.pad(x, pads, constant_values=-np.inf) if any(p != (0, 0) for p in pads) else x
+    win = np.lib.stride_tricks.sliding_window_view(xp, k, axis=(1, 2))[:, :: strides[0], :: strides[1]]
+    win = win[:, :oh, :ow]
+    return win.reshape(*win.shape[:4], k[0] * k[1]), pads, xp.shape
+
+
+def _max_pool_raw(x: np.ndarray, k: tuple[int, int], strides: tuple[int, int], padding: str) -> np.ndarray:
+    win, _, _ = _windows(x, k, strides, padding)
+    return np.asarray(win.max(axis=-1))
+
+
+def _max_pool_vjp(ans: Any, x: np.ndarray, k: tuple[int, int], strides: tuple[int, int], padding: str) -> Any:
+    def vjp(g: np.ndarray) -> np.ndarray:
+        win, pads, padded = _windows(x, k, strides, padding)
+        first = win.argmax(axis=-1)  # TF routes a window's gradient to its first maximum
+        n, oh, ow, c = first.shape
+        di, dj = np.divmod(first, k[1])
+        rows = np.arange(oh)[None, :, None, None] * strides[0] + di
+        cols = np.arange(ow)[None, None, :, None] * strides[1] + dj
+        gx = np.zeros(padded, g.dtype)
+        np.add.at(gx, (np.arange(n)[:, None, None, None], rows, cols, np.arange(c)[None, None, None, :]), g)
+        return gx[:, pads[1][0] : padded[1] - pads[1][1], pads[2][0] : padded[2] - pads[2][1], :]
+
+    return vjp
+
+
+@functools.cache
+def _primitives() -> Any:
+    """The autograd primitives, made once (autograd is imported at the first use, not with interdist)."""
+    import types
+
+    from autograd.extend import defvjp, primitive
+
+    autodiff._autograd()  # boxes of NumPy arrays are interdist's Traced (see autodiff)
+    ns = types.SimpleNamespace(
+        relu=primitive(_relu_raw), conv2d=primitive(_conv2d_raw), max_pool=primitive(_max_pool_raw)
+    )
+    defvjp(ns.relu, _relu_vjp)
+    defvjp(ns.conv2d, _conv2d_vjp_x, _conv2d_vjp_f)
+    defvjp(ns.max_pool, _max_pool_vjp)
+    return ns
+
+
+def _pair(v: Any, name: str) -> tuple[int, int]:
+    if isinstance(v, (int, np.integer)):
+        return int(v), int(v)
+    t = tuple(int(i) for i in v)
+    if len(t) == 4:  # TF's [1, s, s, 1]
+        t = t[1:3]
+    if len(t) != 2 or min(t) < 1:
+        raise ValueError(f"{name} must be a positive int or a pair of them, got {v!r}")
+    return t[0], t[1]
+
+
+def _nhwc(x: Any, what: str) -> Any:
+    if np.ndim(x) != 4:
+        raise ValueError(f"{what} must be 4-D (batch, height, width, channels), got shape {np.shape(x)}")
+    return _operand(x)
+
+
+def conv2d(input: Any, filters: Any, strides: Any = 1, padding: str = "VALID") -> Any:
+    """A 2-D convolution (``tf.nn.conv2d``): ``input`` (N, H, W, C), ``filters`` (KH, KW, C, O).
+
+    >>> import numpy as np, interdist as idist
+    >>> x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    >>> idist.nn.conv2d(x, np.ones((2, 2, 1, 1), np.float32))[0, :, :, 0]
+    array([[10., 14., 18.],
+           [26., 30., 34.],
+           [42., 46., 50.]], dtype=float32)
+    """
+    x = _nhwc(input, "input")
+    f = _operand(filters)
+    fshape = np.shape(f)
+    if len(fshape) != 4 or fshape[2] != np.shape(x)[3]:
+        raise ValueError(f"filters must be (height, width, {np.shape(x)[3]}, out_channels), got shape {fshape}")
+    return _primitives().conv2d(x, f, _pair(strides, "strides"), _padding(padding))
+
+
+def max_pool2d(input: Any, ksize: Any, strides: Any, padding: str = "VALID") -> Any:
+    """Max pooling over (N, H, W, C) windows (``tf.nn.max_pool2d``)."""
+    x = _nhwc(input, "input")
+    return _primitives().max_pool(x, _pair(ksize, "ksize"), _pair(strides, "strides"), _padding(padding))

@@ -1,0 +1,183 @@
+"""``idist.nn``, ``idist.losses``, ``idist.regularizers`` against TF 2.21 / Keras 3.15.
+
+The numbers were recorded by recorder/nn_tf.py, recorder/nn_replica_tf.py and
+recorder/conv_pool_tf.py (data/conv_pool_tf.json) from the same programs in TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import interdist as idist
+
+PEL = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+Y = np.array([0, 2, 1])
+LOGITS = np.array([[1.0, 2.0, 3.0], [0.5, 0.1, -1.0], [2.0, 2.0, 2.0]], np.float32)
+SW = np.array([1.0, 0.0, 2.0])
+
+
+def close(got: object, want: object, rtol: float = 2e-6) -> None:
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=rtol, atol=1e-6)
+
+
+# -- compute_average_loss / scale_regularization_loss ------------------------------------------------------
+
+
+def test_compute_average_loss_outside_a_strategy() -> None:
+    close(idist.nn.compute_average_loss(PEL), 2.5)
+    close(idist.nn.compute_average_loss(PEL, global_batch_size=8), 1.25)
+    close(idist.nn.compute_average_loss(PEL, sample_weight=np.array([1.0, 0.0, 2.0, 1.0], np.float32)), 2.75)
+    close(idist.nn.compute_average_loss(PEL, sample_weight=0.5), 1.25)
+    close(idist.nn.compute_average_loss(np.ones((2, 3), np.float32)), 3.0)
+    close(idist.nn.compute_average_loss(PEL, global_batch_size=0), 0.0)  # TF 2.21: no NaN, no error
+    r = idist.nn.compute_average_loss(np.array([1, 2]))
+    assert np.asarray(r).dtype == np.float64 and float(r) == 1.5  # TF 2.21 averages integer losses in float64
+
+
+def test_compute_average_loss_errors() -> None:
+    with pytest.raises(ValueError, match="at least rank 1"):
+        idist.nn.compute_average_loss(np.float32(3.0))
+    with pytest.raises(TypeError, match="global_batch_size must be an integer"):
+        idist.nn.compute_average_loss(PEL, global_batch_size=2.5)
+
+
+def test_scale_regularization_loss_outside_a_strategy() -> None:
+    close(idist.nn.scale_regularization_loss(np.array([1.0, 2.0], np.float32)), 3.0)
+
+
+def test_cross_replica_context_is_refused(mirrored2: idist.MirroredStrategy) -> None:
+    with mirrored2.scope():
+        with pytest.raises(RuntimeError, match="`compute_average_loss` in cross replica context"):
+            idist.nn.compute_average_loss(PEL)
+        with pytest.raises(RuntimeError, match="`scale_regularization_loss` in cross replica context"):
+            idist.nn.scale_regularization_loss(np.float32(3.0))
+        close(idist.nn.compute_average_loss(PEL, global_batch_size=8), 1.25)  # given, no strategy needed
+
+
+def test_in_replica_context_the_batch_is_global(mirrored2: idist.MirroredStrategy) -> None:
+    s = mirrored2
+
+    def fn() -> tuple:
+        return (
+            idist.nn.compute_average_loss(PEL),
+            idist.nn.scale_regularization_loss(np.float32(3.0)),
+            idist.nn.compute_average_loss(np.zeros((0,), np.float32)),
+            idist.losses.SparseCategoricalCrossentropy(from_logits=True)(Y, LOGITS),
+            idist.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")(Y, LOGITS, sample_weight=SW),
+            idist.losses.MeanSquaredError()(np.ones((3, 2)), LOGITS[:, :2]),
+            idist.regularizers.L2(0.1)(np.array([1.0, 2.0], np.float32)),
+        )
+
+    for rep in s.experimental_local_results(s.run(fn)):
+        avg, reg, empty, scce, scce_sum, mse, l2 = (np.asarray(x) for x in rep)
+        close(avg, 1.25)
+        close(reg, 1.5)
+        close(empty, 0.0)
+        close(scce, 0.94076973)  # Keras 3 divides a mean reduction by the replicas in replica context
+        close(scce_sum, 4.604830741882324)  # ... but not a sum
+        close(mse, 0.33833334)
+        close(l2, 0.5)
+
+
+# -- losses ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reduction", "plain", "weighted"),
+    [
+        ("sum_over_batch_size", 1.8815394639968872, 1.5349435806274414),
+        ("sum", 5.644618511199951, 4.604830741882324),
+        (
+            None,
+            [2.4076058864593506, 2.1384005546569824, 1.0986123085021973],
+            [2.4076058864593506, 0.0, 2.1972246170043945],
+        ),
+        (
+            "none",
+            [2.4076058864593506, 2.1384005546569824, 1.0986123085021973],
+            [2.4076058864593506, 0.0, 2.1972246170043945],
+        ),
+        ("mean", 1.8815394639968872, 1.5349435806274414),
+        ("mean_with_sample_weight", 1.8815394639968872, 1.5349435806274414),
+    ],
+)
+def test_sparse_categorical_crossentropy_reductions(reduction: str | None, plain: object, weighted: object) -> None:
+    loss = idist.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
+    close(loss(Y, LOGITS), plain)
+    close(loss(Y, LOGITS, sample_weight=SW), weighted)
+
+
+def test_other_losses() -> None:
+    close(idist.losses.SparseCategoricalCrossentropy()(Y, idist.nn.softmax(LOGITS)), 1.8815394639968872)
+    close(idist.losses.SparseCategoricalCrossentropy(from_logits=True)(Y[:, None], LOGITS), 1.8815395)
+    close(idist.losses.SparseCategoricalCrossentropy(from_logits=True)(Y, LOGITS, sample_weight=SW[:, None]), 1.5349436)
+    probs = np.array([[0.0, 1.0], [0.5, 0.5]], np.float32)
+    close(idist.losses.SparseCategoricalCrossentropy()(np.array([0, 1]), probs), 8.405622)  # clipped at 1e-7
+    close(idist.losses.MeanSquaredError()(np.ones((3, 2)), LOGITS[:, :2]), 0.6766666769981384)
+    close(idist.losses.MeanSquaredError(reduction=None)(np.ones((3, 2)), LOGITS[:, :2]), [0.5, 0.53, 1.0])
+    close(idist.losses.CategoricalCrossentropy(from_logits=True)(np.eye(3)[Y], LOGITS), 1.8815394639968872)
+    close(idist.losses.BinaryCrossentropy(from_logits=True)(np.array([[1.0], [0.0], [1.0]]), LOGITS[:, :1]), 0.4714222)
+    close(
+        idist.nn.sparse_softmax_cross_entropy_with_logits(Y, LOGITS),
+        [2.4076058864593506, 2.1384005546569824, 1.0986123],
+    )
+    with pytest.raises(ValueError, match="Invalid value for argument `reduction`"):
+        idist.losses.MeanSquaredError(reduction="auto")
+
+
+def test_regularizers() -> None:
+    close(idist.regularizers.L2(0.01)(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)), 0.29999998)
+    close(idist.regularizers.L1(0.01)(np.array([[1.0, -2.0], [3.0, 4.0]], np.float32)), 0.099999994)
+    assert idist.regularizers.L2().get_config() == {"l2": 0.01}
+
+
+def test_a_loss_is_differentiable() -> None:
+    w = idist.Variable(LOGITS)
+    with idist.GradientTape() as t:
+        loss = idist.losses.SparseCategoricalCrossentropy(from_logits=True)(Y, w)
+    g = t.gradient(loss, w)
+    expected = (idist.nn.softmax(LOGITS) - np.eye(3)[Y]) / 3  # d(mean xent)/d logits
+    close(g, expected, rtol=1e-5)
+
+
+# -- conv2d / max_pool2d -----------------------------------------------------------------------------------
+
+CASES = json.loads((Path(__file__).parent / "data" / "conv_pool_tf.json").read_text())
+
+
+@pytest.mark.parametrize("case", CASES["conv"], ids=lambda c: f"{c['strides']}-{c['padding']}")
+def test_conv2d_as_tf(case: dict) -> None:
+    x = idist.Tensor(np.array(CASES["x"], np.float32))
+    f = idist.Variable(np.array(CASES["f"], np.float32))
+    with idist.GradientTape() as t:
+        t.watch(x)
+        y = idist.nn.conv2d(x, f, case["strides"], case["padding"])
+        loss = np.sum(np.sin(y))
+    gx, gf = t.gradient(loss, [x, f])
+    close(y, case["y"], rtol=1e-5)
+    close(gx, case["gx"], rtol=1e-4)
+    close(gf, case["gf"], rtol=1e-4)
+
+
+@pytest.mark.parametrize("case", CASES["pool"], ids=lambda c: f"{c['k']}-{c['s']}-{c['padding']}")
+def test_max_pool2d_as_tf(case: dict) -> None:
+    x = idist.Tensor(np.maximum(np.array(CASES["x"], np.float32), 0))  # ties at 0, as after a relu
+    with idist.GradientTape() as t:
+        t.watch(x)
+        y = idist.nn.max_pool2d(x, case["k"], case["s"], case["padding"])
+        loss = np.sum(np.sin(y) + y)
+    close(y, case["y"])
+    close(t.gradient(loss, x), case["gx"], rtol=1e-5)
+
+
+def test_conv2d_bad_shapes() -> None:
+    with pytest.raises(ValueError, match="4-D"):
+        idist.nn.conv2d(np.zeros((4, 4, 1), np.float32), np.zeros((2, 2, 1, 1), np.float32))
+    with pytest.raises(ValueError, match="filters must be"):
+        idist.nn.conv2d(np.zeros((1, 4, 4, 2), np.float32), np.zeros((2, 2, 1, 1), np.float32))
+    with pytest.raises(ValueError, match="padding"):
+        idist.nn.conv2d(np.zeros((1, 4, 4, 1), np.float32), np.zeros((2, 2, 1, 1), np.float32), padding="FULL")
