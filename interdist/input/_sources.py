@@ -1,11 +1,11 @@
-"""Source datasets: ``range``, ``from_tensor_slices``, ``from_tensors``, text files."""
+"""Source datasets: ``range``, ``from_tensor_slices``, ``from_tensors``, ``from_generator``, text files."""
 
 from __future__ import annotations
 
 import builtins
 import operator
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -98,6 +98,150 @@ class TensorDataset(Dataset):
 
     def _compute_element_spec(self) -> Any:
         return spec_of(self._value)
+
+
+def _as_shape(shape: Any) -> tuple[int | None, ...]:
+    """An ``output_shapes`` entry as a shape (``tf.TensorShape``'s reading: an int is a rank-1 shape)."""
+    if shape is None:
+        raise NotImplementedError(
+            "from_generator without output_shapes gives components of unknown rank, which interdist's TensorSpec "
+            "cannot describe: pass output_shapes (None for an unknown dimension) or output_signature"
+        )
+    if isinstance(shape, int):
+        return (shape,)
+    return tuple(shape)
+
+
+def _up_to(shallow: Any, value: Any, fn: Callable[[Any, Any], Any]) -> Any:
+    """``fn(leaf, part)`` for every leaf of ``shallow``, ``part`` being what ``value`` holds there.
+
+    ``tf.data``'s ``map_structure_up_to``: ``value`` must have ``shallow``'s tuples and dicts down
+    to ``shallow``'s leaves (the same types, lengths and keys); below them anything goes, and a
+    list is data, never structure. Raises ``TypeError`` otherwise.
+    """
+    if isinstance(shallow, dict):
+        if not isinstance(value, dict) or sorted(value) != sorted(shallow):
+            raise TypeError("structure mismatch")
+        return {k: _up_to(shallow[k], value[k], fn) for k in shallow}
+    if isinstance(shallow, tuple):
+        if not isinstance(value, type(shallow)) or len(value) != len(shallow):
+            raise TypeError("structure mismatch")
+        items = [_up_to(a, b, fn) for a, b in zip(shallow, value, strict=True)]
+        return type(shallow)(*items) if hasattr(type(shallow), "_fields") else type(shallow)(items)
+    return fn(shallow, value)
+
+
+def _format_types(signature: Any) -> str:
+    """A signature's dtypes as TF prints ``output_types``: ``(tf.int32, tf.float32)``."""
+    if isinstance(signature, dict):
+        return "{" + ", ".join(f"{k!r}: {_format_types(v)}" for k, v in signature.items()) + "}"
+    if isinstance(signature, tuple):
+        inner = ", ".join(_format_types(v) for v in signature)
+        return f"({inner},)" if len(signature) == 1 else f"({inner})"
+    return f"tf.{signature.dtype.name}"
+
+
+def _convert_yielded(spec: TensorSpec, value: Any) -> Any:
+    """One yielded component converted to ``spec``'s dtype and checked against its shape (TF's rules)."""
+    try:
+        # np.array casts as TF's np.asarray(value, dtype) does (1.7 -> int32 1), and copies: elements are private.
+        arr = np.array(value, dtype=spec.dtype)
+    except (TypeError, ValueError):
+        raise ValueError(
+            "`generator` yielded an element that could not be converted to the expected type. The expected "
+            f"type was {spec.dtype.name}, but the yielded element was {value}."
+        ) from None
+    if not spec.is_compatible_with(TensorSpec(arr.shape, spec.dtype)):
+        raise ValueError(
+            f"`generator` yielded an element of shape {arr.shape} where an element of shape {spec.shape} was expected."
+        )
+    return arr[()] if arr.ndim == 0 else arr
+
+
+def generator_signature(output_types: Any, output_shapes: Any, output_signature: Any) -> Any:
+    """The element signature ``from_generator`` was given, as a structure of :class:`TensorSpec` (TF's checks)."""
+    if output_signature is not None:
+        if output_types is not None:
+            raise TypeError(
+                "The `output_types` argument can not be used together with the `output_signature` argument."
+            )
+        if output_shapes is not None:
+            raise TypeError(
+                "The `output_shapes` argument can not be used together with the `output_signature` argument."
+            )
+        _check_signature(output_signature)
+        return output_signature
+    if output_types is None:
+        raise TypeError(
+            "To specify the output signature you need to provide either the `output_signature` argument or the "
+            "`output_types` argument."
+        )
+    if output_shapes is None:
+        return _up_to(output_types, output_types, lambda dtype, _: TensorSpec(_as_shape(None), dtype))
+    try:
+        return _up_to(output_types, output_shapes, lambda dtype, shape: TensorSpec(_as_shape(shape), dtype))
+    except TypeError:
+        raise ValueError(
+            f"`output_shapes` {output_shapes!r} does not have the structure of `output_types` {output_types!r}"
+        ) from None
+
+
+def _check_signature(signature: Any) -> None:
+    if isinstance(signature, dict):
+        for v in signature.values():
+            _check_signature(v)
+    elif isinstance(signature, tuple):
+        for v in signature:
+            _check_signature(v)
+    elif not isinstance(signature, TensorSpec):
+        raise TypeError(
+            "`output_signature` must contain objects that are subclass of `tf.TypeSpec` but found "
+            f"{type(signature)} which is not."
+        )
+
+
+@register_node
+class GeneratorDataset(Dataset):
+    """``Dataset.from_generator``: the elements ``generator(*args)`` yields, checked against a signature.
+
+    The generator is called afresh for every iteration, in the process that iterates: the
+    notebook for ``experimental_distribute_dataset``, each replica's worker for
+    ``distribute_datasets_from_function`` (the dataset travels there by cloudpickle, which
+    pickles a notebook's function or closure by value).
+    """
+
+    def __init__(
+        self,
+        generator: Callable[..., Any],
+        output_types: Any = None,
+        output_shapes: Any = None,
+        args: Any = None,
+        output_signature: Any = None,
+    ) -> None:
+        super().__init__()
+        if not callable(generator):
+            raise TypeError("`generator` must be a Python callable.")
+        self._signature = generator_signature(output_types, output_shapes, output_signature)
+        self._generator = generator
+        # As TF converts args to tensors and hands the generator their NumPy values.
+        self._args = () if args is None else tuple(_values.to_leaf(a) for a in args)
+
+    def _iterate(self) -> Iterator[Any]:
+        for value in iter(self._generator(*self._args)):
+            try:
+                _up_to(self._signature, value, lambda spec, part: None)  # the structure first, as TF
+            except TypeError:
+                raise ValueError(
+                    "`generator` yielded an element that did not match the expected structure. The expected "
+                    f"structure was {_format_types(self._signature)}, but the yielded element was {value}."
+                ) from None
+            yield _up_to(self._signature, value, _convert_yielded)
+
+    def _cardinality(self) -> int:
+        return UNKNOWN_CARDINALITY
+
+    def _compute_element_spec(self) -> Any:
+        return self._signature
 
 
 @register_node

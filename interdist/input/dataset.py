@@ -161,6 +161,43 @@ class Dataset:
         """A dataset of exactly one element, ``tensors`` (lists become arrays)."""
         return _node("TensorDataset")(tensors)
 
+    @staticmethod
+    def from_generator(
+        generator: Callable[..., Any],
+        output_types: Any = None,
+        output_shapes: Any = None,
+        args: Any = None,
+        output_signature: Any = None,
+        name: str | None = None,
+    ) -> Dataset:
+        """The elements ``generator(*args)`` yields (``tf.data.Dataset.from_generator``).
+
+        ``generator`` is a callable returning an iterable; it is called again for every
+        iteration, in the process that iterates (on the workers for a dataset made by
+        ``distribute_datasets_from_function``; it travels there by cloudpickle). Describe the
+        elements with ``output_signature``, a tuple/dict structure of :class:`TensorSpec`, or
+        with ``output_types`` (dtypes) and ``output_shapes`` (shapes, ``None`` for an unknown
+        dimension; ``output_types`` alone, which TF reads as unknown ranks, is not supported).
+        Every yielded component is converted to its dtype as TF does (``np.asarray(value, dtype)``:
+        ``1.7`` becomes ``int32`` 1) and checked against its shape; a mismatch raises ``ValueError``
+        (TF: ``InvalidArgumentError``) when that element is read. ``args`` are converted like
+        dataset values (a Python int becomes ``np.int32``). Cardinality is unknown.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from interdist.data import TensorSpec
+        >>> def gen():
+        ...     for i in range(3):
+        ...         yield i, [float(i)] * 2
+        >>> ds = Dataset.from_generator(gen, output_signature=(TensorSpec((), np.int32), TensorSpec((2,), np.float32)))
+        >>> [(i.tolist(), x.tolist()) for i, x in ds.batch(2)]
+        [([0, 1], [[0.0, 0.0], [1.0, 1.0]]), ([2], [[2.0, 2.0]])]
+        >>> ds.element_spec
+        (TensorSpec(shape=(), dtype=tf.int32, name=None), TensorSpec(shape=(2,), dtype=tf.float32, name=None))
+        """
+        return _node("GeneratorDataset")(generator, output_types, output_shapes, args, output_signature)
+
     # -------------------------------------------------------- transformations
 
     def batch(

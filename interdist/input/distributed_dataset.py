@@ -16,12 +16,13 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from interdist import _nest
 from interdist import device as device_lib
 from interdist.errors import NotADatasetError, OutOfRangeError
 from interdist.input import _dask, _values
 from interdist.input import plan as row_plan
-from interdist.input._transforms import UnbatchDataset
 from interdist.input.dataset import Dataset
 from interdist.input.input_context import (
     InputContext,
@@ -39,6 +40,7 @@ from interdist.input.rebatch import (
     static_batch_size,
     with_batch_size,
 )
+from interdist.input.spec import TensorSpec
 from interdist.values.distributed import PerReplica
 from interdist.values.tensor import Tensor
 
@@ -87,11 +89,13 @@ class DistributedDataset(_NoTransformations):
             raise TypeError(f"options must be a tf.distribute.InputOptions, but got {type(options).__name__}")
         check_options_for_distribute_dataset(options)
         n = strategy.num_replicas_in_sync
-        if n > 1 and static_batch_size(dataset) is None and not _batched_source(dataset):
-            # TF 2.21 fails here with an IndexError (it looks for the batch dimension of a scalar element).
+        if n > 1 and any(spec.rank == 0 for spec in _nest.flatten(dataset.element_spec)):
+            # TF 2.21 splits every element along its first axis, batched or not (elements of shape (4,)
+            # over 2 replicas: (2,) each), and fails here with an IndexError when a component is a
+            # scalar (it looks for the first dimension of a rank-0 element).
             raise IndexError(
-                "experimental_distribute_dataset requires a batched dataset (it splits each global "
-                "batch among the replicas): call .batch(global_batch_size) first"
+                "experimental_distribute_dataset splits every element of the dataset along its first axis "
+                "among the replicas, and this dataset has scalar components: call .batch(global_batch_size) first"
             )
         self._strategy = strategy
         self._dataset = dataset
@@ -208,18 +212,6 @@ def _source(dataset: Dataset) -> Dataset | None:
     while node._input is not None:
         node = node._input
     return node if isinstance(node, (_dask.DaskSliceDataset, _dask.DaskChunksDataset)) else None
-
-
-def _batched_source(dataset: Dataset) -> bool:
-    """A pipeline whose source already yields batches (a Dask collection's chunks) and no unbatch."""
-    node: Dataset | None = dataset
-    while node is not None:
-        if isinstance(node, UnbatchDataset):
-            return False
-        if isinstance(node, _dask.DaskChunksDataset):
-            return True
-        node = node._input
-    return False
 
 
 def _read_with(strategy: Any, dataset: Dataset) -> Iterator[Any]:
@@ -364,29 +356,60 @@ class _RemoteIterator(DistributedIterator):
         if all(r is None for r in results):
             self._done = True
             raise StopIteration
-        if any(r is None for r in results) and self._strategy._kind == "central_storage":
-            self._done = True  # TF's CentralStorageStrategy stops instead of padding (checked with TF 2.21)
+        if any(r is None for r in results) and not _pads_partial_steps(self._strategy, self.element_spec):
+            # TF 2.21 pads a step only when the element shapes are not all static or across workers; otherwise
+            # (and always with CentralStorageStrategy) the iteration ends at the first step a replica lacks.
+            self._done = True
             raise StopIteration
         if any(r is None for r in results):
             # TF: a replica whose pipeline ran out while others still had a batch gets an empty batch.
-            template = next(r for r in results if r is not None)
-            return _fill_empty(template, results, self._strategy)
+            return _fill_empty(self.element_spec, results, self._strategy)
         return self._strategy._regroup(results)
 
 
-def _fill_empty(template: Any, results: list[Any], strategy: Any) -> Any:
-    import numpy as np
+def _replica_spec(spec: Any) -> Any:
+    return spec.spec if isinstance(spec, PerReplicaSpec) else spec
 
-    empties = _nest.map_structure(
-        lambda m: (
-            Tensor(np.empty((0, *m.shape[1:]), np.dtype(m.dtype)), device_lib.host_device())
-            if getattr(m, "shape", None)
-            else None
-        ),
-        template,
-    )
-    per_rank = [strategy._regroup([r]) if r is not None else empties for r in results]
-    return _nest.map_structure(lambda *xs: PerReplica(list(xs), strategy), *per_rank)
+
+def _pads_partial_steps(strategy: Any, element_spec: Any) -> bool:
+    """TF's ``_enable_get_next_as_optional``: whether a step some replicas lack is padded (else it ends the data).
+
+    Not with CentralStorageStrategy (checked with TF 2.21); across workers always; on one host only when
+    some dimension of the element spec is unknown (``batch`` without ``drop_remainder``).
+    """
+    if strategy._kind == "central_storage":
+        return False
+    if getattr(strategy, "_input_split_by_worker", False) and strategy.num_replicas_in_sync > 1:
+        return True
+    return any(None in _replica_spec(s).shape for s in _nest.flatten(element_spec))
+
+
+def _dummy_batch(spec: TensorSpec) -> Any:
+    """TF's ``_dummy_tensor_fn``: zeros of ``spec``'s shape with unknown dimensions 0, and the first dimension 0
+    when the shape is fully known. So a ``(None, None, 1)`` spec gives ``(0, 0, 1)`` and a ``(2, None, 1)`` one
+    gives ``(2, 0, 1)`` (TF 2.21 does both), whatever shape the other replicas' batches have.
+    """
+    dims = [0 if d is None else d for d in spec.shape]
+    if dims and None not in spec.shape:
+        dims[0] = 0
+    return np.zeros(dims, spec.dtype)
+
+
+def _fill_empty(element_spec: Any, results: list[Any], strategy: Any) -> Any:
+    """One step's values where some replicas' pipelines ran out: theirs are dummy batches, on their devices."""
+    present = next(r for r in results if r is not None)
+    nothing = _nest.map_structure(lambda _: None, present)
+    regrouped = strategy._regroup([r if r is not None else nothing for r in results])
+    devices = list(strategy.extended.worker_devices)
+
+    def fill(value: Any, spec: Any) -> Any:
+        if not isinstance(value, PerReplica):
+            return value
+        dummy = _dummy_batch(_replica_spec(spec))
+        parts = [v if v is not None else Tensor(dummy.copy(), devices[r]) for r, v in enumerate(value.values)]
+        return PerReplica(parts, strategy)
+
+    return _nest.map_structure(fill, regrouped, element_spec)
 
 
 def _call_dataset_fn(dataset_fn: Callable[[InputContext], Any], ctx: InputContext) -> Dataset:

@@ -134,8 +134,21 @@ def split_for_replicas(batch: Any, num_replicas: int) -> list[Any]:
     cut by the full batch's sizes (TF: 7 rows in batches of 4 over 2 replicas
     give ``[2, 2]`` then ``[2, 1]``; over 3 replicas ``[2, 2, 0]`` then
     ``[1, 1, 1]``).
+
+    Each component is split by its own first dimension, as TF 2.21 does when they differ (an
+    unbatched element ``((4,), (3,))`` over 2 replicas: ``[2, 2]`` and ``[2, 1]``; so does a ``map``
+    after ``batch`` that returns ``(x, x[:3])``).
     """
-    return split_batch(batch, batch_sizes_for_replicas(_leading_dim(batch), num_replicas))
+    leaves = _nest.flatten(batch)
+    for leaf in leaves:
+        if np.ndim(leaf) == 0:
+            raise ValueError(
+                "Cannot split a batch with scalar components across replicas; call `batch()` on the dataset first"
+            )
+    if len({np.shape(leaf)[0] for leaf in leaves}) == 1:
+        return split_batch(batch, batch_sizes_for_replicas(_leading_dim(batch), num_replicas))
+    columns = [split_batch(leaf, batch_sizes_for_replicas(np.shape(leaf)[0], num_replicas)) for leaf in leaves]
+    return [_nest.pack_sequence_as(batch, [column[r] for column in columns]) for r in range(num_replicas)]
 
 
 def rebatch_element_spec(element_spec: Any, num_replicas: int) -> Any:
