@@ -47,6 +47,7 @@ import numpy as np
 from interdist import _context, _nest
 from interdist import device as device_lib
 from interdist._convert import convert_for_variable
+from interdist.client.gpus import visible_gpus
 from interdist.errors import WorkerLostError
 from interdist.protocol import VariableMeta
 from interdist.replica import central_variable as rv
@@ -56,6 +57,16 @@ from interdist.strategy.mirrored import resolve_devices
 from interdist.values.distributed import DistributedValues, PerReplica
 from interdist.values.tensor import ArrayValue
 from interdist.values.variables import Variable
+
+
+def default_local_devices() -> list[str]:
+    """TF's devices for ``CentralStorageStrategy()`` and ``MultiWorkerMirroredStrategy()`` on one host.
+
+    Every GPU, else only ``CPU:0``: unlike ``MirroredStrategy()``, TF 2.21 does not take the logical CPU
+    devices (with 2 or 4 configured, both strategies have 1 replica on CPU:0).
+    """
+    n_gpu = visible_gpus()
+    return [f"GPU:{i}" for i in range(n_gpu)] if n_gpu else ["CPU:0"]
 
 
 class _CentralExtended(StrategyExtended):
@@ -95,6 +106,8 @@ class CentralStorageStrategy(Strategy):
         cluster: Any = None,
         security: Any = None,
     ) -> None:
+        if compute_devices is None or (not isinstance(compute_devices, str) and not list(compute_devices)):
+            compute_devices = default_local_devices()
         devices = resolve_devices(compute_devices, allow_duplicates=True)
         if parameter_device is None:
             # TF's default with several compute devices is the host's CPU, spelled "/device:CPU:0".

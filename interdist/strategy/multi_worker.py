@@ -21,6 +21,7 @@ from interdist.client import roles
 from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
 from interdist.protocol import GroupSpec
 from interdist.strategy.base import Strategy
+from interdist.strategy.central_storage import default_local_devices
 from interdist.strategy.extended import StrategyExtended
 from interdist.strategy.mirrored import resolve_devices
 
@@ -129,9 +130,10 @@ class MultiWorkerMirroredStrategy(Strategy):
             resolver = tf_config if tf_config.cluster_spec().jobs or cluster is None else None
         spec_extra: GroupSpec = {"timeout": options.timeout_seconds} if options.timeout_seconds else {}
         if resolver is not None and not resolver.cluster_spec().jobs and cluster is None:
-            # TF without a cluster: one worker, this machine's devices (one replica each).
+            # TF without a cluster: one worker, this machine's GPUs (one replica each), else CPU:0 alone,
+            # however many logical CPUs are configured (TF 2.21).
             self._cluster_resolver = resolver
-            super().__init__(resolve_devices(None), None, spec=spec_extra)
+            super().__init__(resolve_devices(default_local_devices()), None, spec=spec_extra)
             return
         client, owned = roles.open_client(cluster, resolver, timeout, security)
         try:
