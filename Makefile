@@ -34,6 +34,7 @@ bench: $(STAMP)
 	cd benchmarks && ../$(PY) bench_input.py
 	cd benchmarks && ../$(PY) bench_optimizer.py
 	cd benchmarks && ../$(PY) bench_training.py  # ratios against TF when INTERDIST_TF_SITE names a TF install
+	cd benchmarks && ../$(PY) bench_cnn.py  # the tutorial CNN's step against TF and one NumPy process (issue 24)
 	cd benchmarks && ../$(PY) bench_latency.py
 	cd benchmarks && ../$(PY) bench_cost_model.py
 	cd benchmarks && ../$(PY) bench_central_storage.py
