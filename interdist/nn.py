@@ -204,30 +204,34 @@ def _conv_geometry(x: np.ndarray, kh: int, kw: int, strides: tuple[int, int], pa
     return oh, ow, ((0, 0), (pt, pb), (pl, pr), (0, 0))
 
 
-def _conv2d_raw(x: np.ndarray, f: np.ndarray, strides: tuple[int, int], padding: str) -> np.ndarray:
-    kh, kw, _c, o = f.shape
+def _patches(x: np.ndarray, kh: int, kw: int, strides: tuple[int, int], padding: str) -> tuple[np.ndarray, Any]:
+    """im2col: every output position's input window as one row, (N*OH*OW, KH*KW*C), and the geometry."""
     oh, ow, pads = _conv_geometry(x, kh, kw, strides, padding)
     xp = np.pad(x, pads) if any(p != (0, 0) for p in pads) else x
-    sh, sw = strides
-    out = np.zeros((x.shape[0], oh, ow, o), np.result_type(x, f))
-    for i in range(kh):  # one matrix product per filter tap: (N*OH*OW, C) @ (C, O)
-        for j in range(kw):
-            patch = xp[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw, :]
-            out += patch @ f[i, j]
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(1, 2))  # (N, H', W', C, KH, KW)
+    win = win[:, : strides[0] * (oh - 1) + 1 : strides[0], : strides[1] * (ow - 1) + 1 : strides[1]]
+    cols = np.ascontiguousarray(win.transpose(0, 1, 2, 4, 5, 3)).reshape(-1, kh * kw * x.shape[3])
+    return cols, (oh, ow, pads, xp.shape)
+
+
+def _conv2d_raw(x: np.ndarray, f: np.ndarray, strides: tuple[int, int], padding: str) -> np.ndarray:
+    kh, kw, c, o = f.shape
+    cols, (oh, ow, _, _) = _patches(x, kh, kw, strides, padding)
+    out: np.ndarray = (cols @ f.reshape(kh * kw * c, o)).reshape(x.shape[0], oh, ow, o)  # one matrix product
     return out
 
 
 def _conv2d_vjp_x(ans: Any, x: np.ndarray, f: np.ndarray, strides: tuple[int, int], padding: str) -> Any:
     def vjp(g: np.ndarray) -> np.ndarray:
-        kh, kw, c, _o = f.shape
+        kh, kw, c, o = f.shape
         oh, ow, pads = _conv_geometry(x, kh, kw, strides, padding)
         sh, sw = strides
-        gx = np.zeros(
-            (x.shape[0], x.shape[1] + pads[1][0] + pads[1][1], x.shape[2] + pads[2][0] + pads[2][1], c), g.dtype
-        )
-        for i in range(kh):
+        n = x.shape[0]
+        gcols = (g.reshape(-1, o) @ f.reshape(kh * kw * c, o).T).reshape(n, oh, ow, kh, kw, c)
+        gx = np.zeros((n, x.shape[1] + pads[1][0] + pads[1][1], x.shape[2] + pads[2][0] + pads[2][1], c), g.dtype)
+        for i in range(kh):  # col2im: each tap's share added back where it was read
             for j in range(kw):
-                gx[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw, :] += g @ f[i, j].T
+                gx[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw, :] += gcols[:, :, :, i, j, :]
         return gx[:, pads[1][0] : gx.shape[1] - pads[1][1], pads[2][0] : gx.shape[2] - pads[2][1], :]
 
     return vjp
@@ -236,15 +240,8 @@ def _conv2d_vjp_x(ans: Any, x: np.ndarray, f: np.ndarray, strides: tuple[int, in
 def _conv2d_vjp_f(ans: Any, x: np.ndarray, f: np.ndarray, strides: tuple[int, int], padding: str) -> Any:
     def vjp(g: np.ndarray) -> np.ndarray:
         kh, kw, c, o = f.shape
-        oh, ow, pads = _conv_geometry(x, kh, kw, strides, padding)
-        xp = np.pad(x, pads) if any(p != (0, 0) for p in pads) else x
-        sh, sw = strides
-        g2 = g.reshape(-1, o)
-        gf = np.empty(f.shape, g.dtype)
-        for i in range(kh):
-            for j in range(kw):
-                patch = xp[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw, :]
-                gf[i, j] = patch.reshape(-1, c).T @ g2
+        cols, _ = _patches(x, kh, kw, strides, padding)
+        gf: np.ndarray = (cols.T @ g.reshape(-1, o)).reshape(kh, kw, c, o)
         return gf
 
     return vjp
@@ -259,22 +256,46 @@ def _windows(x: np.ndarray, k: tuple[int, int], strides: tuple[int, int], paddin
     return win.reshape(*win.shape[:4], k[0] * k[1]), pads, xp.shape
 
 
+def _tiles(x: np.ndarray, k: tuple[int, int]) -> np.ndarray:
+    """Non-overlapping k windows of x (Keras' default pooling) as a (N, OH, KH, OW, KW, C) view: no copy."""
+    n, h, w, c = x.shape
+    oh, ow = h // k[0], w // k[1]
+    return x[:, : oh * k[0], : ow * k[1]].reshape(n, oh, k[0], ow, k[1], c)
+
+
 def _max_pool_raw(x: np.ndarray, k: tuple[int, int], strides: tuple[int, int], padding: str) -> np.ndarray:
+    if padding == "VALID" and tuple(strides) == tuple(k):  # Keras' default pooling: tiles, by a reshape
+        return np.asarray(_tiles(x, k).max(axis=(2, 4)))
     win, _, _ = _windows(x, k, strides, padding)
     return np.asarray(win.max(axis=-1))
 
 
 def _max_pool_vjp(ans: Any, x: np.ndarray, k: tuple[int, int], strides: tuple[int, int], padding: str) -> Any:
     def vjp(g: np.ndarray) -> np.ndarray:
+        if padding == "VALID" and tuple(strides) == tuple(k):
+            t = _tiles(x, k)
+            hit = t == t.max(axis=(2, 4), keepdims=True)
+            # TF gives a window's gradient to its first maximum (row-major): the first hit in its row,
+            # in the first row that has one
+            first = np.empty_like(hit)
+            taken = np.zeros(hit[:, :, 0, :, 0, :].shape, bool)
+            for i in range(k[0]):
+                for j in range(k[1]):
+                    first[:, :, i, :, j, :] = hit[:, :, i, :, j, :] & ~taken
+                    taken |= hit[:, :, i, :, j, :]
+            n, oh, _, ow, _, c = t.shape
+            gx = np.zeros(x.shape, g.dtype)
+            gx[:, : oh * k[0], : ow * k[1]] = (first * g[:, :, None, :, None, :]).reshape(n, oh * k[0], ow * k[1], c)
+            return gx
         win, pads, padded = _windows(x, k, strides, padding)
         first = win.argmax(axis=-1)  # TF routes a window's gradient to its first maximum
         n, oh, ow, c = first.shape
         di, dj = np.divmod(first, k[1])
         rows = np.arange(oh)[None, :, None, None] * strides[0] + di
         cols = np.arange(ow)[None, None, :, None] * strides[1] + dj
-        gx = np.zeros(padded, g.dtype)
-        np.add.at(gx, (np.arange(n)[:, None, None, None], rows, cols, np.arange(c)[None, None, None, :]), g)
-        return gx[:, pads[1][0] : padded[1] - pads[1][1], pads[2][0] : padded[2] - pads[2][1], :]
+        gxp = np.zeros(padded, g.dtype)
+        np.add.at(gxp, (np.arange(n)[:, None, None, None], rows, cols, np.arange(c)[None, None, None, :]), g)
+        return gxp[:, pads[1][0] : padded[1] - pads[1][1], pads[2][0] : padded[2] - pads[2][1], :]
 
     return vjp
 

@@ -181,3 +181,21 @@ def test_conv2d_bad_shapes() -> None:
         idist.nn.conv2d(np.zeros((1, 4, 4, 2), np.float32), np.zeros((2, 2, 1, 1), np.float32))
     with pytest.raises(ValueError, match="padding"):
         idist.nn.conv2d(np.zeros((1, 4, 4, 1), np.float32), np.zeros((2, 2, 1, 1), np.float32), padding="FULL")
+
+
+def test_max_pool_ties_go_to_the_first_maximum() -> None:
+    """TF's MaxPoolGrad: a window's gradient goes to its first maximum in row-major order, also when the
+    maximum is positive and repeated (the tiled path for Keras' default pooling and the general path)."""
+    window = np.array([[0.5, 2.0], [2.0, 2.0]], np.float32)
+    x = idist.Tensor(np.tile(window, (2, 3))[None, :, :, None])  # (1, 4, 6, 1): six equal windows
+    for k, s in [(2, 2), (2, (2, 2)), ((2, 2), 2)]:
+        with idist.GradientTape() as t:
+            t.watch(x)
+            y = np.sum(idist.nn.max_pool2d(x, k, s))
+        g = t.gradient(y, x)[0, :, :, 0]
+        np.testing.assert_array_equal(g, np.tile(np.array([[0.0, 1.0], [0.0, 0.0]], np.float32), (2, 3)))
+    general = idist.Tensor(np.array(window)[None, :, :, None])
+    with idist.GradientTape() as t:
+        t.watch(general)
+        y = np.sum(idist.nn.max_pool2d(general, 2, 1, padding="SAME"))  # overlapping windows: the general path
+    np.testing.assert_array_equal(t.gradient(y, general)[0, :, :, 0], [[0.0, 2.0], [1.0, 1.0]])  # as TF 2.21

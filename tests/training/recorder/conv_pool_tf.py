@@ -21,3 +21,13 @@ for k, s, pad in [(2, 2, "VALID"), (3, 2, "SAME"), (2, 1, "VALID")]:
     out["pool"].append({"k": k, "s": s, "padding": pad, "y": y.numpy().tolist(), "gx": t.gradient(loss, xt).numpy().tolist()})
 import pathlib
 json.dump(out, open(pathlib.Path(__file__).parents[1] / "data" / "conv_pool_tf.json", "w"))
+import numpy as np, tensorflow as tf
+w = np.array([[0.5, 2.0], [2.0, 2.0]], np.float32)
+x = tf.constant(w[None, :, :, None])
+with tf.GradientTape() as t:
+    t.watch(x); y = tf.reduce_sum(tf.nn.max_pool2d(x, 2, 1, "SAME"))
+print(t.gradient(y, x).numpy()[0, :, :, 0].tolist())
+x = tf.constant(np.tile(w, (2, 3))[None, :, :, None])
+with tf.GradientTape() as t:
+    t.watch(x); y = tf.reduce_sum(tf.nn.max_pool2d(x, 2, 2, "VALID"))
+print(t.gradient(y, x).numpy()[0, :, :, 0].tolist())
