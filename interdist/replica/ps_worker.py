@@ -92,6 +92,21 @@ class PSWorkerView:
             return _reduction.reduce_components(op, [np.asarray(c) for c in value.values], axis)
         return value if axis is None else _reduction.reduce_components(op, [np.asarray(value)], axis)
 
+    # What an optimizer's merge_call uses (TF: the step's gradients are applied to the variables on
+    # the ps tasks). One replica: a sum or a mean is the value itself.
+    def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
+        resolve(reduce_op)
+        return value.values[0] if isinstance(value, DistributedValues) else value
+
+    def batch_reduce_to(self, reduce_op: Any, value_destination_pairs: Any, options: Any = None) -> list[Any]:
+        return [self.reduce_to(reduce_op, v, d, options) for v, d in value_destination_pairs]
+
+    def update(self, var: Any, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, group: bool = True) -> Any:
+        """``fn(var, *args, **kwargs)`` in cross-replica context; its writes go to the ps tasks at the step's end."""
+        with _context.enter(self, None):
+            out = fn(var, *tuple(args), **dict(kwargs or {}))
+        return out if group else (out,)
+
     def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
         return value.values if isinstance(value, DistributedValues) else (value,)
 

@@ -1,0 +1,247 @@
+"""Every optimizer gives the same values on every strategy: TF 2.21's (``_optimizer_cases.py``).
+
+Mirrored, CentralStorage and MultiWorkerMirrored replicas are each given half of each gradient (summed:
+the gradient); ParameterServerStrategy steps, scheduled one after the other by a ClusterCoordinator on
+two workers, are given the whole gradient. Under ParameterServerStrategy the slots live on the ps task,
+sharded as their variable, and every worker's step updates the same ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import interdist as idist
+from interdist import optimizers as O
+from interdist.experimental import ParameterServerStrategy, partitioners
+from interdist.strategy.coordinator import ClusterCoordinator
+
+from ._optimizer_cases import GRADS, IEEE_EXACT, MAKERS, W0, reference
+
+HALF = np.float32(0.5)
+
+
+class _Named:
+    """A Dask cluster whose workers are named as TF tasks (``ps-0``, ``worker-0``, ``worker-1``)."""
+
+    def __init__(self, names: list[str]) -> None:
+        from distributed import LocalCluster
+
+        self.cluster = LocalCluster(
+            n_workers=0, host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR
+        )
+        self.nannies = [self.cluster.sync(self._add, n) for n in names]
+        self.address = self.cluster.scheduler_address
+
+    async def _add(self, name: str) -> Any:
+        from distributed import Nanny
+
+        nanny = Nanny(
+            self.cluster.scheduler_address,
+            name=name,
+            nthreads=1,
+            host="127.0.0.1",
+            memory_limit=0,
+            silence_logs=logging.ERROR,
+        )
+        await nanny
+        return nanny
+
+    def close(self) -> None:
+        for n in self.nannies:
+            try:
+                self.cluster.sync(n.close, timeout=10)
+            except Exception:  # closing what is left
+                pass
+        self.cluster.close(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def named() -> Iterator[_Named]:
+    c = _Named(["ps-0", "worker-0", "worker-1"])
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def cs() -> Iterator[Any]:
+    s = idist.experimental.CentralStorageStrategy(["CPU:0", "CPU:1"], parameter_device="CPU:1")  # holder: replica 1
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def mwms(named: _Named) -> Iterator[Any]:
+    s = idist.MultiWorkerMirroredStrategy(cluster=named.address)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def ps(named: _Named) -> Iterator[tuple[Any, Any]]:
+    s = ParameterServerStrategy(cluster=named.address, variable_partitioner=partitioners.FixedShardsPartitioner(2))
+    yield s, ClusterCoordinator(s)
+    s.close()
+
+
+def _check(name: str, w: Any, opt: Any) -> None:
+    steps, slots = reference(name)
+    got = np.asarray(w.numpy() if hasattr(w, "numpy") else w)
+    np.testing.assert_allclose(got, steps[-1], rtol=1e-6, atol=0, err_msg=name)
+    if name in IEEE_EXACT:
+        assert got.tobytes() == steps[-1].tobytes(), name
+    assert int(np.asarray(opt.iterations.numpy())) == 4, name
+    kept = opt._checkpoint_read_slots([w])[0]
+    assert sorted(kept) == sorted(slots), name
+    for slot, value in slots.items():
+        np.testing.assert_allclose(kept[slot], value, rtol=1e-6, atol=0, err_msg=f"{name} {slot}")
+
+
+def _one_device(name: str) -> np.ndarray:
+    w = idist.Variable(W0.copy())
+    opt = MAKERS[name]()
+    for g in GRADS:
+        opt.apply_gradients([(g, w)])
+    return np.asarray(w)
+
+
+def _replicas(s: Any, name: str) -> tuple[Any, Any]:
+    with s.scope():
+        w = idist.Variable(W0.copy(), name="w")
+        opt = MAKERS[name]()
+    for g in GRADS:
+        s.run(lambda g: opt.apply_gradients([(g * HALF, w)]), args=(g,))
+    return w, opt
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_mirrored(mirrored2: Any, name: str) -> None:
+    w, opt = _replicas(mirrored2, name)
+    _check(name, w, opt)
+    assert np.asarray(w).tobytes() == _one_device(name).tobytes()
+    copies = [np.asarray(c) for c in mirrored2.experimental_local_results(w)]
+    assert copies[0].tobytes() == copies[1].tobytes()
+
+
+def test_build_on_mirrored_makes_the_slots_on_every_replica(mirrored2: Any) -> None:
+    with mirrored2.scope():
+        w = idist.Variable(W0.copy())
+        opt = O.RMSprop(0.05, rho=0.8, momentum=0.5, epsilon=1e-6, centered=True)
+    opt.build([w])
+    kept = opt._checkpoint_read_slots([w])[0]
+    assert sorted(kept) == ["average_gradient", "momentum", "velocity"]
+    assert all(v.tolist() == [0.0] * 4 and v.dtype == np.float32 for v in kept.values())
+    for g in GRADS:
+        mirrored2.run(lambda g: opt.apply_gradients([(g * HALF, w)]), args=(g,))
+    _check("rmsprop_centered_momentum", w, opt)
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_central_storage(cs: Any, name: str) -> None:
+    w, opt = _replicas(cs, name)
+    _check(name, w, opt)
+    assert np.asarray(w).tobytes() == _one_device(name).tobytes()
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_multi_worker_mirrored(mwms: Any, name: str) -> None:
+    w, opt = _replicas(mwms, name)
+    _check(name, w, opt)
+    assert np.asarray(w).tobytes() == _one_device(name).tobytes()
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_parameter_server_steps_one_after_the_other(ps: tuple[Any, Any], name: str) -> None:
+    s, coord = ps
+    with s.scope():
+        w = idist.Variable(W0.copy(), name="w")  # two shards: rows 0-1 and 2-3
+        opt = MAKERS[name]()
+    assert len(w.variables) == 2
+
+    def step(g: np.ndarray) -> None:
+        s.run(lambda: opt.apply_gradients([(g, w)]))
+
+    for g in GRADS:
+        coord.schedule(step, args=(g,))
+        coord.join()  # the next step reads what this one applied, whichever worker runs it
+    _check(name, w, opt)
+    assert w.numpy().tobytes() == _one_device(name).tobytes()
+
+
+def test_parameter_server_strategy_run_in_the_notebook(ps: tuple[Any, Any]) -> None:
+    s, _ = ps
+    with s.scope():
+        w = idist.Variable(W0.copy())
+        opt = O.SGD(0.1, momentum=0.9, nesterov=True)
+    for g in GRADS:
+        s.run(lambda g: opt.apply_gradients([(g, w)]), args=(g,))
+    _check("sgd_nesterov", w, opt)
+
+
+def test_parameter_server_workers_share_the_slots(ps: tuple[Any, Any]) -> None:
+    """Steps running at once on both workers: every one's update reaches the same accumulators."""
+    s, coord = ps
+    with s.scope():
+        w = idist.Variable(np.zeros(4, np.float32))
+        opt = O.Adagrad(0.1, initial_accumulator_value=0.25)
+    opt.build([w])  # made before two first steps could both make them
+    g = np.array([0.5, -1.0, 2.0, 0.25], np.float32)  # g^2 added 40 times: exact in any order
+
+    def step() -> None:
+        s.run(lambda: opt.apply_gradients([(g, w)]))
+
+    for _ in range(40):
+        coord.schedule(step)
+    coord.join()
+    assert int(opt.iterations.numpy()) == 40
+    accumulator = opt._checkpoint_read_slots([w])[0]["accumulator"]
+    assert accumulator.tolist() == (np.float32(0.25) + 40 * g * g).tolist()
+    stats = s._ps_stats()[0]
+    assert len([i for i in stats["shards"] if i < 0]) >= 2  # the accumulator's two shards, on the ps
+
+
+def test_parameter_server_apply_outside_a_step_says_where(ps: tuple[Any, Any]) -> None:
+    s, _ = ps
+    with s.scope():
+        w = idist.Variable(np.zeros(2, np.float32))
+        opt = O.Adam()
+    with pytest.raises(AttributeError, match="merge_call"), s.scope():
+        opt.apply_gradients([(np.ones(2, np.float32), w)])
+
+
+def test_parameter_server_checkpoint_of_the_slots(ps: tuple[Any, Any], tmp_path: Path) -> None:
+    s, coord = ps
+    with s.scope():
+        w = idist.Variable(W0.copy())
+        opt = O.Adam(0.1)
+
+    def step(g: np.ndarray) -> None:
+        s.run(lambda: opt.apply_gradients([(g, w)]))
+
+    def train(gs: np.ndarray) -> None:
+        for g in gs:
+            coord.schedule(step, args=(g,))
+            coord.join()
+
+    ckpt = idist.Checkpoint(optimizer=opt, model={"w": w})
+    train(GRADS[:2])
+    path = ckpt.save(tmp_path / "ckpt")
+    train(GRADS[2:])
+    uninterrupted = w.numpy()
+    np.testing.assert_allclose(uninterrupted, reference("adam")[0][3], rtol=1e-6, atol=0)
+    ckpt.restore(path)  # the variable, iterations and both slots go back to step 2
+    assert int(opt.iterations.numpy()) == 2
+    train(GRADS[2:])
+    assert w.numpy().tobytes() == uninterrupted.tobytes()
+    # into a new optimizer (its slots made by the restore)
+    with s.scope():
+        opt2 = O.Adam(0.1)
+    idist.Checkpoint(optimizer=opt2, model={"w": w}).restore(path)
+    opt = opt2
+    train(GRADS[2:])
+    assert w.numpy().tobytes() == uninterrupted.tobytes()
