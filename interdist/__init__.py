@@ -39,6 +39,7 @@ from . import (
     nn,
     optimizers,
     regularizers,
+    train,
 )
 from .autodiff import GradientTape, UnconnectedGradients, stop_gradient, value_and_grad
 from .checkpoint import Checkpoint, CheckpointManager
@@ -151,6 +152,7 @@ __all__ = [
     "performance_report",
     "regularizers",
     "stop_gradient",
+    "train",
     "value_and_grad",
     "visualize",
 ]

@@ -2,11 +2,20 @@
 
 Layout of a checkpoint directory (documented in README.md)::
 
-    ckpt-000001/
+    ckpt-1/
       index.json        {"format": "interdist-checkpoint/1", "variables": {name: {file, dtype, shape,
-                         sha256, synchronization, aggregation}}, "num_replicas": n}
+                         sha256, synchronization, aggregation[, slot]}}, "num_replicas": n[, "save_counter": n]}
       v000000.npy ...   each variable's value as a cross-replica read gives it (sync-on-read
                         variables aggregated: SUM summed, MEAN averaged)
+    checkpoint.json     which checkpoint of the directory is the latest (``latest_checkpoint``), and
+                        a ``CheckpointManager``'s list
+
+Checkpoints are named as TF names them: ``Checkpoint.save(prefix)`` writes ``{prefix}-1``,
+``{prefix}-2``... (directories an older version named ``{prefix}-000001`` are read as well).
+An optimizer given to a ``Checkpoint`` is saved with its ``iterations`` and, for each variable of the
+checkpoint it keeps slots for, each slot (Adam's ``momentum`` and ``velocity``...) as an entry
+``{variable}/.OPTIMIZER_SLOT/{optimizer}/{slot}`` (its index entry says whose slot it is), so that a
+restored optimizer goes on exactly as the saved one would have.
 
 Files are numbered, and names live only in the index: two names that would make the same file
 name (``x/y`` and ``x_y``) can never overwrite each other. Restore reads only plain file names
@@ -40,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from interdist.replica.ps_liveness import host_key
-from interdist.values.variables import Variable
+from interdist.values.variables import Variable, VariableAggregation, VariableSynchronization
 
 FORMAT = "interdist-checkpoint/1"
 
@@ -123,10 +132,17 @@ def _entry_file(root: Path, name: str, entry: Any) -> Path:
 class Checkpoint:
     """Groups variables (and objects holding them) under names, like ``tf.train.Checkpoint``.
 
+    Each object may be a variable, a list/tuple/dict of them (nested), an object with a ``variables``
+    (or ``trainable_variables``) list such as a layer or a model, an object whose attributes are
+    variables (or hold them), or an optimizer: its ``iterations`` and its slots for this checkpoint's
+    variables are saved, so that training resumed from a checkpoint goes on exactly as it would have.
+
     >>> import interdist as idist, numpy as np, tempfile
     >>> v = idist.Variable(np.float32(2.0))
     >>> ck = idist.Checkpoint(v=v)
     >>> path = ck.save(tempfile.mkdtemp() + "/ckpt")
+    >>> path.rsplit("/", 1)[1]
+    'ckpt-1'
     >>> _ = v.assign(0.0); ck.restore(path); float(v)
     2.0
     """
@@ -136,15 +152,27 @@ class Checkpoint:
             raise ValueError("Checkpoint needs at least one named variable or object, e.g. Checkpoint(w=w)")
         self._objects = objects
         self._counter = 0
+        self._loaded_counter: int | None = None
 
     def __repr__(self) -> str:
         return f"<interdist.Checkpoint of {', '.join(self._objects)}; save_counter={self._counter}>"
 
+    @property
+    def save_counter(self) -> int:
+        """How many times ``save`` ran (restored from a checkpoint ``save`` wrote, as TF's)."""
+        return self._counter
+
     def _variables(self) -> dict[str, Any]:
+        """The variables of this checkpoint by name (an optimizer's ``iterations`` with them)."""
+        return self._collect()[0]
 
+    def _collect(self) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+        """The variables by name, and the optimizers (with their names), whose slots are saved too."""
         out: dict[str, Any] = {}
+        optimizers: list[tuple[str, Any]] = []
+        inside: set[int] = set()  # the objects being visited (a layer that refers back to its model)
 
-        def visit(prefix: str, obj: Any) -> None:
+        def visit(prefix: str, obj: Any, lenient: bool = False) -> None:
             if isinstance(obj, Variable):
                 if prefix in out:
                     raise ValueError(
@@ -152,42 +180,83 @@ class Checkpoint:
                         "(a name with '/' and a nested object spell the same path): rename one"
                     )
                 out[prefix] = obj
+            elif _is_optimizer(obj):
+                if all(o is not obj for _, o in optimizers):
+                    optimizers.append((prefix, obj))
+                    visit(f"{prefix}/iterations", obj.iterations)
             elif isinstance(obj, (list, tuple)):
                 for i, o in enumerate(obj):
-                    visit(f"{prefix}/{i}", o)
+                    visit(f"{prefix}/{i}", o, lenient)
             elif isinstance(obj, dict):
                 for k, o in obj.items():
-                    visit(f"{prefix}/{k}", o)
-            elif hasattr(obj, "variables"):
-                for i, o in enumerate(obj.variables):
+                    visit(f"{prefix}/{k}", o, lenient)
+            elif id(obj) in inside:
+                return
+            elif hasattr(obj, "variables") or hasattr(obj, "trainable_variables"):
+                inside.add(id(obj))
+                listed = obj.variables if hasattr(obj, "variables") else obj.trainable_variables
+                for i, o in enumerate(listed):
                     visit(f"{prefix}/{i}", o)
-            else:
+                inside.discard(id(obj))
+            elif _holds_variables(obj, set()):
+                inside.add(id(obj))  # an object whose attributes are variables (or hold them)
+                for attr, o in _public_attributes(obj):
+                    if _holds_variables(o, set()):
+                        visit(f"{prefix}/{attr}", o, lenient=True)
+                inside.discard(id(obj))
+            elif not lenient:
                 raise TypeError(
-                    f"Checkpoint cannot save {prefix!r} of type {type(obj).__name__}: "
-                    "give variables, lists/dicts of them, or objects with a .variables list"
+                    f"Checkpoint cannot save {prefix!r} of type {type(obj).__name__}: give variables, "
+                    "lists/dicts of them, optimizers, or objects with a .variables list (or Variable attributes)"
                 )
 
         for name, obj in self._objects.items():
             visit(name, obj)
-        return out
+        return out, optimizers
+
+    def _entries(self) -> dict[str, Any]:
+        """What ``write`` saves: the variables, and the slots of each optimizer for each of them
+        (named ``{variable}/.OPTIMIZER_SLOT/{optimizer}/{slot}``, as TF names them)."""
+        variables, optimizers = self._collect()
+        entries = dict(variables)
+        counters = {id(opt.iterations) for _, opt in optimizers}
+        targets: dict[int, tuple[str, Any]] = {}
+        for name, var in variables.items():
+            if id(var) not in counters:
+                targets.setdefault(id(var), (name, var))
+        for prefix, opt in optimizers:
+            found = opt._checkpoint_read_slots([var for _, var in targets.values()])
+            for (vname, var), slots in zip(targets.values(), found, strict=True):
+                for slot, value in sorted(slots.items()):
+                    name = _slot_entry(vname, prefix, slot)
+                    if name in entries:
+                        raise ValueError(f"two values of this Checkpoint would both be saved as {name!r}: rename one")
+                    entries[name] = _SlotRef(opt, var, slot, vname, prefix, np.asarray(value))
+        return entries
 
     def save(self, prefix: str | os.PathLike[str], progress: bool = False) -> str:
-        """Write ``{prefix}-{n}`` (a directory) atomically; return its path.
+        """Write ``{prefix}-{n}`` (a directory; ``n`` is ``save_counter``, 1 at the first save) atomically,
+        record it as the latest checkpoint of its directory (``latest_checkpoint``); return its path.
 
         ``progress=True`` shows a ``tqdm.auto`` bar in the cell, one tick per variable written.
         """
         self._counter += 1
-        target = Path(f"{os.fspath(prefix)}-{self._counter:06d}")
-        return self.write(target, progress=progress)
+        target = Path(f"{os.fspath(prefix)}-{self._counter}")
+        path = self.write(target, progress=progress, save_counter=self._counter)
+        _record_latest(target.parent, target.name)  # tf.train.latest_checkpoint(directory) finds it
+        return path
 
-    def write(self, path: str | os.PathLike[str], progress: bool = False) -> str:
+    def write(self, path: str | os.PathLike[str], progress: bool = False, save_counter: int | None = None) -> str:
+        """Write the checkpoint to the directory ``path`` atomically (not recorded as the latest); its path."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(target.parent)  # a save killed earlier (its writer gone) left its directory
         tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target.name), dir=target.parent))
         try:
             index: dict[str, Any] = {"format": FORMAT, "variables": {}}
-            variables = self._variables()
+            if save_counter is not None:
+                index["save_counter"] = save_counter
+            variables = self._entries()
             bar = _progress_bar(progress, len(variables), f"save {target.name}")
             for i, (name, var) in enumerate(variables.items()):
                 value = _cross_replica_value(var)  # raises before anything is renamed into place
@@ -201,6 +270,8 @@ class Checkpoint:
                     "synchronization": var.synchronization.name,
                     "aggregation": var.aggregation.name,
                 }
+                if isinstance(var, _SlotRef):
+                    index["variables"][name]["slot"] = var.describe()
                 strategy = getattr(var, "_strategy", None)
                 index["num_replicas"] = getattr(strategy, "num_replicas_in_sync", 1)
                 if i == 0:
@@ -223,8 +294,19 @@ class Checkpoint:
 
         ``progress=True`` shows a ``tqdm.auto`` bar in the cell, one tick per variable read and checked.
         """
-        for var, value in self._load(path, progress).values():
-            var.assign(value)
+        values = self._load(path, progress)
+        slots: dict[int, tuple[Any, int, dict[int, tuple[Any, dict[str, np.ndarray]]]]] = {}
+        for var, value in values.values():
+            if isinstance(var, _SlotRef):  # assigned together, one call per optimizer
+                _, _, by_var = slots.setdefault(id(var.optimizer), (var.optimizer, var.step, {}))
+                by_var.setdefault(id(var.var), (var.var, {}))[1][var.slot] = value
+            else:
+                var.assign(value)
+        for optimizer, step, by_var in slots.values():
+            optimizer._checkpoint_write_slots(list(by_var.values()), step)
+        counter = self._loaded_counter
+        if counter is not None:
+            self._counter = counter
 
     def _load(self, path: str | os.PathLike[str], progress: bool = False) -> dict[str, tuple[Any, np.ndarray]]:
         """Each variable's saved value, read and checked against the index and the variable (raises
@@ -240,8 +322,20 @@ class Checkpoint:
         saved = index.get("variables")
         if not isinstance(saved, dict):
             raise ValueError(f"the checkpoint at {root} has no variables table in its index.json")
-        variables = self._variables()
+        self._loaded_counter = index.get("save_counter") if isinstance(index.get("save_counter"), int) else None
+        variables, optimizers = self._collect()
         missing = sorted(set(variables) - set(saved))
+        by_prefix = dict(optimizers)
+        for name, entry in saved.items():  # the slots saved for this checkpoint's variables and optimizers
+            meta = entry.get("slot") if isinstance(entry, dict) else None
+            if not isinstance(meta, dict) or name in variables:
+                continue
+            of, by, slot = meta.get("variable"), meta.get("optimizer"), meta.get("name")
+            if not (isinstance(of, str) and isinstance(by, str) and isinstance(slot, str)):
+                continue
+            var, opt = variables.get(of), by_prefix.get(by)
+            if var is not None and opt is not None:
+                variables[name] = _SlotRef(opt, var, slot, of, by)
         if missing:
             raise ValueError(f"the checkpoint at {root} has no value for {missing}")
         values: dict[str, tuple[Any, np.ndarray]] = {}
@@ -269,7 +363,78 @@ class Checkpoint:
             values[name] = (var, value)
             bar.update(1)
         bar.close()
+        for ref, _ in values.values():
+            if isinstance(ref, _SlotRef):  # a slot's update count: its optimizer's restored iterations
+                counter = values.get(f"{ref.prefix}/iterations")
+                ref.step = int(counter[1]) if counter is not None else 0
         return values
+
+
+def _is_optimizer(obj: Any) -> bool:
+    """An ``interdist.optimizers`` optimizer (or anything keeping slots the same way)."""
+    return hasattr(obj, "_checkpoint_read_slots") and isinstance(getattr(obj, "iterations", None), Variable)
+
+
+def _public_attributes(obj: Any) -> list[tuple[str, Any]]:
+    try:
+        attributes = vars(obj)
+    except TypeError:
+        return []
+    return [(k, v) for k, v in attributes.items() if isinstance(k, str) and not k.startswith("_")]
+
+
+def _holds_variables(obj: Any, seen: set[int], depth: int = 0) -> bool:
+    """Whether ``obj`` is, lists or (through its public attributes) holds a variable or an optimizer."""
+    if isinstance(obj, Variable) or _is_optimizer(obj):
+        return True
+    if depth > 8 or id(obj) in seen or isinstance(obj, (str, bytes, int, float, complex, np.ndarray, np.generic)):
+        return False
+    seen.add(id(obj))
+    if isinstance(obj, (list, tuple)):
+        return any(_holds_variables(o, seen, depth + 1) for o in obj)
+    if isinstance(obj, dict):
+        return any(_holds_variables(o, seen, depth + 1) for o in obj.values())
+    if hasattr(obj, "variables") or hasattr(obj, "trainable_variables"):
+        return True
+    return any(_holds_variables(o, seen, depth + 1) for _, o in _public_attributes(obj))
+
+
+def _slot_entry(variable: str, optimizer: str, slot: str) -> str:
+    return f"{variable}/.OPTIMIZER_SLOT/{optimizer}/{slot}"
+
+
+class _SlotRef:
+    """One optimizer slot of one variable (Adam's ``momentum`` of ``model/0``...), as the save and
+    restore loops see a variable: it has the variable's shape and dtype, and is kept by the optimizer
+    where the variable is (``interdist/optimizers.py``)."""
+
+    synchronization = VariableSynchronization.ON_WRITE
+    aggregation = VariableAggregation.NONE
+
+    def __init__(self, optimizer: Any, var: Any, slot: str, variable: str, prefix: str, value: Any = None) -> None:
+        self.optimizer, self.var, self.slot = optimizer, var, slot
+        self.variable, self.prefix = variable, prefix  # the names of the variable and the optimizer
+        self.value = value
+        self.step = 0  # the restored iterations of the optimizer (the slots' update count)
+        self._strategy = getattr(var, "_strategy", None)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.var.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        dtype: np.dtype[Any] = np.dtype(self.var.dtype)
+        return dtype
+
+    def read_value(self) -> Any:
+        return self.value
+
+    def assign(self, value: Any) -> None:
+        self.optimizer._checkpoint_write_slots([(self.var, {self.slot: np.asarray(value)})], self.step)
+
+    def describe(self) -> dict[str, str]:
+        return {"variable": self.variable, "optimizer": self.prefix, "name": self.slot}
 
 
 def _fire_injected_faults(variables: Any) -> None:
@@ -323,21 +488,49 @@ def _number(checkpoint_name: str, path: str) -> int | None:
     return int(tail) if name.startswith(checkpoint_name + "-") and tail.isdigit() else None
 
 
+def _state(directory: Path) -> dict[str, Any] | None:
+    """The state file of ``directory`` (None without one); ValueError when it is not one of ours."""
+    state_path = directory / STATE_FILE
+    if not state_path.is_file():
+        return None
+    try:
+        state = json.loads(state_path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{state_path} is not a readable checkpoint list: {type(e).__name__}: {e}") from None
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise ValueError(f"{state_path} is not an interdist checkpoint list (no format {STATE_FORMAT!r})")
+    return state
+
+
+def _write_state_file(directory: Path, state: dict[str, Any]) -> None:
+    """Replace the state file atomically (a crash leaves the old one or the new one)."""
+    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(STATE_FILE), dir=directory)
+    with os.fdopen(fd, "w") as f:
+        json.dump(state, f, indent=1)
+    os.replace(tmp, directory / STATE_FILE)
+
+
+def _record_latest(directory: Path, name: str) -> None:
+    """``Checkpoint.save``: ``name`` is now the latest checkpoint of ``directory`` (a manager's list, if
+    the state file has one, is kept). A state file that is not ours is left alone."""
+    try:
+        state = _state(directory)
+    except ValueError:
+        return
+    state = state if state is not None else {"format": STATE_FORMAT}
+    state["latest"] = name
+    _write_state_file(directory, state)
+
+
 def _read_state(directory: Path, checkpoint_name: str) -> tuple[list[tuple[str, float]], list[str], float]:
     """The checkpoints a manager keeps in ``directory`` (path, time saved; the oldest first), those
     preserved for ever, and when one was last preserved. Only checkpoints still on disk count; without
     a state file, the directory's ``{checkpoint_name}-{n}`` checkpoints are adopted."""
-    state_path = directory / STATE_FILE
+    state = _state(directory)
     found: list[tuple[str, float]] = []
     preserved: list[str] = []
     last_preserved = 0.0
-    if state_path.is_file():
-        try:
-            state = json.loads(state_path.read_text())
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{state_path} is not a readable checkpoint list: {type(e).__name__}: {e}") from None
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ValueError(f"{state_path} is not an interdist checkpoint list (no format {STATE_FORMAT!r})")
+    if state is not None and "checkpoints" in state:  # a manager's list (Checkpoint.save records only the latest)
         for item in state.get("checkpoints", []):
             name = item.get("name") if isinstance(item, dict) else None
             if isinstance(name, str) and _number(checkpoint_name, name) is not None and Path(name).name == name:
@@ -422,11 +615,9 @@ class CheckpointManager:
             "checkpoints": [{"name": Path(p).name, "time": t} for p, t in self._kept],
             "preserved": [Path(p).name for p in self._preserved],
             "last_preserved": self._last_preserved,
+            "latest": Path(self._kept[-1][0]).name if self._kept else None,
         }
-        fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(STATE_FILE), dir=self._directory)
-        with os.fdopen(fd, "w") as f:
-            json.dump(state, f, indent=1)
-        os.replace(tmp, self._directory / STATE_FILE)
+        _write_state_file(self._directory, state)
 
     # -- public API --------------------------------------------------------------------------------
     @property
@@ -491,8 +682,18 @@ class CheckpointManager:
 
 
 def latest_checkpoint(directory: str | os.PathLike[str], checkpoint_name: str = "ckpt") -> str | None:
-    """The newest checkpoint a ``CheckpointManager`` saved in ``directory``, or None.
+    """The path of the latest checkpoint saved in ``directory``, or None, as ``tf.train.latest_checkpoint``.
 
-    As ``tf.train.latest_checkpoint``."""
-    kept, _, _ = _read_state(Path(directory), checkpoint_name)
+    The latest is the one recorded by the last ``Checkpoint.save`` or ``CheckpointManager.save`` into
+    ``directory`` (None when it was deleted since, as TF). A directory saved into by an older version,
+    without that record: the newest ``{checkpoint_name}-{n}`` of its manager's list, or of the directory.
+    """
+    root = Path(directory)
+    state = _state(root)
+    if state is not None and "latest" in state:
+        name = state["latest"]
+        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+            return None  # never a path outside the directory
+        return str(root / name) if (root / name / "index.json").is_file() else None
+    kept, _, _ = _read_state(root, checkpoint_name)
     return kept[-1][0] if kept else None

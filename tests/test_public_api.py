@@ -73,6 +73,7 @@ def test_all_is_pinned() -> None:
             "performance_report",
             "regularizers",
             "stop_gradient",
+            "train",
             "value_and_grad",
             "visualize",
         ]

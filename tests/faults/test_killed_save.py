@@ -55,6 +55,6 @@ def test_a_killed_save_is_cleaned_up_by_the_next_manager_and_save(tmp_path: Path
     assert not dead.exists() and mine.exists() and os.path.isdir(path)
     assert manager.save().endswith("ckpt-2")
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
-        "checkpoint.json", "ckpt-1", "ckpt-2", "other-000001"
+        "checkpoint.json", "ckpt-1", "ckpt-2", "other-1"
     ]
     assert _hidden(tmp_path) == sorted(p.name for p in (mine, elsewhere, fresh))  # nothing new left behind
