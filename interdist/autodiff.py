@@ -232,6 +232,11 @@ class Differentiable:
     def _tape_key(self) -> Any:
         return id(self)
 
+    def _tape_parts(self) -> list[Any] | None:
+        """The parts a tape watches one by one (a sharded variable's shards, read as their concatenation
+        along axis 0, as TF takes gradients per shard); None for a variable watched whole."""
+        return None
+
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         return func(*_plain_args(args), **_plain_args(kwargs))
 
@@ -255,10 +260,13 @@ def apply_ufunc(ufunc: Any, method: str, inputs: tuple[Any, ...], kwargs: dict[s
 
 def read(var: Any, value: Any = None) -> Any:
     """``var`` as the recording tapes see it: its value, boxed once per tape that watches it."""
+    if not recording():
+        return var._tape_value() if value is None else value
+    parts = var._tape_parts()
+    if parts is not None:
+        return np.concatenate([read(part) for part in parts], axis=0)
     if value is None:
         value = var._tape_value()
-    if not recording():
-        return value
     for tape in _STATE.tapes:
         if tape._recording:
             value = tape._box(var, value)
@@ -424,7 +432,14 @@ class GradientTape:
         wanted: dict[Any, Any] = {}  # node -> its gradient, once known
         nodes: list[Any] = []
         for s in flat_sources:
-            if isinstance(s, Differentiable):
+            node: Any
+            if isinstance(s, Differentiable) and s._tape_parts() is not None:
+                node = _Whole(self, s)  # a sharded variable: its shards' gradients, concatenated below
+                for part in s._tape_parts() or ():
+                    entry = self._roots.get(part._tape_key())
+                    if entry is not None:
+                        wanted[entry[1]] = None
+            elif isinstance(s, Differentiable):
                 entry = self._roots.get(s._tape_key())
                 node = entry[1] if entry is not None else None
             elif is_traced(s):
@@ -444,7 +459,7 @@ class GradientTape:
             _backward(ends, wanted)
         grads = []
         for s, node in zip(flat_sources, nodes, strict=True):
-            g = wanted.get(node) if node is not None else None
+            g = node.gradient(wanted) if isinstance(node, _Whole) else wanted.get(node) if node is not None else None
             dtype = _dtype_of(s)
             if g is None:
                 grads.append(np.zeros(_shape_of(s), dtype) if mode is UnconnectedGradients.ZERO else None)
@@ -459,6 +474,26 @@ class GradientTape:
 
     def batch_jacobian(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("GradientTape.batch_jacobian is not implemented in interdist")
+
+
+class _Whole:
+    """A sharded variable asked for whole: the concatenation of its shards' gradients (zeros for a shard
+    not reached while another is; None when none is)."""
+
+    def __init__(self, tape: GradientTape, var: Any) -> None:
+        self.parts = [(part, tape._roots.get(part._tape_key())) for part in var._tape_parts()]
+
+    def gradient(self, wanted: dict[Any, Any]) -> Any:
+        grads = [wanted.get(entry[1]) if entry is not None else None for _, entry in self.parts]
+        if all(g is None for g in grads):
+            return None
+        return np.concatenate(
+            [
+                np.asarray(_AG.getval(g)) if g is not None else np.zeros(part.shape, part.dtype)
+                for (part, _), g in zip(self.parts, grads, strict=True)
+            ],
+            axis=0,
+        )
 
 
 def _no_vjp(g: Any) -> tuple[()]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from interdist import _context
 from interdist._convert import apply_op, convert_for_variable
+from interdist.autodiff import Differentiable
 from interdist.values.tensor import Tensor
 from interdist.values.variables import Variable, VariableAggregation, VariableSynchronization
 
@@ -35,7 +36,7 @@ class Shard:
     stop: int
 
 
-class ShardView:
+class ShardView(Differentiable):
     """One shard of a partitioned variable, as ``ShardedVariable.variables`` lists them."""
 
     def __init__(self, var: PSVariable, index: int) -> None:
@@ -57,6 +58,16 @@ class ShardView:
     @property
     def dtype(self) -> np.dtype[Any]:
         return self._var.dtype
+
+    @property
+    def trainable(self) -> bool:
+        return self._var.trainable
+
+    def _tape_value(self) -> Any:
+        return self.numpy()
+
+    def _tape_key(self) -> Any:
+        return ("shard", self._var._tape_key(), self._index)
 
     def read_value(self) -> Tensor:
         """This shard's rows of the variable, a tensor on its ps task."""
@@ -125,6 +136,9 @@ class PSVariable(Variable):
 
     def __reduce__(self) -> Any:
         return (_rebuild, (self._desc,))
+
+    def _tape_parts(self) -> list[Any] | None:
+        return list(self.variables) if len(self._shards) > 1 else None
 
     # -- attributes ------------------------------------------------------------------
     @property
