@@ -147,7 +147,7 @@ class Checkpoint:
     2.0
     """
 
-    def __init__(self, **objects: Any) -> None:
+    def __init__(self, /, **objects: Any) -> None:  # positional-only: an object may be named "self"
         if not objects:
             raise ValueError("Checkpoint needs at least one named variable or object, e.g. Checkpoint(w=w)")
         self._objects = objects
@@ -192,6 +192,8 @@ class Checkpoint:
                     visit(f"{prefix}/{k}", o, lenient)
             elif id(obj) in inside:
                 return
+            elif getattr(obj, "built", True) is False and hasattr(obj, "_restore_when_built"):
+                self._unbuilt.append((prefix, obj))  # TF defers its restore until it makes its variables
             elif hasattr(obj, "variables") or hasattr(obj, "trainable_variables"):
                 inside.add(id(obj))
                 listed = obj.variables if hasattr(obj, "variables") else obj.trainable_variables
@@ -210,6 +212,7 @@ class Checkpoint:
                     "lists/dicts of them, optimizers, or objects with a .variables list (or Variable attributes)"
                 )
 
+        self._unbuilt: list[tuple[str, Any]] = []
         for name, obj in self._objects.items():
             visit(name, obj)
         return out, optimizers
@@ -338,6 +341,16 @@ class Checkpoint:
                 variables[name] = _SlotRef(opt, var, slot, of, by)
         if missing:
             raise ValueError(f"the checkpoint at {root} has no value for {missing}")
+        deferred = []
+        for prefix, layer in self._unbuilt:  # an unbuilt model: its saved weights, in order, kept for its build
+            numbered = sorted(
+                (int(n[len(prefix) + 1 :]), n)
+                for n in saved
+                if n.startswith(prefix + "/") and n[len(prefix) + 1 :].isdigit()
+            )
+            deferred.append((layer, [n for _, n in numbered]))
+            for _, n in numbered:
+                variables[n] = _Deferred(n)
         values: dict[str, tuple[Any, np.ndarray]] = {}
         bar = _progress_bar(progress, len(variables), f"restore {root.name}")
         for name, var in variables.items():
@@ -355,7 +368,7 @@ class Checkpoint:
                     f"checkpoint value {name!r} ({file.name}) holds shape {value.shape} and dtype {value.dtype}, "
                     f"but index.json says shape {tuple(entry.get('shape') or ())} and dtype {entry['dtype']}"
                 )
-            if value.shape != tuple(var.shape) or value.dtype != var.dtype:
+            if not isinstance(var, _Deferred) and (value.shape != tuple(var.shape) or value.dtype != var.dtype):
                 raise ValueError(
                     f"checkpoint value {name!r} has shape {value.shape} and dtype {value.dtype}, but "
                     f"the variable has shape {tuple(var.shape)} and dtype {var.dtype}"
@@ -363,11 +376,20 @@ class Checkpoint:
             values[name] = (var, value)
             bar.update(1)
         bar.close()
+        for layer, names in deferred:
+            layer._restore_when_built([values.pop(n)[1] for n in names])
         for ref, _ in values.values():
             if isinstance(ref, _SlotRef):  # a slot's update count: its optimizer's restored iterations
                 counter = values.get(f"{ref.prefix}/iterations")
                 ref.step = int(counter[1]) if counter is not None else 0
         return values
+
+
+class _Deferred:
+    """A saved weight of a model not built yet: read and checked now, assigned when the model is built."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 def _is_optimizer(obj: Any) -> bool:

@@ -102,6 +102,8 @@ class Layer:
         self._weights: list[Variable] = []
         self._regularized: list[tuple[Variable, Any]] = []
         self._path = self.name
+        self._batch_input_shape: tuple[Any, ...] | None = None  # input_shape=..., for a Sequential's first layer
+        self._pending_weights: list[np.ndarray] | None = None  # a checkpoint restored before the build
 
     # -- weights ----------------------------------------------------------------------------------------
     def add_weight(
@@ -195,6 +197,16 @@ class Layer:
             )
         self.build(tuple(input_shape))
         self.built = True
+        self._apply_pending()
+
+    def _restore_when_built(self, weights: list[np.ndarray]) -> None:
+        """A checkpoint's weights for this layer, not built yet: assigned when it is (as TF defers a restore)."""
+        self._pending_weights = list(weights)
+
+    def _apply_pending(self) -> None:
+        if self._pending_weights is not None:
+            weights, self._pending_weights = self._pending_weights, None
+            self.set_weights(weights)
 
     def __call__(self, inputs: Any, training: bool | None = None) -> Any:
         if not self.built:
@@ -237,8 +249,8 @@ class Dense(Layer):
         self._init = (kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer)
         self.kernel: Variable | None = None
         self.bias: Variable | None = None
-        if input_shape is not None:
-            self._build_checked((None, *input_shape))
+        if input_shape is not None:  # as Keras 3: the first layer of a Sequential gives the model's input shape
+            self._batch_input_shape = (None, *input_shape)
 
     def build(self, input_shape: Any) -> None:
         ki, bi, kr, br = self._init
@@ -285,8 +297,8 @@ class Conv2D(Layer):
         self._init = (kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer)
         self.kernel: Variable | None = None
         self.bias: Variable | None = None
-        if input_shape is not None:
-            self._build_checked((None, *input_shape))
+        if input_shape is not None:  # as Keras 3: the first layer of a Sequential gives the model's input shape
+            self._batch_input_shape = (None, *input_shape)
 
     def build(self, input_shape: Any) -> None:
         if len(input_shape) != 4:
@@ -387,6 +399,8 @@ class Sequential(Layer):
             return
         if not isinstance(layer, Layer):
             raise TypeError(f"Sequential takes idist.layers.Layer instances, got {type(layer).__name__}")
+        if not self.layers and self._input_shape is None and layer._batch_input_shape is not None:
+            self._input_shape = layer._batch_input_shape
         if layer.built:
             raise ValueError(f"Layer {layer.name!r} is already built: a Sequential builds its layers itself")
         self.layers.append(layer)
@@ -405,6 +419,7 @@ class Sequential(Layer):
                 layer.built = True
             shape = layer.compute_output_shape(shape)
         self.built = True
+        self._apply_pending()
 
     def compute_output_shape(self, input_shape: Any) -> tuple[Any, ...]:
         shape = tuple(input_shape)
