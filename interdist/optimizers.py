@@ -600,18 +600,22 @@ def _probe_ps_slots(conn: Any, store: str, handles: list[PSVariable]) -> dict[in
     return {h._var_id: values.get(h._var_id) for h in handles}
 
 
-def _create_ps_slots(conn: Any, store: str, items: list[tuple[PSVariable, np.ndarray]]) -> None:
-    """Place each slot's value on its ps tasks (made, or replaced)."""
+def _create_ps_slots(
+    conn: Any, store: str, items: list[tuple[PSVariable, np.ndarray]], if_absent: bool = False
+) -> list[Any]:
+    """Place each slot's value on its ps tasks (made, or replaced; with ``if_absent``, only where none is
+    yet: two workers' first steps may both find a slot missing, and the second must not reset the
+    first's update). The ps tasks' answers, "OK" or "EXISTS", one per shard."""
     calls = []
     for h, value in items:
         whole = len(h._shards) == 1
         for s in h._shards:
             part = value if whole else np.ascontiguousarray(value[s.start : s.stop])
-            payload = {"store": store, "shard_id": s.shard_id, "value": cloudpickle.dumps(part)}
+            payload = {"store": store, "shard_id": s.shard_id, "value": cloudpickle.dumps(part), "if_absent": if_absent}
             calls.append((s.address, "interdist_ps_create", payload))
         _KNOWN_PS_SLOTS.add((store, h._var_id))
     tasks = {s.address: ps_step.ps_task(s.device) for h, _ in items for s in h._shards}
-    conn.call_many(calls, tasks)
+    return list(conn.call_many(calls, tasks))
 
 
 def _ensure_ps_slots(ctx: Any, items: list[tuple[PSVariable, float]]) -> None:
@@ -647,8 +651,11 @@ def _ensure_ps_slots(ctx: Any, items: list[tuple[PSVariable, float]]) -> None:
             _KNOWN_PS_SLOTS.add((ctx.store, h._var_id))
         ctx.register(h)
         ctx.values[h._var_id] = value
-    if missing:
-        _create_ps_slots(ctx.conn, ctx.store, missing)
+    if missing and "EXISTS" in _create_ps_slots(ctx.conn, ctx.store, missing, if_absent=True):
+        # another worker's step made them first (and may have updated them since): read what is there
+        values, _ = ps_step.read_shards(ctx.conn, ctx.store, [h for h, _ in missing])
+        for h, _ in missing:
+            ctx.values[h._var_id] = values[h._var_id]
 
 
 def _read_ps_slots(strategy: Any, handles: list[tuple[PSVariable, float]]) -> dict[str, np.ndarray]:

@@ -48,9 +48,13 @@ class ShardStore:
         self.duplicates = 0
         self._lock = threading.Lock()
 
-    def create(self, shard_id: int, value: np.ndarray) -> None:
+    def create(self, shard_id: int, value: np.ndarray, if_absent: bool = False) -> bool:
+        """Hold ``value`` as the shard (replacing it, or only where there is none yet: whether it was made)."""
         with self._lock:
+            if if_absent and shard_id in self.values:
+                return False
             self.values[shard_id] = np.array(value, copy=True)
+            return True
 
     def read(self, shard_ids: list[int]) -> tuple[list[np.ndarray], int]:
         """The shards' values and the update count they reflect (the step's read version)."""
@@ -132,9 +136,9 @@ class PSRuntime(WorkerPlugin):
             s = self.stores[store] = ShardStore()
         return s
 
-    async def create(self, store: str, shard_id: int, value: bytes) -> str:
-        self._store(store).create(shard_id, cloudpickle.loads(value))
-        return "OK"
+    async def create(self, store: str, shard_id: int, value: bytes, if_absent: bool = False) -> str:
+        made = self._store(store).create(shard_id, cloudpickle.loads(value), if_absent)
+        return "OK" if made else "EXISTS"
 
     def _held(self, store: str) -> ShardStore:
         """The strategy's store, which a restarted worker lacks (a parameter server's variables die with it)."""

@@ -205,6 +205,85 @@ def test_parameter_server_workers_share_the_slots(ps: tuple[Any, Any]) -> None:
     assert len([i for i in stats["shards"] if i < 0]) >= 2  # the accumulator's two shards, on the ps
 
 
+def test_parameter_server_first_steps_at_once_make_the_slots_once(ps: tuple[Any, Any]) -> None:
+    """No build(): both workers' first steps may find the slots missing and make them; a slot made once is
+    never made again (create-if-absent on the ps), so no worker's first update is reset by the other's."""
+    s, coord = ps
+    g = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
+    for _ in range(3):  # fresh variables and slots each round: three chances for the first steps to overlap
+        with s.scope():
+            w = idist.Variable(np.zeros(4, np.float32))
+            opt = O.Adagrad(0.1, initial_accumulator_value=0.25)
+
+        def step(opt: Any = opt, w: Any = w) -> None:
+            s.run(lambda: opt.apply_gradients([(g, w)]))
+
+        for _ in range(8):
+            coord.schedule(step)
+        coord.join()
+        accumulator = opt._checkpoint_read_slots([w])[0]["accumulator"]
+        assert accumulator.tolist() == (np.float32(0.25) + 8 * g * g).tolist()
+
+
+def test_a_shard_store_makes_a_shard_once_when_asked() -> None:
+    from interdist.worker.ps_store import ShardStore
+
+    store = ShardStore()
+    assert store.create(1, np.zeros(2)) is True
+    assert store.create(1, np.ones(2), if_absent=True) is False
+    assert store.read([1])[0][0].tolist() == [0.0, 0.0]
+    assert store.create(1, np.ones(2)) is True  # a restore replaces
+    assert store.read([1])[0][0].tolist() == [1.0, 1.0]
+
+
+def test_a_slot_found_missing_by_two_steps_is_made_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race itself, without timing luck: step B probed before step A made the slot, A made it and updated
+    it, then B makes it: B must keep A's update (create-if-absent) and read it back, not reset it."""
+    import cloudpickle
+
+    from interdist import optimizers
+    from interdist.values.ps_variable import PSVariable
+    from interdist.worker.ps_store import ShardStore
+
+    store = ShardStore()
+
+    class Conn:  # the ps task's handlers, called in this process
+        def call_many(self, calls: list, tasks: dict) -> list:
+            out = []
+            for _, handler, kw in calls:
+                if handler == "interdist_ps_create":
+                    made = store.create(kw["shard_id"], cloudpickle.loads(kw["value"]), kw.get("if_absent", False))
+                    out.append("OK" if made else "EXISTS")
+                elif handler == "interdist_ps_read":
+                    out.append(cloudpickle.dumps(store.read(kw["shard_ids"])))
+                else:
+                    raise AssertionError(handler)
+            return out
+
+    device = "/job:ps/replica:0/task:0/device:CPU:0"
+    desc = {"store": "s", "var_id": -7, "name": "w/accumulator", "shape": [2], "dtype": "float32",
+            "trainable": False, "synchronization": "NONE", "aggregation": "NONE",
+            "shards": [[-7, "tcp://ps0", device, 0, 2]]}
+    slot = PSVariable(desc)
+
+    class Ctx:
+        def __init__(self) -> None:
+            self.values: dict = {}
+            self.store, self.conn = "s", Conn()
+
+        def register(self, v: Any) -> None:
+            pass
+
+    monkeypatch.setattr(optimizers, "_probe_ps_slots", lambda conn, st, hs: {h._var_id: None for h in hs})
+    a, b = Ctx(), Ctx()
+    optimizers._ensure_ps_slots(a, [(slot, 0.25)])  # A makes it...
+    store.apply("step-a", [(-7, "assign_add", np.array([1.0, 1.0], np.float32))], None)  # ...and updates it
+    optimizers._KNOWN_PS_SLOTS.discard(("s", -7))
+    optimizers._ensure_ps_slots(b, [(slot, 0.25)])  # B found it missing before A made it
+    assert store.read([-7])[0][0].tolist() == [1.25, 1.25]
+    assert b.values[-7].tolist() == [1.25, 1.25]
+
+
 def test_parameter_server_apply_outside_a_step_says_where(ps: tuple[Any, Any]) -> None:
     s, _ = ps
     with s.scope():
