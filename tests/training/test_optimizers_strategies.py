@@ -324,3 +324,64 @@ def test_parameter_server_checkpoint_of_the_slots(ps: tuple[Any, Any], tmp_path:
     opt = opt2
     train(GRADS[2:])
     assert w.numpy().tobytes() == uninterrupted.tobytes()
+
+
+# -- a GradientTape step under every strategy ---------------------------------------------------------------
+
+X8 = np.linspace(-1.0, 1.0, 24, dtype=np.float32).reshape(8, 3)
+Y8 = np.array([0, 1, 1, 0, 1, 0, 0, 1])
+K0 = np.array([[0.5, -0.25], [0.125, 1.0], [-0.75, 0.5]], np.float32)
+
+
+def _tape_steps(strategy: Any, run: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Three Adam steps of a Dense(2) softmax classifier on X8, through a GradientTape in ``run``."""
+    with strategy.scope():
+        dense = idist.layers.Dense(2, kernel_initializer=idist.initializers.Constant(0.0))
+        dense.build((None, 3))
+        dense.set_weights([K0, np.array([0.1, -0.1], np.float32)])
+        opt = O.Adam(0.05)
+    loss_object = idist.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def step(x: np.ndarray, y: np.ndarray) -> Any:
+        with idist.GradientTape() as tape:
+            loss = idist.nn.compute_average_loss(loss_object(y, dense(x)), global_batch_size=8)
+        grads = tape.gradient(loss, dense.trainable_variables)
+        opt.apply_gradients(zip(grads, dense.trainable_variables, strict=True))
+        return loss
+
+    for _ in range(3):
+        run(step)
+    kernel, bias = dense.get_weights()
+    return kernel, bias
+
+
+def _halves(strategy: Any, step: Any) -> Any:
+    x = strategy.experimental_distribute_values_from_function(lambda c: X8[4 * c.replica_id_in_sync_group :][:4])
+    y = strategy.experimental_distribute_values_from_function(lambda c: Y8[4 * c.replica_id_in_sync_group :][:4])
+    return strategy.run(step, args=(x, y))
+
+
+def test_a_tape_step_is_the_same_under_every_strategy(
+    mirrored2: Any, cs: Any, mwms: Any, ps: tuple[Any, Any]
+) -> None:
+    """Each replica differentiates its half of the batch, apply_gradients sums: the same weights as one
+    device on the whole batch, under Mirrored, CentralStorage, MultiWorkerMirrored and ParameterServer."""
+    from interdist import _context
+
+    one = _tape_steps(_context.get_strategy(), lambda step: step(X8, Y8))
+    results = {
+        "mirrored": _tape_steps(mirrored2, lambda step: _halves(mirrored2, step)),
+        "central_storage": _tape_steps(cs, lambda step: _halves(cs, step)),
+        "multi_worker": _tape_steps(mwms, lambda step: _halves(mwms, step)),
+    }
+    s, coord = ps
+
+    def scheduled(step: Any) -> None:
+        coord.schedule(lambda: s.run(step, args=(X8, Y8)))
+        coord.join()
+
+    results["parameter_server"] = _tape_steps(s, scheduled)
+    for name, (kernel, bias) in results.items():
+        np.testing.assert_allclose(kernel, one[0], rtol=2e-6, atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(bias, one[1], rtol=2e-6, atol=1e-7, err_msg=name)
+    assert not np.allclose(one[0], K0)  # it trained
