@@ -102,9 +102,23 @@ def _autograd() -> Any:
 
 def _tf_gradients(anp: Any) -> None:
     """TF's gradients where autograd's differ: at a tie, ``maximum``/``minimum`` give the whole gradient to
-    their first argument (TF's ``_MaximumMinimumGrad``), where autograd splits it in halves."""
+    their first argument (TF's ``_MaximumMinimumGrad``), where autograd splits it in halves; ``mean``'s
+    gradient keeps the input's dtype (autograd divides by a NumPy int64, which makes float32 float64)."""
     from autograd.extend import defvjp
-    from autograd.numpy.numpy_vjps import unbroadcast_f
+    from autograd.numpy.numpy_vjps import repeat_to_match_shape, unbroadcast_f
+
+    def mean_vjp(ans: Any, x: Any, axis: Any = None, keepdims: bool = False, **kwargs: Any) -> Any:
+        shape, dtype = anp.shape(x), anp.result_type(x)
+
+        def vjp(g: Any) -> Any:
+            repeated, reps = repeat_to_match_shape(g, shape, dtype, axis, keepdims)
+            return repeated / (dtype.type(reps) if dtype.kind in "fc" else reps)
+
+        return vjp
+
+    from autograd.numpy import numpy_wrapper
+
+    defvjp(getattr(numpy_wrapper, "_primitive_mean", anp.mean), mean_vjp)  # anp.mean wraps it since 1.7
 
     for fn, first in ((anp.maximum, np.greater_equal), (anp.minimum, np.less_equal)):
         defvjp(

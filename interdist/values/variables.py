@@ -193,6 +193,16 @@ class Variable(Differentiable, NDArrayOperatorsMixin, metaclass=_VariableMeta): 
     def read_value(self) -> np.ndarray:
         return np.array(self._value, copy=True)
 
+    def _tape_value(self) -> Any:
+        # A tape keeps what it reads until its gradient: a read-only view, no copy, of an array this class
+        # never writes in place (_apply makes a new one); subclasses keep their values elsewhere.
+        value = self.__dict__.get("_value")
+        if type(value) is np.ndarray and type(self).read_value is Variable.read_value:
+            view = value.view()
+            view.flags.writeable = False
+            return view
+        return np.asarray(self)
+
     def value(self) -> np.ndarray:
         value = self.read_value()
         return autodiff.read(self, value) if autodiff.recording() else value
