@@ -252,7 +252,18 @@ class Differentiable:
         return None
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        if func in _SHAPE_ONLY and args and args[0] is self and not kwargs and len(args) == 1:
+            return _SHAPE_ONLY[func](tuple(self.shape))  # no read for a shape
         return func(*_plain_args(args), **_plain_args(kwargs))
+
+
+# NumPy functions of a variable's shape alone: answered from its ``shape``, never by reading its value
+# (a read may cross the network, or raise for a sync-on-read variable with aggregation NONE).
+_SHAPE_ONLY: dict[Any, Callable[[tuple[int, ...]], Any]] = {
+    np.shape: lambda s: s,
+    np.ndim: len,
+    np.size: lambda s: int(np.prod(s, dtype=np.int64)),
+}
 
 
 def _plain_args(x: Any) -> Any:

@@ -234,3 +234,17 @@ def test_mirrored_step_with_sgd(mirrored2: idist.MirroredStrategy) -> None:
     close(r.values[0], [0.0, 6.0])
     close(r.values[1], [6.0, 28.0])
     close(np.asarray(mw), [0.3999999761581421, -1.4000000953674316])
+
+
+def test_numpy_shape_functions_do_not_read_a_variable(mirrored2: idist.MirroredStrategy) -> None:
+    """Variables take NumPy's function protocol for the tape; np.shape/ndim/size still answer from the shape,
+    as before, without a read (a sync-on-read variable with aggregation NONE cannot be read in the notebook)."""
+    with mirrored2.scope():
+        v = idist.Variable(
+            np.zeros((2, 3), np.float32),
+            synchronization=idist.VariableSynchronization.ON_READ,
+            aggregation=idist.VariableAggregation.NONE,
+        )
+    assert (np.shape(v), np.ndim(v), np.size(v)) == ((2, 3), 2, 6)
+    with pytest.raises(ValueError, match="VariableAggregation.NONE"):
+        np.sum(v)  # a read, as TF's
