@@ -223,7 +223,41 @@ class Layer:
         return f"<{type(self).__name__} name={self.name}, built={self.built}>"
 
 
-class Dense(Layer):
+class _Affine(Layer):
+    """What Dense and Conv2D share: a kernel, an optional bias, an activation, Keras' initializer and
+    regularizer arguments, and ``input_shape=`` for a Sequential's first layer."""
+
+    def __init__(
+        self,
+        activation: Any,
+        use_bias: bool,
+        initializers_and_regularizers: tuple[Any, Any, Any, Any],
+        name: str | None,
+        input_shape: Sequence[int] | None,
+    ) -> None:
+        super().__init__(name)
+        self.activation = _activation(activation)
+        self.use_bias = use_bias
+        self._init = initializers_and_regularizers
+        self.kernel: Variable | None = None
+        self.bias: Variable | None = None
+        if input_shape is not None:  # as Keras 3: the first layer of a Sequential gives the model's input shape
+            self._batch_input_shape = (None, *input_shape)
+
+    def _make_weights(self, kernel_shape: tuple[int, ...], units: int) -> None:
+        ki, bi, kr, br = self._init
+        self.kernel = self.add_weight("kernel", kernel_shape, ki, regularizer=kr)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (units,), bi, regularizer=br)
+        self.built = True
+
+    def _finish(self, y: Any) -> Any:
+        if self.bias is not None:
+            y = y + self.bias
+        return self.activation(y) if self.activation is not None else y
+
+
+class Dense(_Affine):
     """``activation(inputs @ kernel + bias)``; kernel (input_dim, units)."""
 
     def __init__(
@@ -238,38 +272,25 @@ class Dense(Layer):
         name: str | None = None,
         input_shape: Sequence[int] | None = None,
     ) -> None:
-        super().__init__(name)
         if not isinstance(units, (int, np.integer)) or units <= 0:
             raise ValueError(
                 f"Received an invalid value for `units`, expected a positive integer. Received: units={units}"
             )
+        init = (kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer)
+        super().__init__(activation, use_bias, init, name, input_shape)
         self.units = int(units)
-        self.activation = _activation(activation)
-        self.use_bias = use_bias
-        self._init = (kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer)
-        self.kernel: Variable | None = None
-        self.bias: Variable | None = None
-        if input_shape is not None:  # as Keras 3: the first layer of a Sequential gives the model's input shape
-            self._batch_input_shape = (None, *input_shape)
 
     def build(self, input_shape: Any) -> None:
-        ki, bi, kr, br = self._init
-        self.kernel = self.add_weight("kernel", (int(input_shape[-1]), self.units), ki, regularizer=kr)
-        if self.use_bias:
-            self.bias = self.add_weight("bias", (self.units,), bi, regularizer=br)
-        self.built = True
+        self._make_weights((int(input_shape[-1]), self.units), self.units)
 
     def compute_output_shape(self, input_shape: Any) -> tuple[Any, ...]:
         return (*tuple(input_shape)[:-1], self.units)
 
     def call(self, inputs: Any) -> Any:
-        y = _inputs(inputs) @ self.kernel
-        if self.bias is not None:
-            y = y + self.bias
-        return self.activation(y) if self.activation is not None else y
+        return self._finish(_inputs(inputs) @ self.kernel)
 
 
-class Conv2D(Layer):
+class Conv2D(_Affine):
     """A 2-D convolution over NHWC inputs; kernel (kh, kw, in_channels, filters)."""
 
     def __init__(
@@ -287,28 +308,17 @@ class Conv2D(Layer):
         name: str | None = None,
         input_shape: Sequence[int] | None = None,
     ) -> None:
-        super().__init__(name)
+        init = (kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer)
+        super().__init__(activation, use_bias, init, name, input_shape)
         self.filters = int(filters)
         self.kernel_size = nn._pair(kernel_size, "kernel_size")
         self.strides = nn._pair(strides, "strides")
         self.padding = nn._padding(padding)
-        self.activation = _activation(activation)
-        self.use_bias = use_bias
-        self._init = (kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer)
-        self.kernel: Variable | None = None
-        self.bias: Variable | None = None
-        if input_shape is not None:  # as Keras 3: the first layer of a Sequential gives the model's input shape
-            self._batch_input_shape = (None, *input_shape)
 
     def build(self, input_shape: Any) -> None:
         if len(input_shape) != 4:
             raise ValueError(f"Conv2D expects inputs of rank 4 (batch, height, width, channels), got {input_shape}")
-        ki, bi, kr, br = self._init
-        shape = (*self.kernel_size, int(input_shape[-1]), self.filters)
-        self.kernel = self.add_weight("kernel", shape, ki, regularizer=kr)
-        if self.use_bias:
-            self.bias = self.add_weight("bias", (self.filters,), bi, regularizer=br)
-        self.built = True
+        self._make_weights((*self.kernel_size, int(input_shape[-1]), self.filters), self.filters)
 
     def compute_output_shape(self, input_shape: Any) -> tuple[Any, ...]:
         n, h, w, _ = input_shape
@@ -317,10 +327,7 @@ class Conv2D(Layer):
         return (n, oh, ow, self.filters)
 
     def call(self, inputs: Any) -> Any:
-        y = nn.conv2d(_inputs(inputs), self.kernel, self.strides, self.padding)
-        if self.bias is not None:
-            y = y + self.bias
-        return self.activation(y) if self.activation is not None else y
+        return self._finish(nn.conv2d(_inputs(inputs), self.kernel, self.strides, self.padding))
 
 
 class MaxPooling2D(Layer):

@@ -10,7 +10,6 @@ mean, every weight's four copies are equal after training, and the dashboard saw
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-from tests.notebooks.test_lessons import _executed, executed  # noqa: E402 - after the importorskips
+from tests.notebooks.test_lessons import _executed, executed, facts  # noqa: E402 - after the importorskips
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "10_training_a_cnn.ipynb"
 REPLICAS, EPOCHS, STEPS = 4, 3, 3 * 1024 // 64
@@ -34,20 +33,6 @@ def run() -> tuple[Any, float]:
     session, shared with test_lessons.py's run of every notebook."""
     nb = executed(NOTEBOOK.name)
     return nb, _executed[NOTEBOOK.name][1]
-
-
-def facts(nb: Any, tag: str) -> dict[str, Any]:
-    """The JSON lines printed by the cell tagged ``tag``, merged into one dict."""
-    cells = [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
-    assert len(cells) == 1, f"one cell tagged {tag!r} expected, found {len(cells)}"
-    out: dict[str, Any] = {}
-    for o in cells[0].get("outputs", []):
-        if o.get("output_type") == "stream" and o.get("name") == "stdout":
-            for line in o["text"].splitlines():
-                if line.startswith("{"):
-                    out.update(json.loads(line))
-    assert out, f"the cell tagged {tag!r} printed no JSON line"
-    return out
 
 
 def test_saved_without_outputs_and_shaped_as_a_lesson() -> None:

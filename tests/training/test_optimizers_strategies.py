@@ -8,7 +8,6 @@ sharded as their variable, and every worker's step updates the same ones.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,50 +19,16 @@ import interdist as idist
 from interdist import optimizers as O
 from interdist.experimental import ParameterServerStrategy, partitioners
 from interdist.strategy.coordinator import ClusterCoordinator
+from tests._clusters import InProcessCluster
 
 from ._optimizer_cases import GRADS, IEEE_EXACT, MAKERS, W0, reference
 
 HALF = np.float32(0.5)
 
 
-class _Named:
-    """A Dask cluster whose workers are named as TF tasks (``ps-0``, ``worker-0``, ``worker-1``)."""
-
-    def __init__(self, names: list[str]) -> None:
-        from distributed import LocalCluster
-
-        self.cluster = LocalCluster(
-            n_workers=0, host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR
-        )
-        self.nannies = [self.cluster.sync(self._add, n) for n in names]
-        self.address = self.cluster.scheduler_address
-
-    async def _add(self, name: str) -> Any:
-        from distributed import Nanny
-
-        nanny = Nanny(
-            self.cluster.scheduler_address,
-            name=name,
-            nthreads=1,
-            host="127.0.0.1",
-            memory_limit=0,
-            silence_logs=logging.ERROR,
-        )
-        await nanny
-        return nanny
-
-    def close(self) -> None:
-        for n in self.nannies:
-            try:
-                self.cluster.sync(n.close, timeout=10)
-            except Exception:  # closing what is left
-                pass
-        self.cluster.close(timeout=20)
-
-
 @pytest.fixture(scope="module")
-def named() -> Iterator[_Named]:
-    c = _Named(["ps-0", "worker-0", "worker-1"])
+def named() -> Iterator[InProcessCluster]:
+    c = InProcessCluster(["ps-0", "worker-0", "worker-1"])
     yield c
     c.close()
 
@@ -76,14 +41,14 @@ def cs() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def mwms(named: _Named) -> Iterator[Any]:
+def mwms(named: InProcessCluster) -> Iterator[Any]:
     s = idist.MultiWorkerMirroredStrategy(cluster=named.address)
     yield s
     s.close()
 
 
 @pytest.fixture(scope="module")
-def ps(named: _Named) -> Iterator[tuple[Any, Any]]:
+def ps(named: InProcessCluster) -> Iterator[tuple[Any, Any]]:
     s = ParameterServerStrategy(cluster=named.address, variable_partitioner=partitioners.FixedShardsPartitioner(2))
     yield s, ClusterCoordinator(s)
     s.close()

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import interdist as idist
+from tests._clusters import InProcessCluster
 
 from . import _data
-from ._cluster import InProcessCluster
 from ._compare import RTOL, assert_close
 
 NUM_WORKERS = 1

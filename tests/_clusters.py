@@ -1,5 +1,5 @@
-"""An in-process cluster for the parameter-server tutorial: a Dask scheduler and one nanny per TF task, named
-as the task (``ps-0``, ``worker-0``...), as ``tests/multi_worker/conftest.py`` makes them."""
+"""An in-process cluster with workers named as TF tasks: a Dask scheduler and one nanny per task, named
+as the task (``ps-0``, ``worker-0``...); the multi-worker, training and tutorial tests share it."""
 
 from __future__ import annotations
 
