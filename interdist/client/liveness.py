@@ -38,6 +38,9 @@ logger = logging.getLogger("interdist")
 
 #: How often (seconds) a waiting notebook checks the replicas it is still waiting for.
 CHECK_EVERY = 1.0
+#: How long one check waits for the scheduler's list of workers: a scheduler that stops answering must not
+#: stop the wait it is checking for (the step's replies come from the replicas, not through it).
+SCHEDULER_TIMEOUT = 2.0
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -92,7 +95,11 @@ class Liveness:
         try:
             import os
 
-            pids = self.client.run(os.getpid, workers=self.addresses, wait=True, timeout=timeout)
+            # Client.run passes unknown keywords to the function (os.getpid(timeout=...) raised TypeError
+            # on every worker): the bound goes on the call instead.
+            pids = self.client.sync(
+                self.client._run, os.getpid, workers=self.addresses, wait=True, callback_timeout=timeout
+            )
             self._pids = {a: int(p) for a, p in pids.items()}
         except Exception as exc:  # noqa: BLE001 - without pids, the heartbeat check still works
             logger.debug("interdist: could not learn the workers' pids: %s", exc)
@@ -104,8 +111,10 @@ class Liveness:
         return {w.address: w.pid for w in workers.values() if getattr(w, "pid", None) and hasattr(w, "address")}
 
     def _workers(self) -> dict[str, Any]:
-        info: dict[str, Any] = self.client.scheduler_info(n_workers=-1).get("workers", {})
-        return info
+        # client.scheduler_info() waits as long as the scheduler takes: its identity call, bounded instead
+        info = self.client.sync(self.client.scheduler.identity, n_workers=-1, callback_timeout=SCHEDULER_TIMEOUT)
+        workers: dict[str, Any] = info.get("workers", {})
+        return workers
 
     def frozen(self, ranks: list[int]) -> dict[int, Frozen]:
         """The frozen ranks among ``ranks``, each with why. Never raises (a failed check finds none)."""
