@@ -3,8 +3,9 @@
 Layout of a checkpoint directory (documented in README.md)::
 
     ckpt-1/
-      index.json        {"format": "interdist-checkpoint/1", "variables": {name: {file, dtype, shape,
-                         sha256, synchronization, aggregation[, slot]}}, "num_replicas": n[, "save_counter": n]}
+      index.json        {"format": "interdist-checkpoint/2", "variables": {name: {file, dtype, shape,
+                         sha256, synchronization, aggregation[, slot], digest}}, "num_replicas": n[,
+                         "save_counter": n], "index_sha256": ...}
       v000000.npy ...   each variable's value as a cross-replica read gives it (sync-on-read
                         variables aggregated: SUM summed, MEAN averaged)
     checkpoint.json     which checkpoint of the directory is the latest (``latest_checkpoint``), and
@@ -22,6 +23,16 @@ name (``x/y`` and ``x_y``) can never overwrite each other. Restore reads only pl
 inside the checkpoint directory (never ``../elsewhere.npy``) and checks each array against the
 index (its SHA-256, dtype and shape) before assigning anything.
 
+Integrity (format 2): every entry has the SHA-256 of its file's bytes and a ``digest``, the SHA-256 of
+its name and all its other fields (so two entries' files, shapes... swapped, or whole entries swapped,
+no longer match); ``index_sha256`` is the SHA-256 of the canonical JSON of the rest of the index (an
+entry or a field added, removed or changed). Restore refuses, with a ``ValueError`` and before anything
+is assigned, any index that does not match, and any entry without a ``sha256``. These are checksums:
+they catch edits, mix-ups and corruption, not forgery (whoever can edit index.json can recompute them).
+A format-1 checkpoint (an older interdist's: no digests) still restores, its arrays checked against
+their ``sha256``; one with an entry without ``sha256`` is refused unless ``restore(path,
+allow_unverified=True)`` accepts it as it is.
+
 The directory is written under a temporary name and renamed when complete, so a
 checkpoint interrupted by a failure (a replica raising, a worker dying) is absent,
 never half written. The temporary name carries the writer's pid and host
@@ -32,10 +43,17 @@ notebook killed mid-save), and any left for over ``STALE_AFTER`` seconds.
 Restoring assigns each value in cross-replica context, so the seed's rule applies:
 a SUM sync-on-read variable is divided by the number of replicas of the strategy
 restored into (which may differ from the one saved from).
+
+Two writers (processes, or managers of one process) may share a ``CheckpointManager`` directory: each
+save holds an exclusive ``fcntl.flock`` on the directory itself while it numbers, writes, lists and
+deletes, so no two take one number and the list never names a deleted checkpoint. (Where a directory
+cannot be locked, e.g. some NFS mounts, a ``.checkpoint.lock`` file in it is locked instead.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -43,6 +61,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +70,9 @@ import numpy as np
 from interdist.replica.ps_liveness import host_key
 from interdist.values.variables import Variable, VariableAggregation, VariableSynchronization
 
-FORMAT = "interdist-checkpoint/1"
+FORMAT = "interdist-checkpoint/2"
+#: An older interdist's format: no entry digests nor index checksum, and an entry's sha256 optional.
+FORMAT_1 = "interdist-checkpoint/1"
 
 
 #: A temporary file or directory of a save older than this is removed even when its writer cannot be
@@ -119,6 +140,59 @@ def _file_name(index: int) -> str:
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _canonical_sha256(obj: Any) -> str:
+    """The SHA-256 of ``obj``'s canonical JSON (sorted keys, no spaces, ASCII): the same bytes for the
+    same contents, whatever the file's layout."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _entry_digest(name: str, entry: dict[str, Any]) -> str:
+    """An entry's ``digest``: its name and all its fields but this one (file, sha256, dtype, shape...)."""
+    return _canonical_sha256(["interdist-checkpoint-entry", name, {k: v for k, v in entry.items() if k != "digest"}])
+
+
+def _index_digest(index: dict[str, Any]) -> str:
+    """The index's ``index_sha256``: everything in it but this field."""
+    return _canonical_sha256({k: v for k, v in index.items() if k != "index_sha256"})
+
+
+def _check_index(root: Path, index: dict[str, Any], saved: dict[str, Any], allow_unverified: bool) -> None:
+    """Refuse (``ValueError``) an index that is not as written: an entry naming a file outside the
+    checkpoint, without ``sha256`` (format 2; format 1 unless ``allow_unverified``), or not matching its
+    ``digest``, or an index not matching its ``index_sha256`` (both required in format 2, checked in
+    format 1 when present)."""
+    current = index.get("format") == FORMAT
+    unverified = []
+    for name, entry in saved.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"the checkpoint at {root} has an entry {name!r} that is not a table in its index.json")
+        _entry_file(root, name, entry)
+        if not isinstance(entry.get("sha256"), str):
+            if current:
+                raise ValueError(
+                    f"checkpoint entry {name!r} of {root} has no sha256 in index.json, so its value cannot be "
+                    f"verified: refused (every entry of a {FORMAT!r} checkpoint has one; its index was edited)"
+                )
+            unverified.append(name)
+        if (current or "digest" in entry) and entry.get("digest") != _entry_digest(name, entry):
+            raise ValueError(
+                f"checkpoint entry {name!r} of {root} does not match its digest in index.json: its fields were "
+                "edited, deleted or swapped with another entry's"
+            )
+    if (current or "index_sha256" in index) and index.get("index_sha256") != _index_digest(index):
+        raise ValueError(
+            f"the index.json of the checkpoint at {root} does not match its index_sha256: it was edited "
+            "(an entry or a field added, removed or changed)"
+        )
+    if unverified and not allow_unverified:
+        raise ValueError(
+            f"the checkpoint at {root} (format {FORMAT_1!r}, an older interdist's) has no sha256 for "
+            f"{sorted(unverified)}, so their values cannot be verified: refused. To accept it as it is, "
+            "restore(path, allow_unverified=True) (and save it again to checksum it)"
+        )
 
 
 def _entry_file(root: Path, name: str, entry: Any) -> Path:
@@ -265,7 +339,7 @@ class Checkpoint:
                 value = _cross_replica_value(var)  # raises before anything is renamed into place
                 fname = _file_name(i)
                 np.save(tmp / fname, value, allow_pickle=False)
-                index["variables"][name] = {
+                entry: dict[str, Any] = {
                     "file": fname,
                     "sha256": _sha256(tmp / fname),
                     "dtype": value.dtype.str,
@@ -274,7 +348,9 @@ class Checkpoint:
                     "aggregation": var.aggregation.name,
                 }
                 if isinstance(var, _SlotRef):
-                    index["variables"][name]["slot"] = var.describe()
+                    entry["slot"] = var.describe()
+                entry["digest"] = _entry_digest(name, entry)  # binds the fields to the name and each other
+                index["variables"][name] = entry
                 strategy = getattr(var, "_strategy", None)
                 index["num_replicas"] = getattr(strategy, "num_replicas_in_sync", 1)
                 if i == 0:
@@ -283,6 +359,7 @@ class Checkpoint:
             bar.close()
             # The index last, and the whole directory renamed into place only once complete: a save
             # killed at any point (the notebook or a worker) leaves the previous checkpoints as they were.
+            index["index_sha256"] = _index_digest(index)
             (tmp / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True))
             if target.exists():
                 shutil.rmtree(target)
@@ -292,12 +369,18 @@ class Checkpoint:
             raise
         return str(target)
 
-    def restore(self, path: str | os.PathLike[str], progress: bool = False) -> None:
+    def restore(self, path: str | os.PathLike[str], progress: bool = False, allow_unverified: bool = False) -> None:
         """Assign every saved value to the variable of the same name (all checked before any is assigned).
 
         ``progress=True`` shows a ``tqdm.auto`` bar in the cell, one tick per variable read and checked.
+
+        Raises ``ValueError`` (nothing assigned) when the index was edited (an entry's fields or the
+        index not matching their checksums, an entry without ``sha256``) or an array does not match it.
+        ``allow_unverified=True`` accepts a format-1 checkpoint (an older interdist's) with entries
+        without ``sha256``, as it is; it never relaxes a format-2 checkpoint's checks. The checksums
+        catch edits, mix-ups and corruption, not forgery: whoever can write index.json can recompute them.
         """
-        values = self._load(path, progress)
+        values = self._load(path, progress, allow_unverified)
         slots: dict[int, tuple[Any, int, dict[int, tuple[Any, dict[str, np.ndarray]]]]] = {}
         for var, value in values.values():
             if isinstance(var, _SlotRef):  # assigned together, one call per optimizer
@@ -311,7 +394,9 @@ class Checkpoint:
         if counter is not None:
             self._counter = counter
 
-    def _load(self, path: str | os.PathLike[str], progress: bool = False) -> dict[str, tuple[Any, np.ndarray]]:
+    def _load(
+        self, path: str | os.PathLike[str], progress: bool = False, allow_unverified: bool = False
+    ) -> dict[str, tuple[Any, np.ndarray]]:
         """Each variable's saved value, read and checked against the index and the variable (raises
         ``ValueError`` before anything is assigned)."""
         root = Path(path)
@@ -319,12 +404,13 @@ class Checkpoint:
             index = json.loads((root / "index.json").read_text())
         except (OSError, ValueError) as e:
             raise ValueError(f"{root} is not a readable interdist checkpoint: {type(e).__name__}: {e}") from None
-        if not isinstance(index, dict) or index.get("format") != FORMAT:
+        if not isinstance(index, dict) or index.get("format") not in (FORMAT, FORMAT_1):
             found = index.get("format") if isinstance(index, dict) else type(index).__name__
             raise ValueError(f"{root} is not an interdist checkpoint (format {found!r})")
         saved = index.get("variables")
         if not isinstance(saved, dict):
             raise ValueError(f"the checkpoint at {root} has no variables table in its index.json")
+        _check_index(root, index, saved, allow_unverified)
         self._loaded_counter = index.get("save_counter") if isinstance(index.get("save_counter"), int) else None
         variables, optimizers = self._collect()
         missing = sorted(set(variables) - set(saved))
@@ -356,7 +442,7 @@ class Checkpoint:
         for name, var in variables.items():
             entry = saved[name]
             file = _entry_file(root, name, entry)
-            digest = entry.get("sha256")
+            digest = entry.get("sha256")  # None only in a format-1 checkpoint restored with allow_unverified
             try:
                 if digest is not None and _sha256(file) != digest:
                     raise ValueError("its bytes do not match the checksum in index.json (truncated or corrupted)")
@@ -501,6 +587,31 @@ def _cross_replica_value(var: Any) -> np.ndarray:
 
 STATE_FILE = "checkpoint.json"
 STATE_FORMAT = "interdist-checkpoint-state/1"
+#: Locked instead of the directory where a directory cannot be locked (some NFS mounts); left in place.
+LOCK_FILE = ".checkpoint.lock"
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``directory`` (made if need be): writers of one directory (processes,
+    or managers of one process: each lock is its own open file) take turns. The directory itself is
+    locked, so nothing is added to it and a writer killed while holding the lock leaves nothing behind."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:  # a directory that cannot be flocked: a lock file in it
+        os.close(fd)
+        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+    try:
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _number(checkpoint_name: str, path: str) -> int | None:
@@ -535,19 +646,21 @@ def _write_state_file(directory: Path, state: dict[str, Any]) -> None:
 def _record_latest(directory: Path, name: str) -> None:
     """``Checkpoint.save``: ``name`` is now the latest checkpoint of ``directory`` (a manager's list, if
     the state file has one, is kept). A state file that is not ours is left alone."""
-    try:
-        state = _state(directory)
-    except ValueError:
-        return
-    state = state if state is not None else {"format": STATE_FORMAT}
-    state["latest"] = name
-    _write_state_file(directory, state)
+    with _locked(directory):  # a manager of the directory may be updating its list
+        try:
+            state = _state(directory)
+        except ValueError:
+            return
+        state = state if state is not None else {"format": STATE_FORMAT}
+        state["latest"] = name
+        _write_state_file(directory, state)
 
 
 def _read_state(directory: Path, checkpoint_name: str) -> tuple[list[tuple[str, float]], list[str], float]:
-    """The checkpoints a manager keeps in ``directory`` (path, time saved; the oldest first), those
-    preserved for ever, and when one was last preserved. Only checkpoints still on disk count; without
-    a state file, the directory's ``{checkpoint_name}-{n}`` checkpoints are adopted."""
+    """The checkpoints a manager keeps in ``directory`` (path, time saved; the oldest first: in the order
+    saved), those preserved for ever, and when one was last preserved. Only checkpoints still on disk
+    count; without a state file, the directory's ``{checkpoint_name}-{n}`` checkpoints are adopted, in
+    number order."""
     state = _state(directory)
     found: list[tuple[str, float]] = []
     preserved: list[str] = []
@@ -560,15 +673,15 @@ def _read_state(directory: Path, checkpoint_name: str) -> tuple[list[tuple[str, 
         preserved = [str(directory / n) for n in state.get("preserved", []) if isinstance(n, str) and Path(n).name == n]
         last_preserved = float(state.get("last_preserved", 0.0))
     elif directory.is_dir():
-        found = [
-            (str(child), child.stat().st_mtime)
-            for child in directory.iterdir()
-            if _number(checkpoint_name, child.name) is not None and (child / "index.json").is_file()
-        ]
-    kept = sorted(
-        ((p, t) for p, t in found if (Path(p) / "index.json").is_file()),
-        key=lambda pt: _number(checkpoint_name, pt[0]) or 0,
-    )
+        found = sorted(
+            (
+                (str(child), child.stat().st_mtime)
+                for child in directory.iterdir()
+                if _number(checkpoint_name, child.name) is not None
+            ),
+            key=lambda pt: _number(checkpoint_name, pt[0]) or 0,
+        )
+    kept = [(p, t) for p, t in found if (Path(p) / "index.json").is_file()]
     return kept, preserved, last_preserved
 
 
@@ -580,6 +693,10 @@ class CheckpointManager:
     number already in the directory, so a restarted notebook neither overwrites nor loses one. The
     list of checkpoints lives in ``checkpoint.json``, replaced atomically after each save, so a
     crash leaves either the old list or the new one.
+
+    Several managers (in several processes) may save into one directory: each save locks the
+    directory, reads the list as the others left it, takes the next free number, and keeps the last
+    ``max_to_keep`` of them all. ``checkpoints`` and ``latest_checkpoint`` read the list afresh.
 
     >>> import interdist as idist, numpy as np, tempfile
     >>> v = idist.Variable(np.float32(0.0))
@@ -631,6 +748,21 @@ class CheckpointManager:
     def _load_state(self) -> None:
         self._kept, self._preserved, self._last_preserved = _read_state(self._directory, self._name)
 
+    def _refresh(self) -> list[tuple[str, float]]:
+        """The list as the directory has it now (another writer may have saved or deleted since)."""
+        try:
+            self._load_state()
+        except (OSError, ValueError):  # the state file became unreadable: ours, less what is gone
+            self._kept = [(p, t) for p, t in self._kept if (Path(p) / "index.json").is_file()]
+        return self._kept
+
+    def _next_number(self) -> int:
+        """One more than the highest number listed, preserved or present in the directory."""
+        numbers = [self._number(p) or 0 for p, _ in self._kept] + [self._number(p) or 0 for p in self._preserved]
+        with contextlib.suppress(OSError):
+            numbers += [self._number(child.name) or 0 for child in self._directory.iterdir()]
+        return max(numbers, default=0) + 1
+
     def _write_state(self) -> None:
         state = {
             "format": STATE_FORMAT,
@@ -654,36 +786,39 @@ class CheckpointManager:
     def checkpoints(self) -> list[str]:
         """The managed checkpoints, the oldest first (those kept for ever by
         ``keep_checkpoint_every_n_hours`` are not in this list, as in TF)."""
-        return [p for p, _ in self._kept]
+        return [p for p, _ in self._refresh()]
 
     @property
     def latest_checkpoint(self) -> str | None:
-        return self._kept[-1][0] if self._kept else None
+        kept = self._refresh()
+        return kept[-1][0] if kept else None
 
     def save(self, checkpoint_number: int | None = None) -> str:
-        """Write a new checkpoint, then drop the oldest beyond ``max_to_keep``; return its path."""
-        if checkpoint_number is None:
-            numbers = [self._number(p) or 0 for p, _ in self._kept] + [self._number(p) or 0 for p in self._preserved]
-            number = max(numbers, default=0) + 1
-        elif isinstance(checkpoint_number, bool) or not isinstance(checkpoint_number, (int, np.integer)):
+        """Write a new checkpoint, then drop the oldest beyond ``max_to_keep``; return its path.
+
+        The directory is locked from numbering to deleting: another manager's save into it (in this
+        process or another) waits, then goes on from this one's list."""
+        if checkpoint_number is not None and (
+            isinstance(checkpoint_number, bool) or not isinstance(checkpoint_number, (int, np.integer))
+        ):
             raise TypeError(f"checkpoint_number must be an int, got {checkpoint_number!r}")
-        else:
-            number = int(checkpoint_number)
-        self._directory.mkdir(parents=True, exist_ok=True)
-        path = self._checkpoint.write(self._directory / f"{self._name}-{number}")
-        now = time.time()
-        self._kept = [(p, t) for p, t in self._kept if p != path] + [(path, now)]
-        doomed: list[str] = []
-        while self._max_to_keep is not None and len(self._kept) > self._max_to_keep:
-            old, saved_at = self._kept.pop(0)
-            if self._keep_seconds is not None and saved_at - self._last_preserved >= self._keep_seconds:
-                self._preserved.append(old)
-                self._last_preserved = saved_at
-            else:
-                doomed.append(old)
-        self._write_state()  # the list never names a checkpoint that is already gone
-        for old in doomed:
-            shutil.rmtree(old, ignore_errors=True)
+        with _locked(self._directory):
+            self._load_state()  # what other writers saved and deleted meanwhile
+            number = self._next_number() if checkpoint_number is None else int(checkpoint_number)
+            path = self._checkpoint.write(self._directory / f"{self._name}-{number}")
+            now = time.time()
+            self._kept = [(p, t) for p, t in self._kept if p != path] + [(path, now)]
+            doomed: list[str] = []
+            while self._max_to_keep is not None and len(self._kept) > self._max_to_keep:
+                old, saved_at = self._kept.pop(0)
+                if self._keep_seconds is not None and saved_at - self._last_preserved >= self._keep_seconds:
+                    self._preserved.append(old)
+                    self._last_preserved = saved_at
+                else:
+                    doomed.append(old)
+            self._write_state()  # the list never names a checkpoint that is already gone
+            for old in doomed:
+                shutil.rmtree(old, ignore_errors=True)
         return path
 
     def restore_or_initialize(self) -> str | None:
@@ -699,7 +834,7 @@ class CheckpointManager:
     def __repr__(self) -> str:
         return (
             f"CheckpointManager(directory={self.directory!r}, max_to_keep={self._max_to_keep}, "
-            f"checkpoints={len(self._kept)}, latest={self.latest_checkpoint!r})"
+            f"checkpoints={len(self.checkpoints)}, latest={self.latest_checkpoint!r})"
         )
 
 
