@@ -26,7 +26,7 @@ from interdist.client.fn_pickle import dumps_fn
 from interdist.client.replies import StepReplies, raise_for, show_output, user_stacklevel
 from interdist.client.worker_process import worker_log_path
 from interdist.config import settings
-from interdist.errors import WorkerLostError
+from interdist.errors import ReplicaFrozenError, WorkerLostError
 from interdist.protocol import (
     CreatedVariable,
     GroupSpec,
@@ -148,15 +148,42 @@ class DaskGroup:
 
     # -- membership ------------------------------------------------------------
     def _join(self) -> None:
+        """Every replica joins the group: watched as a step is (a stopped worker, e.g. one of a pooled
+        cluster, gives ReplicaFrozenError within ``frozen_after``), and bounded by the collective timeout."""
         spec = cloudpickle.dumps(self.spec)
 
         async def go() -> None:
-            await asyncio.gather(
-                *[
+            loop = asyncio.get_running_loop()
+            pending = {
+                asyncio.ensure_future(
                     self.client.rpc(addr).interdist_join(group=self.group_id, rank=r, spec=spec, peers=self.addresses)
-                    for r, addr in enumerate(self.addresses)
-                ]
-            )
+                ): r
+                for r, addr in enumerate(self.addresses)
+            }
+            bound = max(settings.collective_timeout, settings.frozen_after + 5.0)
+            deadline = time.monotonic() + bound
+            try:
+                while pending:
+                    done, _ = await asyncio.wait(pending, timeout=liveness.CHECK_EVERY)
+                    for task in done:
+                        pending.pop(task)
+                        task.result()  # a worker's own failure to join, as it was
+                    if not pending:
+                        return
+                    waiting = sorted(pending.values())
+                    frozen = await loop.run_in_executor(None, self._liveness.frozen, waiting)
+                    if frozen:
+                        rank, found = min(frozen.items())
+                        raise ReplicaFrozenError(
+                            f"replica {rank} ({self.addresses[rank]}) did not join the strategy: {found.reason}; "
+                            "resume or end that process, then create the strategy again",
+                            replica=rank,
+                        )
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"replica(s) {waiting} did not join the strategy within {bound:.0f} s")
+            finally:
+                for task in pending:
+                    task.cancel()
 
         self.client.sync(go)
 

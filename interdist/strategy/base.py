@@ -94,7 +94,11 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         # Collective messages between replicas on one host go over Unix sockets (control.py).
         spec.setdefault("local_control", settings.local_control)
         spec.setdefault("collectives_backend", backend)  # the replicas' transport (collectives/registry.py)
-        self._group = DaskGroup(self._lease.client, self._lease.addresses, spec, self._lease.names)
+        try:
+            self._group = DaskGroup(self._lease.client, self._lease.addresses, spec, self._lease.names)
+        except BaseException:
+            cluster_lib.release(self._lease)  # a replica that could not join (frozen, gone): the workers go back
+            raise
         self._group_id = self._group.group_id
         register_strategy(self._group_id, self)
         self.events = EventLog()

@@ -41,3 +41,37 @@ def test_the_pids_of_a_clusters_workers_are_learned() -> None:
             live.learn_pids(timeout=30)
             pids = client.run(lambda: __import__("os").getpid())
             assert live._pids == {a: pids[a] for a in addresses}
+
+
+def test_a_stopped_pooled_worker_is_named_when_a_strategy_is_made() -> None:
+    """issue 25: MirroredStrategy() on a pooled cluster with a stopped worker waited > 100 s for it to join.
+    The join is watched as a step is: ReplicaFrozenError naming the replica, and the workers go back to the
+    pool, so the next strategy (once the worker runs again) is made as usual."""
+    import os
+    import signal
+
+    import numpy as np
+
+    import interdist as idist
+    from interdist.config import settings
+
+    idist.config.set_logical_cpu_devices(2)
+    s = idist.MirroredStrategy()
+    pid = [w.pid for w in s.client.cluster.workers.values()][1]
+    s.close()
+    before = settings.frozen_after
+    settings.frozen_after = 2.0
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(idist.errors.ReplicaFrozenError, match=r"replica 1 .* did not join the strategy.*stopped"):
+            idist.MirroredStrategy()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        settings.frozen_after = before
+    s = idist.MirroredStrategy()  # the pool's workers again, the resumed one included
+    try:
+        with s.scope():
+            v = idist.Variable(np.ones(2, np.float32))
+        assert np.asarray(s.reduce("SUM", s.run(lambda: v * 2.0), axis=None)).tolist() == [4.0, 4.0]
+    finally:
+        s.close()
