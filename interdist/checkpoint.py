@@ -53,6 +53,7 @@ cannot be locked, e.g. some NFS mounts, a ``.checkpoint.lock`` file in it is loc
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -317,10 +318,14 @@ class Checkpoint:
 
         ``progress=True`` shows a ``tqdm.auto`` bar in the cell, one tick per variable written.
         """
-        self._counter += 1
-        target = Path(f"{os.fspath(prefix)}-{self._counter}")
-        path = self.write(target, progress=progress, save_counter=self._counter)
-        _record_latest(target.parent, target.name)  # tf.train.latest_checkpoint(directory) finds it
+        target = Path(f"{os.fspath(prefix)}-{self._counter + 1}")
+        path = self.write(target, progress=progress, save_counter=self._counter + 1)
+        try:
+            _record_latest(target.parent, target.name)  # tf.train.latest_checkpoint(directory) finds it
+        except OSError:
+            shutil.rmtree(target, ignore_errors=True)  # all or nothing: not kept if it cannot be recorded
+            raise
+        self._counter += 1  # a save that failed does not count: the next save takes its number
         return path
 
     def write(self, path: str | os.PathLike[str], progress: bool = False, save_counter: int | None = None) -> str:
@@ -364,6 +369,9 @@ class Checkpoint:
             if target.exists():
                 shutil.rmtree(target)
             os.replace(tmp, target)
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise _disk_error(e, f"writing checkpoint {target}") from e
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -636,11 +644,29 @@ def _state(directory: Path) -> dict[str, Any] | None:
 
 
 def _write_state_file(directory: Path, state: dict[str, Any]) -> None:
-    """Replace the state file atomically (a crash leaves the old one or the new one)."""
+    """Replace the state file atomically (a crash leaves the old one or the new one; a failed write, e.g. a
+    full disk, leaves the old one and no temporary file)."""
     fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(STATE_FILE), dir=directory)
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f, indent=1)
-    os.replace(tmp, directory / STATE_FILE)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())  # the list names checkpoints already on disk: it reaches the disk after them
+        os.replace(tmp, directory / STATE_FILE)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise _disk_error(e, f"writing the checkpoint list {directory / STATE_FILE}") from e
+
+
+def _disk_error(e: OSError, doing: str) -> OSError:
+    """An OSError that says what failed; a full disk as ENOSPC (NumPy reports a short write as a bare
+    "60000 requested and 11232 written")."""
+    if e.errno == errno.ENOSPC or (e.errno is None and "requested and" in str(e) and "written" in str(e)):
+        return OSError(errno.ENOSPC, f"No space left on device while {doing} (nothing was saved): {e}")
+    if e.errno is None:
+        return OSError(f"{e} while {doing} (nothing was saved)")
+    return OSError(e.errno, f"{e.strerror or e} while {doing} (nothing was saved)")
 
 
 def _record_latest(directory: Path, name: str) -> None:
@@ -816,7 +842,13 @@ class CheckpointManager:
                     self._last_preserved = saved_at
                 else:
                     doomed.append(old)
-            self._write_state()  # the list never names a checkpoint that is already gone
+            try:
+                self._write_state()  # the list never names a checkpoint that is already gone
+            except OSError:
+                # all or nothing: a checkpoint the list cannot name is not kept (nor the old ones dropped)
+                shutil.rmtree(path, ignore_errors=True)
+                self._load_state()
+                raise
             for old in doomed:
                 shutil.rmtree(old, ignore_errors=True)
         return path
