@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -603,8 +602,14 @@ LOCK_FILE = ".checkpoint.lock"
 def _locked(directory: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``directory`` (made if need be): writers of one directory (processes,
     or managers of one process: each lock is its own open file) take turns. The directory itself is
-    locked, so nothing is added to it and a writer killed while holding the lock leaves nothing behind."""
+    locked, so nothing is added to it and a writer killed while holding the lock leaves nothing behind.
+    Without ``fcntl`` (Windows) there is no lock: one writer per directory there."""
     directory.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl  # POSIX only: ``import interdist`` must not need it
+    except ImportError:
+        yield
+        return
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

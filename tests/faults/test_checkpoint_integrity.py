@@ -385,7 +385,7 @@ def test_a_directory_that_cannot_be_locked_uses_a_lock_file(tmp_path: Path, monk
         locked.append(os.readlink(f"/proc/self/fd/{fd}"))
         real(fd, op)
 
-    monkeypatch.setattr(checkpoint.fcntl, "flock", flock)
+    monkeypatch.setattr(fcntl, "flock", flock)  # checkpoint imports fcntl when it locks
     manager = idist.CheckpointManager(idist.Checkpoint(w=idist.Variable(np.float32(1))), tmp_path, max_to_keep=1)
     assert Path(manager.save()).name == "ckpt-1" and Path(manager.save()).name == "ckpt-2"
     assert locked and all(Path(p) == tmp_path / checkpoint.LOCK_FILE for p in locked)
