@@ -35,6 +35,26 @@ class InjectedFaultError(InterdistError):
     """Raised in a replica by a fault armed with ``idist.debug.inject(..., fault="raise")``."""
 
 
+class IteratorLostError(InterdistError):
+    """A distributed iterator cannot hand out its next global batch after a fault (an interdist addition).
+
+    ``next`` raises it, every time, on an iterator whose replicas cannot be brought back to the step it
+    was at: a replica's worker was lost and its input pipeline does not give the same batches when
+    read again (a ``shuffle`` that reshuffles each iteration, ``from_generator``), or a ``run_steps``
+    over the iterator failed because a replica was lost or frozen, so which of the batches it took
+    were used is unknown. ``delivered`` is the number of global batches it handed out; the message says
+    which were not and how to go on (a new iterator). An ``InterdistError`` (a ``RuntimeError``, as TF's
+    errors for a failed runtime), not a ``WorkerLostError``: retrying ``next`` does not help.
+    """
+
+    def __init__(self, message: str, delivered: int = 0) -> None:
+        super().__init__(message)
+        self.delivered = delivered
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self.args[0]) if self.args else "", self.delivered))
+
+
 class CollectiveTimeoutError(InterdistError, TimeoutError):
     """A collective waited longer than its timeout for some replicas."""
 

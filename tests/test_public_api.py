@@ -24,6 +24,7 @@ def test_all_is_pinned() -> None:
             "InputOptions",
             "InputReplicationMode",
             "InterdistError",
+            "IteratorLostError",
             "Mirrored",
             "MirroredStrategy",
             "MirroredVariable",

@@ -636,7 +636,12 @@ class DaskGroup:
             pass
 
     # -- values ----------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("the strategy was closed (strategy.close()); create a new one")
+
     def fetch(self, rank: int, key: str) -> Any:
+        self._check_open()
         if rank in self.lost:
             raise WorkerLostError(f"replica {rank} was lost with its worker; its values are gone")
         data = self.client.sync(
@@ -645,6 +650,7 @@ class DaskGroup:
         return cloudpickle.loads(data)[0]
 
     def read_variable(self, rank: int, var_id: int) -> Any:
+        self._check_open()
         if rank in self.lost:
             raise WorkerLostError(f"replica {rank} was lost with its worker; its copy of the variable is gone")
         data = self.client.sync(

@@ -181,17 +181,21 @@ def iterate_plan(
     client: Any = _OPEN,
     window_rows: int = WINDOW_ROWS,
     stats: dict[str, int] | None = None,
+    start: int = 0,
 ) -> Iterator[Any]:
     """Replica ``rank``'s batch of every global batch of ``plan``, read in windows of steps.
 
-    ``stats``, if given, counts the ``rows`` read and the ``reads`` (one per window).
+    ``stats``, if given, counts the ``rows`` read and the ``reads`` (one per window). ``start``: the
+    number of global batches to leave out first (their rows are not read), to go on from that step.
     """
     if client is _OPEN:
         with ReadingClient() as own:
-            yield from iterate_plan(plan, rank, num_replicas, own, window_rows, stats)
+            yield from iterate_plan(plan, rank, num_replicas, own, window_rows, stats, start)
         return
     leaves = _nest.flatten(plan.structure)
     ids = plan.batch_ids()
+    if start:
+        ids = itertools.islice(ids, start, None)
     if isinstance(leaves[0], np.ndarray):
         # A NumPy source: each step's rows are one slice of it (rows is a range), copied once.
         # One array, no map (a dataset_fn's `from_tensor_slices(x).batch(b)`): the batch is the
@@ -251,9 +255,13 @@ def _batch(plan: Plan, columns: list[np.ndarray], size: int) -> Any:
 
 
 class PrefetchingReader:
-    """``iterate_plan`` on a background thread, ``PREFETCH_WINDOWS`` windows ahead (on a worker)."""
+    """``iterate_plan`` on a background thread, ``PREFETCH_WINDOWS`` windows ahead (on a worker).
 
-    def __init__(self, plan: Plan, rank: int, num_replicas: int) -> None:
+    ``start``: the global batches to leave out first (a reader started again after a fault, at the
+    step its replica's iterator was at).
+    """
+
+    def __init__(self, plan: Plan, rank: int, num_replicas: int, start: int = 0) -> None:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_WINDOWS * 64)
         self._closed = threading.Event()
         self.stats: dict[str, int] = {}  # rows and reads so far (for tests and the curious)
@@ -263,15 +271,15 @@ class PrefetchingReader:
         client = self._reading.__enter__()
         self._thread = threading.Thread(
             target=self._fill,
-            args=(plan, rank, num_replicas, client),
+            args=(plan, rank, num_replicas, client, start),
             name=f"interdist-dask-reader-{rank}",
             daemon=True,
         )
         self._thread.start()
 
-    def _fill(self, plan: Plan, rank: int, num_replicas: int, client: Any) -> None:
+    def _fill(self, plan: Plan, rank: int, num_replicas: int, client: Any, start: int) -> None:
         try:
-            for batch in iterate_plan(plan, rank, num_replicas, client, stats=self.stats):
+            for batch in iterate_plan(plan, rank, num_replicas, client, stats=self.stats, start=start):
                 if not self._put(("ok", batch)):
                     return
             self._put(("end", None))
@@ -310,6 +318,10 @@ class PrefetchingReader:
             self._queue.put(("end", None))  # stays exhausted
             raise StopIteration
         raise value
+
+    def close(self) -> None:
+        """Stop reading ahead (the thread ends at its next batch)."""
+        self._closed.set()
 
     def __del__(self) -> None:
         self._closed.set()

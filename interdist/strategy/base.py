@@ -30,6 +30,8 @@ from interdist.client.fn_pickle import cached_dumps, ship_by_value
 from interdist.client.group import DaskGroup
 from interdist.collectives.registry import get_backend
 from interdist.config import settings
+from interdist.errors import ReplicaFrozenError, WorkerLostError
+from interdist.input.distributed_dataset import DistributedIterator
 from interdist.protocol import GroupSpec, VariableMeta, pickling_for, register_strategy, resolve_strategy
 from interdist.replica.fused import PickledFunction, fused_steps
 from interdist.strategy.cross_replica import CrossReplicaMixin
@@ -105,7 +107,11 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         self._group.on_events = self.events.add_msgs
         self._group.on_created = self._adopt_run_variables
         self._run_variables: list[Any] = []  # handles of variables made inside the current run, until it returns
-        self._group.on_recover = self._restore_replicas
+        # The live distributed iterators over this strategy's datasets: told about steps that failed with a
+        # lost or frozen replica (they hand that step's batch out again) and about restarted replicas.
+        self._iterators: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._group.on_recover = self._on_recover
+        self._fetch_open = _fetch_while_open(self._group)  # results' fetch (``_remote``): clear once closed
         # ``weakref.finalize[..., Any]``: subclasses finalize with functions of their own (parameter_server.py).
         self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, _close_group, self._group, self._lease)
 
@@ -120,6 +126,11 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
             return
         self._closed = True
         self._finalizer()
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise RuntimeError("the strategy was closed (strategy.close()); create a new one")
+        super()._check_usable()
 
     def __enter__(self) -> Strategy:
         return self
@@ -233,6 +244,66 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
             raise RuntimeError(f"Mixing different tf.distribute.Strategy objects: {current!r} is not {self!r}")
         return self.scope()
 
+    # -- after a fault ---------------------------------------------------------------
+    def _on_recover(self, ranks: list[int]) -> None:
+        """Replicas ``ranks`` were restarted on new workers: their variables, then their input iterators."""
+        self._restore_replicas(ranks)
+        for iterator in list(self._iterators):
+            iterator._replicas_replaced(ranks)
+
+    def _inputs_failed(self, structure: Any) -> None:
+        """A ``run`` given ``structure`` failed with a lost or frozen replica: an iterator whose last batch
+        it was hands that batch out again."""
+        if not self._iterators:
+            return
+        leaves = {id(x) for x in _nest.flatten(structure)}
+        for iterator in list(self._iterators):
+            iterator._step_failed(leaves)
+
+    def _inputs_ran(self, structure: Any) -> None:
+        """A ``run`` given ``structure`` returned: a failed step's batch retried by hand is not handed out again."""
+        pending = [it for it in list(self._iterators) if it._redeliver]
+        if pending:
+            leaves = {id(x) for x in _nest.flatten(structure)}
+            for iterator in pending:
+                iterator._step_ran(leaves)
+
+    # -- variables and inputs of a closed strategy -------------------------------------
+    def _read_copy(self, var: Any, rank: int) -> Any:
+        self._check_open()
+        return super()._read_copy(var, rank)
+
+    def _read_variable(self, var: Any) -> Any:
+        self._check_open()
+        return super()._read_variable(var)
+
+    def _update(
+        self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], group: bool
+    ) -> Any:
+        self._check_open()
+        return super()._update(var, fn, args, kwargs, group)
+
+    def experimental_distribute_values_from_function(self, value_fn: Callable[..., Any]) -> Any:
+        self._check_open()
+        return super().experimental_distribute_values_from_function(value_fn)
+
+    def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
+        self._check_open()
+        return super().experimental_distribute_dataset(dataset, options)
+
+    def distribute_datasets_from_function(self, dataset_fn: Callable[..., Any], options: Any = None) -> Any:
+        self._check_open()
+        return super().distribute_datasets_from_function(dataset_fn, options)
+
+    def _remote(self, rank: int, meta: Any) -> Any:
+        rv = super()._remote(rank, meta)
+        rv._fetch = self._fetch_open
+        return rv
+
+    def _check_open(self) -> None:
+        if self._closed:
+            self._check_usable()  # raises, saying the strategy was closed
+
     # -- run -----------------------------------------------------------------------
     def run(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
         """Invokes ``fn`` on each replica, with the given arguments.
@@ -254,7 +325,13 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
             self._require_cross_replica("run")
             structure = (args, kwargs)
             per_rank = [self._select(r, structure) for r in range(self.num_replicas_in_sync)]
-            results = self._group.execute(fn, per_rank, system=False, what=f"run of {_fn_name(fn)}")
+            try:
+                results = self._group.execute(fn, per_rank, system=False, what=f"run of {_fn_name(fn)}")
+            except (WorkerLostError, ReplicaFrozenError):
+                self._inputs_failed(structure)
+                raise
+            if self._iterators:
+                self._inputs_ran(structure)
             originals = [_nest.flatten(self._select(r, structure, keep=True)) for r in range(self.num_replicas_in_sync)]
             out = self._regroup(results, originals)
             self._run_variables.clear()  # variables made in the step now live as long as the notebook holds them
@@ -321,6 +398,8 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
             packed = cached_dumps(fn)
         fn_arg: Any = fn if packed is None else PickledFunction(packed)
         remote_key = getattr(iterator, "_key", None)
+        ours = isinstance(iterator, DistributedIterator) and iterator._strategy is self
+        taken = 0  # batches taken from a notebook-side iterator
         if remote_key is not None and getattr(iterator, "_strategy", None) is self:
             # One argument object for every rank: the group pickles it (and ``fn``) once, not per rank.
             per_rank: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
@@ -333,6 +412,7 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
                     batches.append(next(iterator))
                 except StopIteration:
                     break
+            taken = len(batches)
             if not batches:
                 raise StopIteration("run_steps: the iterator has no batch left")
             per_rank = [
@@ -340,11 +420,18 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
                 for r in range(self.num_replicas_in_sync)
             ]
         __tracebackhide__ = True  # a replica's error shows the user's frames, not interdist's
-        with self._enter_or_check():
-            results = self._group.execute(
-                fused_steps, per_rank, system=True, what=f"run_steps of {_fn_name(fn)}", steps=steps
-            )
+        try:
+            with self._enter_or_check():
+                results = self._group.execute(
+                    fused_steps, per_rank, system=True, what=f"run_steps of {_fn_name(fn)}", steps=steps
+                )
+        except BaseException as exc:
+            if ours:
+                iterator._fused_failed(exc, taken)  # which of its batches the steps used is unknown after a fault
+            raise
         done = int(results[0][1].value)
+        if ours and remote_key is not None:
+            iterator._fused_ran(done)
         if done == 0:
             return None, 0
         out = self._regroup([r[0] for r in results])
@@ -445,6 +532,24 @@ def _close_group(group: DaskGroup, lease: cluster_lib.Lease) -> None:
         group.leave()
     finally:
         cluster_lib.release(lease)
+
+
+def _fetch_while_open(group: DaskGroup) -> Callable[[int, str], Any]:
+    """``group.fetch``, refusing with the strategy's words once it was closed (its workers then hold nothing).
+
+    It holds the group, not the strategy: a result kept in the notebook must not keep its strategy alive.
+    """
+    fetch = group.fetch
+
+    def fetch_while_open(rank: int, key: str) -> Any:
+        if group.closed:
+            raise RuntimeError(
+                "the strategy was closed (strategy.close()) before this value was fetched from its replica; "
+                "create a new one (read values with .numpy() before closing to keep them)"
+            )
+        return fetch(rank, key)
+
+    return fetch_while_open
 
 
 def _host(address: str) -> str:

@@ -200,7 +200,10 @@ class VariablesMixin(ReplicaDispatch):
                 )
             if lost[r]:
                 message.append(f"LOST on replica {r}: " + "; ".join(lost[r]))
-        message.append("values the lost replicas held otherwise (run results, dataset iterators) are gone")
+        message.append(
+            "values the lost replicas held otherwise (run results) are gone; "
+            "dataset iterators hand the failed step's batch out again"
+        )
         warnings.warn(". ".join(message) + ".", UserWarning, stacklevel=user_stacklevel())
 
     def _last_reported(self, var_id: int, rank: int, like: Any) -> tuple[Any, str]:
