@@ -38,6 +38,7 @@ from . import (
     metrics,
     nn,
     optimizers,
+    random,
     regularizers,
     train,
 )
@@ -152,6 +153,7 @@ __all__ = [
     "nn",
     "optimizers",
     "performance_report",
+    "random",
     "regularizers",
     "stop_gradient",
     "train",

@@ -27,6 +27,19 @@ __all__ = [
 ]
 
 
+_GLOBAL = [np.random.default_rng()]  # what an unseeded initializer draws from (``idist.random.set_seed``)
+
+
+def set_global_seed(seed: int | None) -> None:
+    """Draw unseeded initializers (and Dropout masks) from a generator seeded with ``seed`` from now on."""
+    _GLOBAL[0] = np.random.default_rng(seed)
+
+
+def global_generator() -> np.random.Generator:
+    """A new generator for one unseeded draw, taken from the global one (so a seed fixes every draw)."""
+    return np.random.default_rng(_GLOBAL[0].integers(2**63))
+
+
 def _fans(shape: tuple[int, ...]) -> tuple[float, float]:
     """Keras' fan-in and fan-out: a dense kernel (in, out); a convolution (*kernel, in, out)."""
     if len(shape) < 1:
@@ -44,7 +57,7 @@ class Initializer:
         self.seed = seed
 
     def _rng(self) -> np.random.Generator:
-        return np.random.default_rng(self.seed)
+        return np.random.default_rng(self.seed) if self.seed is not None else global_generator()
 
     def __call__(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
         raise NotImplementedError  # pragma: no cover - abstract

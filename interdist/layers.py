@@ -378,7 +378,7 @@ class Dropout(Layer):
                 f"Received: rate={rate}"
             )
         self.rate = float(rate)
-        self._rng = np.random.default_rng(seed)
+        self._rng = np.random.default_rng(seed) if seed is not None else initializers.global_generator()
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:
         x = _inputs(inputs)

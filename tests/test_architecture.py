@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("client", ["interdist.client"]),
     ("api", ["interdist.strategy", "interdist.optimizers", "interdist.metrics", "interdist.checkpoint",
              "interdist.distribute_lib", "interdist.data", "interdist.debug", "interdist.nn", "interdist.losses",
-             "interdist.layers", "interdist.initializers", "interdist.regularizers", "interdist.math",
+             "interdist.layers", "interdist.initializers", "interdist.regularizers", "interdist.math", "interdist.random",
              "interdist.train"]),
     ("top", ["interdist.experimental", "interdist.server", "interdist.demo", "interdist"]),
 ]

@@ -72,6 +72,7 @@ def test_all_is_pinned() -> None:
             "nn",
             "optimizers",
             "performance_report",
+            "random",
             "regularizers",
             "stop_gradient",
             "train",
