@@ -22,8 +22,10 @@ where a notebook or a script needs it to:
   closes and its process exits.
 
 When the cluster speaks TLS, the worker's credentials (``Security.temporary()``'s certificate and key)
-go to the child as the first line on that socket pair: not on its command line, in its environment or
-in a file, where another account on the host could read them.
+go to the child as the first line on that socket pair: not on its command line or in its environment,
+where another account on the host could read them. (Dask's ``Security`` itself writes them for a moment
+into a 0700 temporary directory whenever it builds an SSL context: Python's ``ssl`` loads a chain only
+from a path; docs/reliability.md.)
 
 Its stdout and stderr go to a log file (:func:`worker_log_path`, named in a ``WorkerLostError``), not
 to the notebook's: what a replica function prints travels back with its step's reply and shows in the
