@@ -286,7 +286,7 @@ class DaskGroup:
         """Run ``fn`` on every replica; the decoded results in rank order, or one exception."""
         __tracebackhide__ = True  # IPython and pytest leave this frame out of the traceback
         if self.closed:
-            raise RuntimeError("this strategy was closed; create a new one")
+            raise RuntimeError("the strategy was closed (strategy.close()); create a new one")
         if self.lost:
             self._recover()
         for rank, (busy_step, fut) in list(self.busy.items()):

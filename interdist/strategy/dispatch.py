@@ -49,7 +49,7 @@ class ReplicaDispatch:
 
     def _check_usable(self) -> None:
         if self._closed:
-            raise RuntimeError("this strategy was closed; create a new one")
+            raise RuntimeError("the strategy was closed (strategy.close()); create a new one")
         group = getattr(self, "_group", None)
         if group is not None and group.suspect is not None:
             fault, group.suspect = group.suspect, None  # first, so the check's own program does not recurse

@@ -122,6 +122,7 @@ class StrategyExtended:
 
     def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
         """Mirror ``tensor`` to the destination devices (one device: a single value)."""
+        self._strategy._check_usable()  # a closed strategy's devices are gone
         self._strategy._require_cross_replica("broadcast_to")
         device_lib.refuse_none(destinations, "broadcast_to")
         device_lib.refuse_sequence(destinations, "broadcast_to")

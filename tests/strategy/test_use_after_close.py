@@ -69,6 +69,7 @@ ENTRY_POINTS: dict[str, Callable[[dict[str, Any]], object]] = {
     "extended.update": lambda c: c["s"].extended.update(c["v"], lambda x: x.assign(np.float32(3.0))),
     "extended.reduce_to": lambda c: c["s"].extended.reduce_to("SUM", c["big"], c["v"]),
     "resync_variables": lambda c: c["s"].resync_variables(),
+    "extended.broadcast_to": lambda c: c["s"].extended.broadcast_to(np.float32(1.0), c["v"]),
 }
 
 
@@ -93,3 +94,4 @@ def test_close_twice_and_the_context_manager_are_quiet(closed: dict[str, Any]) -
         pass
     with pytest.raises(RuntimeError, match=CLOSED):
         t.run(lambda: 1)
+
