@@ -56,6 +56,12 @@ def _local_hosts() -> set[str]:
     return hosts
 
 
+def _host_of(address: str) -> str:
+    """``127.0.0.1`` of ``tls://127.0.0.1:40387`` (``[::1]`` of an IPv6 address without its brackets)."""
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0]
+    return host.strip("[]")
+
+
 def _stopped(pid: int) -> bool | None:
     """Whether process ``pid`` of this host is stopped; None if it cannot be told."""
     try:
@@ -118,17 +124,20 @@ class Liveness:
 
     def frozen(self, ranks: list[int]) -> dict[int, Frozen]:
         """The frozen ranks among ``ranks``, each with why. Never raises (a failed check finds none)."""
+        workers: dict[str, Any] | None
         try:
             workers = self._workers()
-        except Exception as exc:  # noqa: BLE001 - the scheduler is unreachable: the lost-worker path reports it
-            logger.debug("interdist: liveness check failed: %s", exc)
-            return {}
+        except Exception as exc:  # noqa: BLE001 - the scheduler is slow or unreachable: the processes still tell
+            logger.debug("interdist: the scheduler did not answer a liveness check: %s", exc)
+            workers = None
         if self._local is None:
             self._local = _local_hosts()
         now_mono, now = time.monotonic(), time.time()
         found: dict[int, Frozen] = {}
         for rank in ranks:
-            w = workers.get(self.addresses[rank])
+            address = self.addresses[rank]
+            # Without the scheduler's answer, a worker of this host is still watched through its process.
+            w = workers.get(address) if workers is not None else {"host": _host_of(address)}
             if w is None:
                 continue  # gone from the scheduler: a lost worker, reported as such
             pid = self._embedded_pids().get(self.addresses[rank]) or self._pids.get(self.addresses[rank])
@@ -138,7 +147,7 @@ class Liveness:
                     self._stopped.pop(rank, None)
                     continue
                 first, last = self._stopped.get(rank, (now_mono, now_mono))
-                if now_mono - last > 2 * CHECK_EVERY + 1.0:
+                if now_mono - last > 2 * CHECK_EVERY + SCHEDULER_TIMEOUT + 1.0:
                     first = now_mono  # not watched in between: it may have run meanwhile, count anew
                 self._stopped[rank] = (first, now_mono)
                 seen = now_mono - first
@@ -149,6 +158,8 @@ class Liveness:
                         seen,
                     )
                 continue
+            if workers is None:
+                continue  # no heartbeat to read without the scheduler
             last_seen = w.get("last_seen")
             if isinstance(last_seen, (int, float)) and now - last_seen > 2 * settings.frozen_after + 5:
                 found[rank] = Frozen(

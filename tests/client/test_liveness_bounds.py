@@ -75,3 +75,39 @@ def test_a_stopped_pooled_worker_is_named_when_a_strategy_is_made() -> None:
         assert np.asarray(s.reduce("SUM", s.run(lambda: v * 2.0), axis=None)).tolist() == [4.0, 4.0]
     finally:
         s.close()
+
+
+def test_a_stopped_worker_is_found_while_the_scheduler_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that gets no answer from the scheduler still reads the local workers' process state, and a
+    slow check does not restart the count of how long a worker was stopped."""
+    import os
+    import signal
+
+    from interdist.config import settings
+
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, processes=True, dashboard_address=None) as cluster:
+        with distributed.Client(cluster.scheduler_address) as client:
+            addresses = list(client.scheduler_info()["workers"])
+            live = liveness.Liveness(client, addresses)
+            live.learn_pids(timeout=30)
+            (pid,) = live._pids.values()
+
+            async def silent(**kwargs: Any) -> dict[str, Any]:
+                await asyncio.sleep(3600)
+                return {}
+
+            monkeypatch.setattr(client.scheduler, "identity", silent)
+            monkeypatch.setattr(liveness, "SCHEDULER_TIMEOUT", 0.5)
+            monkeypatch.setattr(settings, "frozen_after", 1.0)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                found: dict[int, Any] = {}
+                deadline = time.monotonic() + 30
+                while not found and time.monotonic() < deadline:  # a check a second, as a waiting step does
+                    found = live.frozen([0])
+                    if not found:
+                        time.sleep(liveness.CHECK_EVERY)
+                assert 0 in found and "stopped" in found[0].reason
+            finally:
+                os.kill(pid, signal.SIGCONT)
