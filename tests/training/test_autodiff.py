@@ -20,7 +20,7 @@ def v() -> tuple[idist.Variable, idist.Variable, idist.Variable, idist.Variable]
     return w, b, nt, iv
 
 
-def close(got: object, want: object) -> None:
+def assert_close(got: object, want: object) -> None:
     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=2e-6, atol=1e-6)
 
 
@@ -29,8 +29,8 @@ def test_mixed_ops_trainable_and_not(v: tuple) -> None:
     with idist.GradientTape() as t:
         y = np.mean(np.exp(X @ w + b) * np.float32(0.01)) + np.sum(w * w) * nt
     gw, gb, gnt = t.gradient(y, [w, b, nt])
-    close(gw, [[4.182365894317627, 8.494793891906738], [78.84375762939453, 315.4942932128906]])
-    close(gb, [22.357580184936523, 100.03767395019531])
+    assert_close(gw, [[4.182365894317627, 8.494793891906738], [78.84375762939453, 315.4942932128906]])
+    assert_close(gb, [22.357580184936523, 100.03767395019531])
     assert gnt is None  # a non-trainable variable is not watched
     assert gw.dtype == np.float32 and isinstance(gw, np.ndarray)
 
@@ -39,7 +39,7 @@ def test_non_scalar_target_sums(v: tuple) -> None:
     w = v[0]
     with idist.GradientTape() as t:
         y = X @ w
-    close(t.gradient(y, w), [[3.0, 3.0], [2.5, 2.5]])
+    assert_close(t.gradient(y, w), [[3.0, 3.0], [2.5, 2.5]])
 
 
 def test_non_persistent_tape_gives_one_set(v: tuple) -> None:
@@ -56,10 +56,10 @@ def test_persistent_tape(v: tuple) -> None:
     with idist.GradientTape(persistent=True) as t:
         y = np.sum(w * w)
         z = np.sum(y * b)
-    close(t.gradient(y, w), [[2.0, 4.0], [6.0, 8.0]])
+    assert_close(t.gradient(y, w), [[2.0, 4.0], [6.0, 8.0]])
     gw, gb = t.gradient(z, [w, b])
-    close(gw, [[-1.0, -2.0], [-3.0, -4.0]])
-    close(gb, [30.0, 30.0])
+    assert_close(gw, [[-1.0, -2.0], [-3.0, -4.0]])
+    assert_close(gb, [30.0, 30.0])
 
 
 def test_stop_recording(v: tuple) -> None:
@@ -70,7 +70,7 @@ def test_stop_recording(v: tuple) -> None:
             z = np.sum(b * b)
         q = y + z
     gw, gb = t.gradient(q, [w, b])
-    close(gw, [[3.0, 3.0], [3.0, 3.0]])
+    assert_close(gw, [[3.0, 3.0], [3.0, 3.0]])
     assert gb is None
 
 
@@ -79,9 +79,9 @@ def test_unconnected_zero(v: tuple) -> None:
     with idist.GradientTape() as t:
         y = np.sum(w)
     gw, gb = t.gradient(y, [w, b], unconnected_gradients=idist.UnconnectedGradients.ZERO)
-    close(gw, np.ones((2, 2)))
+    assert_close(gw, np.ones((2, 2)))
     assert gb.dtype == np.float32
-    close(gb, [0.0, 0.0])
+    assert_close(gb, [0.0, 0.0])
 
 
 def test_watch_accessed_variables_false(v: tuple) -> None:
@@ -91,7 +91,7 @@ def test_watch_accessed_variables_false(v: tuple) -> None:
         y = np.sum(w * 2.0) + np.sum(b * b)
     gw, gb = t.gradient(y, [w, b])
     assert gw is None
-    close(gb, [1.0, -2.0])
+    assert_close(gb, [1.0, -2.0])
     watched = t.watched_variables()  # as TF: the variable watched by hand, and only it
     assert len(watched) == 1 and watched[0] is b
 
@@ -101,7 +101,7 @@ def test_watch_a_tensor() -> None:
     with idist.GradientTape() as t:
         t.watch(c)
         y = c * c * c
-    close(t.gradient(y, c), 27.0)
+    assert_close(t.gradient(y, c), 27.0)
 
 
 def test_watch_a_numpy_array_says_what_to_do() -> None:
@@ -120,11 +120,11 @@ def test_output_gradients_and_list_targets(v: tuple) -> None:
     w, b = v[0], v[1]
     with idist.GradientTape() as t:
         y = np.sum(w * 2.0)
-    close(t.gradient(y, w, output_gradients=np.float32(3.0)), np.full((2, 2), 6.0))
+    assert_close(t.gradient(y, w, output_gradients=np.float32(3.0)), np.full((2, 2), 6.0))
     with idist.GradientTape() as t:
         y1 = np.sum(w)
         y2 = np.sum(w * b)
-    close(t.gradient([y1, y2], w), [[1.5, 0.0], [1.5, 0.0]])
+    assert_close(t.gradient([y1, y2], w), [[1.5, 0.0], [1.5, 0.0]])
 
 
 def test_nested_sources_keep_their_structure(v: tuple) -> None:
@@ -132,7 +132,7 @@ def test_nested_sources_keep_their_structure(v: tuple) -> None:
     with idist.GradientTape() as t:
         y = np.sum(w)
     g = t.gradient(y, {"a": w, "b": [b]})
-    close(g["a"], np.ones((2, 2)))
+    assert_close(g["a"], np.ones((2, 2)))
     assert g["b"] == [None]
 
 
@@ -142,21 +142,21 @@ def test_gradient_with_respect_to_an_intermediate_value(v: tuple) -> None:
         h = X @ w
         y = np.sum(idist.nn.relu(h - 3.0))
     gw, gh = t.gradient(y, [w, h])
-    close(gw, [[2.0, 2.0], [3.5, 3.5]])
-    close(gh, [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
+    assert_close(gw, [[2.0, 2.0], [3.5, 3.5]])
+    assert_close(gh, [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
 
 
 def test_ties_as_tf(v: tuple) -> None:
     w = v[0]
     with idist.GradientTape() as t:
         y = np.sum(idist.nn.relu(w - 2.0))
-    close(t.gradient(y, w), [[0.0, 0.0], [1.0, 1.0]])  # relu'(0) = 0
+    assert_close(t.gradient(y, w), [[0.0, 0.0], [1.0, 1.0]])  # relu'(0) = 0
     with idist.GradientTape() as t:
         y = np.sum(np.maximum(w, 2.0))
-    close(t.gradient(y, w), [[0.0, 1.0], [1.0, 1.0]])  # a tie goes to the first argument
+    assert_close(t.gradient(y, w), [[0.0, 1.0], [1.0, 1.0]])  # a tie goes to the first argument
     with idist.GradientTape() as t:
         y = np.sum(np.minimum(w, 2.0))
-    close(t.gradient(y, w), [[1.0, 1.0], [0.0, 0.0]])
+    assert_close(t.gradient(y, w), [[1.0, 1.0], [0.0, 0.0]])
 
 
 def test_none_among_sources_is_a_type_error(v: tuple) -> None:
@@ -172,8 +172,8 @@ def test_slicing_and_concatenate(v: tuple) -> None:
     with idist.GradientTape() as t:
         y = np.sum(w[0] * 2.0) + np.sum(np.concatenate([w, b[None]], 0))
     gw, gb = t.gradient(y, [w, b])
-    close(gw, [[3.0, 3.0], [1.0, 1.0]])
-    close(gb, [1.0, 1.0])
+    assert_close(gw, [[3.0, 3.0], [1.0, 1.0]])
+    assert_close(gb, [1.0, 1.0])
 
 
 def test_numpy_function_without_gradient_is_named(v: tuple) -> None:
@@ -198,12 +198,12 @@ def test_value_and_grad(v: tuple) -> None:
     loss, grads = idist.value_and_grad(lambda x: np.mean(np.exp(x @ w + b) * np.float32(0.01)))(X)
     assert isinstance(loss, np.ndarray) or np.isscalar(loss)
     gw, gb = grads
-    close(gb, [22.357580184936523 - 0.0, 100.03767395019531])  # the same program as test_mixed_ops, less sum(w*w)*nt
-    close(
+    assert_close(gb, [22.357580184936523 - 0.0, 100.03767395019531])  # the same program as test_mixed_ops, less sum(w*w)*nt
+    assert_close(
         gw, [[4.182365894317627 - 4.0, 8.494793891906738 - 8.0], [78.84375762939453 - 12.0, 315.4942932128906 - 16.0]]
     )
     _, (only_b,) = idist.value_and_grad(lambda: np.sum(b * w[0]), sources=[b])()
-    close(only_b, [1.0, 2.0])
+    assert_close(only_b, [1.0, 2.0])
 
 
 def test_jacobian_is_not_implemented(v: tuple) -> None:
@@ -231,9 +231,9 @@ def test_mirrored_step_with_sgd(mirrored2: idist.MirroredStrategy) -> None:
         return g
 
     r = s.run(step, args=(xs,))
-    close(r.values[0], [0.0, 6.0])
-    close(r.values[1], [6.0, 28.0])
-    close(np.asarray(mw), [0.3999999761581421, -1.4000000953674316])
+    assert_close(r.values[0], [0.0, 6.0])
+    assert_close(r.values[1], [6.0, 28.0])
+    assert_close(np.asarray(mw), [0.3999999761581421, -1.4000000953674316])
 
 
 def test_numpy_shape_functions_do_not_read_a_variable(mirrored2: idist.MirroredStrategy) -> None:

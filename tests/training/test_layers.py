@@ -30,7 +30,7 @@ def model() -> idist.layers.Sequential:
     )
 
 
-def close(got: object, want: object, rtol: float = 1e-5) -> None:
+def assert_close(got: object, want: object, rtol: float = 1e-5) -> None:
     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=rtol, atol=1e-6)
 
 
@@ -58,12 +58,12 @@ def test_forward_loss_and_gradients_as_tf() -> None:
             idist.add_n(m.losses)
         )
     grads = tape.gradient(loss, m.trainable_variables)
-    close(logits, TF["logits"])
-    close(per_example, TF["per_example"])
-    close([float(r) for r in m.losses], TF["reg"])
-    close(loss, TF["loss"])
+    assert_close(logits, TF["logits"])
+    assert_close(per_example, TF["per_example"])
+    assert_close([float(r) for r in m.losses], TF["reg"])
+    assert_close(loss, TF["loss"])
     for g, want in zip(grads, TF["grads"], strict=True):
-        close(g, want, rtol=1e-4)
+        assert_close(g, want, rtol=1e-4)
 
 
 def test_a_layer_built_inside_run_is_refused(mirrored2: idist.MirroredStrategy) -> None:
@@ -79,7 +79,7 @@ def test_layers_in_a_strategy_are_mirrored(mirrored2: idist.MirroredStrategy) ->
     assert all(isinstance(v, idist.MirroredVariable) for v in m.variables)
     out = mirrored2.run(lambda: m(np.ones((1, 3), np.float32)))
     for r in mirrored2.experimental_local_results(out):
-        close(r, [[3.0, 3.0]])
+        assert_close(r, [[3.0, 3.0]])
 
 
 def test_bad_arguments() -> None:

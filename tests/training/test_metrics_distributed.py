@@ -21,7 +21,7 @@ L1 = np.array([0, 0])
 W1 = np.array([3.0, 1.0], np.float32)
 
 
-def _close(actual: Any, expected: float) -> None:
+def assert_close(actual: Any, expected: float) -> None:
     np.testing.assert_allclose(np.asarray(actual), np.float32(expected), rtol=1e-6)
 
 
@@ -62,9 +62,9 @@ def test_tutorial_metrics_aggregate_over_two_replicas(mirrored2: idist.MirroredS
         r, a = s.run(step, args=(data,))
         # inside run, result() is the replica's own value (TF: a PerReplica on CPU:0 and CPU:1)
         for got, want in zip(_locals(s, r), [0.5373137593269348, 1.0601317882537842], strict=True):
-            _close(got, want)
+            assert_close(got, want)
         for got, want in zip(_locals(s, a), [0.6666666865348816, 0.5], strict=True):
-            _close(got, want)
+            assert_close(got, want)
         assert [c.device for c in s.experimental_local_results(a)] == [
             "/job:localhost/replica:0/task:0/device:CPU:0",
             "/job:localhost/replica:0/task:0/device:CPU:1",
@@ -84,7 +84,7 @@ def test_tutorial_metrics_aggregate_over_two_replicas(mirrored2: idist.MirroredS
         got = m.result()
         assert isinstance(got, idist.Tensor) and got.dtype == np.float32 and got.shape == ()
         assert got.device == "/job:localhost/replica:0/task:0/device:CPU:0"
-        _close(got.numpy(), result)
+        assert_close(got.numpy(), result)
         np.testing.assert_allclose(_locals(s, m.total), totals, rtol=1e-6)
         np.testing.assert_allclose(_locals(s, m.count), counts, rtol=1e-6)
     assert f"{acc.result():.3f}" == "0.600"
@@ -94,8 +94,8 @@ def test_tutorial_metrics_aggregate_over_two_replicas(mirrored2: idist.MirroredS
     assert _locals(s, acc.total) == [0.0, 0.0] and _locals(s, acc.count) == [0.0, 0.0]
     a = s.run(lambda b: acc(b[0], b[1]), args=(data,))
     for got, want in zip(_locals(s, a), [0.6666666865348816, 0.5], strict=True):
-        _close(got, want)
-    _close(acc.result(), 0.6000000238418579)
+        assert_close(got, want)
+    assert_close(acc.result(), 0.6000000238418579)
 
 
 def test_distributed_result_equals_one_replica_on_all_the_data(mirrored2: idist.MirroredStrategy) -> None:
@@ -103,15 +103,15 @@ def test_distributed_result_equals_one_replica_on_all_the_data(mirrored2: idist.
     one_xent, one_wacc = idist.metrics.SparseCategoricalCrossentropy(), idist.metrics.SparseCategoricalAccuracy()
     one_xent.update_state(np.concatenate([L0, L1]), np.concatenate([P0, P1]))
     one_wacc.update_state(np.concatenate([L0, L1]), np.concatenate([P0, P1]), sample_weight=np.concatenate([W0, W1]))
-    _close(one_xent.result(), 0.7464410066604614)
-    _close(one_wacc.result(), 0.46666666865348816)
+    assert_close(one_xent.result(), 0.7464410066604614)
+    assert_close(one_wacc.result(), 0.46666666865348816)
     with mirrored2.scope():
         xent = idist.metrics.SparseCategoricalCrossentropy()
     data = mirrored2.experimental_distribute_values_from_function(
         lambda ctx: (L0, P0) if ctx.replica_id_in_sync_group == 0 else (L1, P1)
     )
     mirrored2.run(lambda b: xent.update_state(*b), args=(data,))
-    _close(xent.result(), float(one_xent.result()))
+    assert_close(xent.result(), float(one_xent.result()))
 
 
 @pytest.mark.parametrize("n", [1, 2])

@@ -20,7 +20,7 @@ LOGITS = np.array([[1.0, 2.0, 3.0], [0.5, 0.1, -1.0], [2.0, 2.0, 2.0]], np.float
 SW = np.array([1.0, 0.0, 2.0])
 
 
-def close(got: object, want: object, rtol: float = 2e-6) -> None:
+def assert_close(got: object, want: object, rtol: float = 2e-6) -> None:
     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=rtol, atol=1e-6)
 
 
@@ -28,12 +28,12 @@ def close(got: object, want: object, rtol: float = 2e-6) -> None:
 
 
 def test_compute_average_loss_outside_a_strategy() -> None:
-    close(idist.nn.compute_average_loss(PEL), 2.5)
-    close(idist.nn.compute_average_loss(PEL, global_batch_size=8), 1.25)
-    close(idist.nn.compute_average_loss(PEL, sample_weight=np.array([1.0, 0.0, 2.0, 1.0], np.float32)), 2.75)
-    close(idist.nn.compute_average_loss(PEL, sample_weight=0.5), 1.25)
-    close(idist.nn.compute_average_loss(np.ones((2, 3), np.float32)), 3.0)
-    close(idist.nn.compute_average_loss(PEL, global_batch_size=0), 0.0)  # TF 2.21: no NaN, no error
+    assert_close(idist.nn.compute_average_loss(PEL), 2.5)
+    assert_close(idist.nn.compute_average_loss(PEL, global_batch_size=8), 1.25)
+    assert_close(idist.nn.compute_average_loss(PEL, sample_weight=np.array([1.0, 0.0, 2.0, 1.0], np.float32)), 2.75)
+    assert_close(idist.nn.compute_average_loss(PEL, sample_weight=0.5), 1.25)
+    assert_close(idist.nn.compute_average_loss(np.ones((2, 3), np.float32)), 3.0)
+    assert_close(idist.nn.compute_average_loss(PEL, global_batch_size=0), 0.0)  # TF 2.21: no NaN, no error
     r = idist.nn.compute_average_loss(np.array([1, 2]))
     assert np.asarray(r).dtype == np.float64 and float(r) == 1.5  # TF 2.21 averages integer losses in float64
 
@@ -46,7 +46,7 @@ def test_compute_average_loss_errors() -> None:
 
 
 def test_scale_regularization_loss_outside_a_strategy() -> None:
-    close(idist.nn.scale_regularization_loss(np.array([1.0, 2.0], np.float32)), 3.0)
+    assert_close(idist.nn.scale_regularization_loss(np.array([1.0, 2.0], np.float32)), 3.0)
 
 
 def test_cross_replica_context_is_refused(mirrored2: idist.MirroredStrategy) -> None:
@@ -55,7 +55,7 @@ def test_cross_replica_context_is_refused(mirrored2: idist.MirroredStrategy) -> 
             idist.nn.compute_average_loss(PEL)
         with pytest.raises(RuntimeError, match="`scale_regularization_loss` in cross replica context"):
             idist.nn.scale_regularization_loss(np.float32(3.0))
-        close(idist.nn.compute_average_loss(PEL, global_batch_size=8), 1.25)  # given, no strategy needed
+        assert_close(idist.nn.compute_average_loss(PEL, global_batch_size=8), 1.25)  # given, no strategy needed
 
 
 def test_in_replica_context_the_batch_is_global(mirrored2: idist.MirroredStrategy) -> None:
@@ -74,13 +74,13 @@ def test_in_replica_context_the_batch_is_global(mirrored2: idist.MirroredStrateg
 
     for rep in s.experimental_local_results(s.run(fn)):
         avg, reg, empty, scce, scce_sum, mse, l2 = (np.asarray(x) for x in rep)
-        close(avg, 1.25)
-        close(reg, 1.5)
-        close(empty, 0.0)
-        close(scce, 0.94076973)  # Keras 3 divides a mean reduction by the replicas in replica context
-        close(scce_sum, 4.604830741882324)  # ... but not a sum
-        close(mse, 0.33833334)
-        close(l2, 0.5)
+        assert_close(avg, 1.25)
+        assert_close(reg, 1.5)
+        assert_close(empty, 0.0)
+        assert_close(scce, 0.94076973)  # Keras 3 divides a mean reduction by the replicas in replica context
+        assert_close(scce_sum, 4.604830741882324)  # ... but not a sum
+        assert_close(mse, 0.33833334)
+        assert_close(l2, 0.5)
 
 
 # -- losses ----------------------------------------------------------------------------------------------
@@ -107,21 +107,21 @@ def test_in_replica_context_the_batch_is_global(mirrored2: idist.MirroredStrateg
 )
 def test_sparse_categorical_crossentropy_reductions(reduction: str | None, plain: object, weighted: object) -> None:
     loss = idist.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
-    close(loss(Y, LOGITS), plain)
-    close(loss(Y, LOGITS, sample_weight=SW), weighted)
+    assert_close(loss(Y, LOGITS), plain)
+    assert_close(loss(Y, LOGITS, sample_weight=SW), weighted)
 
 
 def test_other_losses() -> None:
-    close(idist.losses.SparseCategoricalCrossentropy()(Y, idist.nn.softmax(LOGITS)), 1.8815394639968872)
-    close(idist.losses.SparseCategoricalCrossentropy(from_logits=True)(Y[:, None], LOGITS), 1.8815395)
-    close(idist.losses.SparseCategoricalCrossentropy(from_logits=True)(Y, LOGITS, sample_weight=SW[:, None]), 1.5349436)
+    assert_close(idist.losses.SparseCategoricalCrossentropy()(Y, idist.nn.softmax(LOGITS)), 1.8815394639968872)
+    assert_close(idist.losses.SparseCategoricalCrossentropy(from_logits=True)(Y[:, None], LOGITS), 1.8815395)
+    assert_close(idist.losses.SparseCategoricalCrossentropy(from_logits=True)(Y, LOGITS, sample_weight=SW[:, None]), 1.5349436)
     probs = np.array([[0.0, 1.0], [0.5, 0.5]], np.float32)
-    close(idist.losses.SparseCategoricalCrossentropy()(np.array([0, 1]), probs), 8.405622)  # clipped at 1e-7
-    close(idist.losses.MeanSquaredError()(np.ones((3, 2)), LOGITS[:, :2]), 0.6766666769981384)
-    close(idist.losses.MeanSquaredError(reduction=None)(np.ones((3, 2)), LOGITS[:, :2]), [0.5, 0.53, 1.0])
-    close(idist.losses.CategoricalCrossentropy(from_logits=True)(np.eye(3)[Y], LOGITS), 1.8815394639968872)
-    close(idist.losses.BinaryCrossentropy(from_logits=True)(np.array([[1.0], [0.0], [1.0]]), LOGITS[:, :1]), 0.4714222)
-    close(
+    assert_close(idist.losses.SparseCategoricalCrossentropy()(np.array([0, 1]), probs), 8.405622)  # clipped at 1e-7
+    assert_close(idist.losses.MeanSquaredError()(np.ones((3, 2)), LOGITS[:, :2]), 0.6766666769981384)
+    assert_close(idist.losses.MeanSquaredError(reduction=None)(np.ones((3, 2)), LOGITS[:, :2]), [0.5, 0.53, 1.0])
+    assert_close(idist.losses.CategoricalCrossentropy(from_logits=True)(np.eye(3)[Y], LOGITS), 1.8815394639968872)
+    assert_close(idist.losses.BinaryCrossentropy(from_logits=True)(np.array([[1.0], [0.0], [1.0]]), LOGITS[:, :1]), 0.4714222)
+    assert_close(
         idist.nn.sparse_softmax_cross_entropy_with_logits(Y, LOGITS),
         [2.4076058864593506, 2.1384005546569824, 1.0986123],
     )
@@ -130,8 +130,8 @@ def test_other_losses() -> None:
 
 
 def test_regularizers() -> None:
-    close(idist.regularizers.L2(0.01)(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)), 0.29999998)
-    close(idist.regularizers.L1(0.01)(np.array([[1.0, -2.0], [3.0, 4.0]], np.float32)), 0.099999994)
+    assert_close(idist.regularizers.L2(0.01)(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)), 0.29999998)
+    assert_close(idist.regularizers.L1(0.01)(np.array([[1.0, -2.0], [3.0, 4.0]], np.float32)), 0.099999994)
     assert idist.regularizers.L2().get_config() == {"l2": 0.01}
 
 
@@ -141,7 +141,7 @@ def test_a_loss_is_differentiable() -> None:
         loss = idist.losses.SparseCategoricalCrossentropy(from_logits=True)(Y, w)
     g = t.gradient(loss, w)
     expected = (idist.nn.softmax(LOGITS) - np.eye(3)[Y]) / 3  # d(mean xent)/d logits
-    close(g, expected, rtol=1e-5)
+    assert_close(g, expected, rtol=1e-5)
 
 
 # -- conv2d / max_pool2d -----------------------------------------------------------------------------------
@@ -158,9 +158,9 @@ def test_conv2d_as_tf(case: dict) -> None:
         y = idist.nn.conv2d(x, f, case["strides"], case["padding"])
         loss = np.sum(np.sin(y))
     gx, gf = t.gradient(loss, [x, f])
-    close(y, case["y"], rtol=1e-5)
-    close(gx, case["gx"], rtol=1e-4)
-    close(gf, case["gf"], rtol=1e-4)
+    assert_close(y, case["y"], rtol=1e-5)
+    assert_close(gx, case["gx"], rtol=1e-4)
+    assert_close(gf, case["gf"], rtol=1e-4)
 
 
 @pytest.mark.parametrize("case", CASES["pool"], ids=lambda c: f"{c['k']}-{c['s']}-{c['padding']}")
@@ -170,8 +170,8 @@ def test_max_pool2d_as_tf(case: dict) -> None:
         t.watch(x)
         y = idist.nn.max_pool2d(x, case["k"], case["s"], case["padding"])
         loss = np.sum(np.sin(y) + y)
-    close(y, case["y"])
-    close(t.gradient(loss, x), case["gx"], rtol=1e-5)
+    assert_close(y, case["y"])
+    assert_close(t.gradient(loss, x), case["gx"], rtol=1e-5)
 
 
 def test_conv2d_bad_shapes() -> None:
