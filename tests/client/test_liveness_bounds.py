@@ -111,3 +111,44 @@ def test_a_stopped_worker_is_found_while_the_scheduler_is_silent(monkeypatch: py
                 assert 0 in found and "stopped" in found[0].reason
             finally:
                 os.kill(pid, signal.SIGCONT)
+
+
+def test_a_local_worker_is_watched_without_asking_the_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker of this host whose pid is known is watched through its process alone: a scheduler that
+    answers late (2 s per check, under load) used to space the checks out past a short freeze."""
+    import os
+    import signal
+
+    from interdist.config import settings
+
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(n_workers=1, processes=True, dashboard_address=None) as cluster,
+        distributed.Client(cluster.scheduler_address) as client,
+    ):
+        addresses = list(client.scheduler_info()["workers"])
+        live = liveness.Liveness(client, addresses)
+        live.learn_pids(timeout=30)
+        (pid,) = live._pids.values()
+        asked: list[float] = []
+
+        def scheduler(self: Any) -> dict[str, Any]:
+            asked.append(time.monotonic())
+            raise AssertionError("the scheduler was asked about a local worker")
+
+        monkeypatch.setattr(liveness.Liveness, "_workers", scheduler)
+        monkeypatch.setattr(settings, "frozen_after", 0.5)
+        assert live.frozen([0]) == {}  # running
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            found: dict[int, Any] = {}
+            deadline = time.monotonic() + 30
+            while not found and time.monotonic() < deadline:
+                found = live.frozen([0])
+                time.sleep(0.1)
+            assert 0 in found and f"pid {pid}" in found[0].reason
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert asked == []
+        live._pids = {}  # a worker whose process cannot be seen: its heartbeat, from the scheduler, tells
+        assert live.frozen([0]) == {} and len(asked) == 1
