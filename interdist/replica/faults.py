@@ -173,14 +173,43 @@ def act(fault: str, seconds: float, where: str) -> None:
     if fault == "slow":
         time.sleep(seconds)
     elif fault == "freeze":
-        # A stopped process cannot wake itself: a small shell process sends SIGCONT after ``seconds``.
-        subprocess.Popen(
-            ["/bin/sh", "-c", f"sleep {seconds:g}; kill -CONT {os.getpid()}"],
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        os.kill(os.getpid(), signal.SIGSTOP)  # resumed here; the SIGCONT handler lets pending aborts in first
+        stop_this_process(seconds)
     elif fault == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def stop_this_process(seconds: float | None = None, settle: float = 5.0) -> None:
+    """Stop this whole process, as under SIGSTOP, and return once it runs again: after ``seconds`` (a small
+    shell process sends SIGCONT then) or earlier if something else sends SIGCONT (with ``seconds=None``,
+    only then).
+
+    The signals come from that shell, never from this thread, and this thread waits for the shell, which
+    ends only once it has seen the process stopped and then running again. A SIGSTOP a thread sends to its
+    own process is carried out by whichever thread the kernel picks: meanwhile the sender runs on (and
+    may finish the step), and on this machine's kernel one was seen never to stop the process at all
+    after the process had been stopped and resumed once. The shell waits at most ``settle`` seconds for
+    the stop to show.
+    """
+    pid = os.getpid()
+    state = f"$(sed 's/.*) //' /proc/{pid}/stat 2>/dev/null | cut -c1)"
+    script = (
+        f"kill -STOP {pid} || exit 1; i=0; "
+        f'while [ "{state}" != T ] && [ $i -lt {int(settle / 0.01)} ]; do sleep 0.01; i=$((i+1)); done; '
+        # the timed resume runs beside the wait, so that an earlier SIGCONT (a user's) ends the freeze at once
+        + (
+            f"(trap 'kill $s 2>/dev/null; exit 0' TERM; sleep {seconds:g} & s=$!; wait $s && kill -CONT {pid}) & "
+            "timer=$!; "
+            if seconds is not None
+            else "timer=; "
+        )
+        + f'while [ "{state}" = T ]; do sleep 0.02; done; '
+        '[ -n "$timer" ] && kill $timer 2>/dev/null; exit 0'
+    )
+    helper = subprocess.Popen(
+        ["/bin/sh", "-c", script],
+        start_new_session=True,  # not in this process's group: a stop of the group leaves it running
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    helper.wait()  # stopped in here; back once resumed (the SIGCONT handler lets pending aborts in first)

@@ -14,6 +14,7 @@ import pytest
 
 import interdist as idist
 from interdist.config import settings
+from interdist.replica.faults import stop_this_process
 
 
 @pytest.fixture(params=[True, False], ids=["control-sockets", "dask-comms"])
@@ -53,7 +54,7 @@ def test_a_stopped_replica_is_named_within_seconds_and_the_strategy_goes_on(stra
     def step() -> object:
         ctx = idist.get_replica_context()
         if ctx.replica_id_in_sync_group == 1:
-            os.kill(os.getpid(), signal.SIGSTOP)  # frozen before its collective
+            stop_this_process()  # frozen before its collective (until the test's SIGCONT)
         return ctx.all_reduce("SUM", np.float32(1.0))
 
     t0 = time.monotonic()
@@ -95,7 +96,7 @@ def test_a_replica_stopped_after_its_last_collective_is_named_too(strategy: idis
         ctx = idist.get_replica_context()
         out = ctx.all_reduce("SUM", np.float32(1.0))
         if ctx.replica_id_in_sync_group == 1:
-            os.kill(os.getpid(), signal.SIGSTOP)
+            stop_this_process()
         return out
 
     t0 = time.monotonic()

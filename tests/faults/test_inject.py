@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
+import signal
 import tempfile
 import time
 import warnings
@@ -52,6 +54,18 @@ def _step(v: idist.MirroredVariable) -> object:
     return step
 
 
+# A freeze lasts far longer than it takes to name it (so that a loaded machine cannot turn it into a slow
+# step); once named, the test resumes the process, as the error tells a user to (SIGCONT to its pid).
+FREEZE_S = 60.0
+
+
+def _resume(error: BaseException) -> None:
+    """SIGCONT to the process a ``ReplicaFrozenError`` names."""
+    match = re.search(r"pid (\d+)", str(error))
+    assert match, f"the error names no process: {error}"
+    os.kill(int(match.group(1)), signal.SIGCONT)
+
+
 def _usable(s: idist.MirroredStrategy, v: idist.MirroredVariable, timeout: float = 60.0) -> float:
     """Wait until the strategy takes steps again (a frozen replica must resume, a killed one restart);
     check a step's result and that the variable's copies are equal; the seconds it took."""
@@ -78,7 +92,7 @@ def test_fault(strategy: idist.MirroredStrategy, fault: str, at: str) -> None:
     victim = n - 1
     with s.scope():
         v = idist.Variable(np.float32(0.0), aggregation=idist.VariableAggregation.MEAN)
-    idist.debug.inject(s, replica=victim, fault=fault, at=at, seconds=4.0 if fault == "freeze" else 2.0)
+    idist.debug.inject(s, replica=victim, fault=fault, at=at, seconds=FREEZE_S if fault == "freeze" else 2.0)
     t0 = time.monotonic()
     if fault == "slow":
         out = s.run(_step(v))
@@ -93,6 +107,8 @@ def test_fault(strategy: idist.MirroredStrategy, fault: str, at: str) -> None:
         s.run(_step(v))
     took = time.monotonic() - t0
     assert f"replica {victim}" in str(info.value) or getattr(info.value, "interdist_replica", None) == victim
+    if fault == "freeze":
+        _resume(info.value)
     bound = {"raise": 3.0, "freeze": settings.frozen_after + 4.0, "kill": 10.0}[fault]
     assert took < bound, (fault, at, took)
     if fault == "kill":  # the worker is started again and the variables copied there, with a warning
@@ -118,7 +134,8 @@ def test_fault_during_checkpoint_save(strategy: idist.MirroredStrategy, fault: s
     _ = v.assign(5.0)
     first = manager.save()
     _ = v.assign(6.0)
-    idist.debug.inject(s, replica=victim, fault=fault, at="checkpoint_save", seconds=4.0 if fault == "freeze" else 2.0)
+    seconds = FREEZE_S if fault == "freeze" else 2.0
+    idist.debug.inject(s, replica=victim, fault=fault, at="checkpoint_save", seconds=seconds)
     t0 = time.monotonic()
     if fault == "slow":
         second = manager.save()
@@ -132,6 +149,8 @@ def test_fault_during_checkpoint_save(strategy: idist.MirroredStrategy, fault: s
     with pytest.raises(expected) as info:
         manager.save()
     took = time.monotonic() - t0
+    if fault == "freeze":
+        _resume(info.value)
     assert f"replica {victim}" in str(info.value) or getattr(info.value, "interdist_replica", None) == victim
     assert took < {"raise": 3.0, "freeze": settings.frozen_after + 4.0, "kill": 10.0}[fault], took
     assert manager.checkpoints == [first]
@@ -438,10 +457,11 @@ def test_freeze_at_all_reduce_inside_apply_gradients(strategy: idist.MirroredStr
     with s.scope():
         w = idist.Variable(np.float32(0.0), aggregation=idist.VariableAggregation.MEAN)
     # Stopped for longer than it takes to name it frozen (frozen_after, and the liveness watch's polls).
-    idist.debug.inject(s, replica=1, fault="freeze", at="all_reduce", seconds=settings.frozen_after + 4.5)
+    idist.debug.inject(s, replica=1, fault="freeze", at="all_reduce", seconds=FREEZE_S)
     t0 = time.monotonic()
     with pytest.raises(idist.errors.ReplicaFrozenError) as info:
         s.run(train_step)
+    _resume(info.value)
     assert info.value.replica == 1 and time.monotonic() - t0 < settings.frozen_after + 4.0
     _usable(s, w)  # waits for replica 1 to resume; then an all-reduce step, untouched
     assert _copies(s, v) == [[0.0, 0.0], [0.0, 0.0]]

@@ -9,6 +9,7 @@ exactly once; a pipeline that cannot be read again to the same point says so, ev
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -52,7 +53,12 @@ def _once(marker: Path, row: int, sig: int) -> Callable[[Any], Any]:
                 return x
             os.write(fd, str(os.getpid()).encode())
             os.close(fd)
-            os.kill(os.getpid(), sig)
+            if sig == signal.SIGSTOP:  # from a helper process, waited for: a thread's own SIGSTOP may come late
+                from interdist.replica.faults import stop_this_process
+
+                stop_this_process()
+            else:
+                os.kill(os.getpid(), sig)
         return x
 
     return fn
@@ -185,11 +191,12 @@ def test_a_replica_frozen_in_a_step_loses_no_batch(strategy: idist.MirroredStrat
     frozen = 0
     for k, batch in enumerate(it):
         if k == 4:  # stopped for longer than frozen_after, then it resumes by itself
-            idist.debug.inject(s, replica=1, fault="freeze", at="step", seconds=settings.frozen_after + 2)
+            idist.debug.inject(s, replica=1, fault="freeze", at="step", seconds=60)  # until resumed below
         try:
             seen += _rows(s, _until_usable(lambda batch=batch: s.run(lambda b: b, args=(batch,))))
-        except idist.errors.ReplicaFrozenError:
+        except idist.errors.ReplicaFrozenError as e:
             frozen += 1
+            os.kill(int(re.search(r"pid (\d+)", str(e)).group(1)), signal.SIGCONT)  # as the error tells a user
     assert frozen == 1
     assert sorted(seen) == list(range(ROWS))
 
@@ -210,6 +217,14 @@ def test_dask_rows_read_on_the_workers_come_back_after_a_kill(strategy: idist.Mi
             try:
                 seen += _rows(s, next(it))
             except StopIteration:
+                break
+            except idist.WorkerLostError:
+                errors += 1
+        # The rows may all have come before a program of the strategy met the dead worker (Dask reads them):
+        # the next call then finds it lost, or recovers, whichever the notebook learned first.
+        for _ in range(2):
+            try:
+                s.run(lambda: 1)
                 break
             except idist.WorkerLostError:
                 errors += 1
