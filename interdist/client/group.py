@@ -287,8 +287,8 @@ class DaskGroup:
         __tracebackhide__ = True  # IPython and pytest leave this frame out of the traceback
         if self.closed:
             raise RuntimeError("the strategy was closed (strategy.close()); create a new one")
-        if self.lost:
-            self._recover()
+        # A replica still in an earlier step first (its peers' recovery programs would wait behind it until
+        # their collective timeout), then the lost ones replaced.
         for rank, (busy_step, fut) in list(self.busy.items()):
             if fut.done():
                 del self.busy[rank]
@@ -300,6 +300,8 @@ class DaskGroup:
                     + ": its replica function has not returned. Wait for it, or close this strategy and create a "
                     "new one"
                 )
+        if self.lost:
+            self._recover()
         with self._lock:
             user_call = what.startswith(("run of ", "run_steps of "))
             if user_call:

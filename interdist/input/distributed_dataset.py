@@ -26,7 +26,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -715,9 +715,19 @@ def _start_worker_shard(replica: Any, key: str, dataset: Dataset, workers: int, 
     replica.store[key] = _Positioned(iter(shard_for_worker(dataset, workers, replica.rank, policy)))
 
 
+def _step_aborted(replica: Any) -> Callable[[], str | None] | None:
+    """Why the replica's running step was aborted (a peer failed or was lost), or None: a replica waiting for
+    its batch leaves the step then, instead of holding the next program behind a read that may not end."""
+    mailbox = getattr(getattr(replica, "transport", None), "mailbox", None)
+    if mailbox is None:
+        return None
+    return lambda: cast("str | None", mailbox.aborted(replica.step))
+
+
 def _start_dask_reader(replica: Any, key: str, plan: Any) -> None:
     _dask.bind_worker(replica.worker)
-    replica.store[key] = _Positioned(row_plan.PrefetchingReader(plan, replica.rank, replica.world_size))
+    reader = row_plan.PrefetchingReader(plan, replica.rank, replica.world_size, aborted=_step_aborted(replica))
+    replica.store[key] = _Positioned(reader)
 
 
 def _start_iterator(replica: Any, key: str, it_key: str) -> None:
@@ -868,7 +878,9 @@ class _PlanRecipe:
 
     def start(self, replica: Any, position: int) -> Iterator[Any] | str:
         _dask.bind_worker(replica.worker)
-        return row_plan.PrefetchingReader(self.plan, replica.rank, replica.world_size, start=position)
+        return row_plan.PrefetchingReader(
+            self.plan, replica.rank, replica.world_size, start=position, aborted=_step_aborted(replica)
+        )
 
 
 class _ShardRecipe:

@@ -12,6 +12,7 @@ import builtins
 import itertools
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ import numpy as np
 
 from interdist import _nest
 from interdist.config import settings
+from interdist.errors import CollectiveAbortedError
 from interdist.input import _direct, _sources, _transforms, _values
 from interdist.input import _transforms as t
 from interdist.input._dask import (
@@ -254,6 +256,10 @@ def _batch(plan: Plan, columns: list[np.ndarray], size: int) -> Any:
     return _values.stack_elements(elements)
 
 
+#: How often (seconds) a replica waiting for its next batch checks whether its step was aborted.
+ABORT_POLL_S = 0.1
+
+
 class PrefetchingReader:
     """``iterate_plan`` on a background thread, ``PREFETCH_WINDOWS`` windows ahead (on a worker).
 
@@ -261,7 +267,17 @@ class PrefetchingReader:
     step its replica's iterator was at).
     """
 
-    def __init__(self, plan: Plan, rank: int, num_replicas: int, start: int = 0) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        rank: int,
+        num_replicas: int,
+        start: int = 0,
+        aborted: Callable[[], str | None] | None = None,
+    ) -> None:
+        # ``aborted``: why the step now waiting for a batch was aborted (a peer lost), or None: a replica
+        # waiting on a read (of rows a lost worker held, say) leaves the step then, as a collective would.
+        self._aborted = aborted
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_WINDOWS * 64)
         self._closed = threading.Event()
         self.stats: dict[str, int] = {}  # rows and reads so far (for tests and the curious)
@@ -302,15 +318,22 @@ class PrefetchingReader:
         return self
 
     def __next__(self) -> Any:
-
-        try:
-            kind, value = self._queue.get(timeout=settings.input_timeout)
-        except queue.Empty:
-            raise TimeoutError(
-                f"no batch from this replica's Dask read for {settings.input_timeout:g} s (its read is still "
-                "running: is a worker holding the data gone?); interdist.config.settings.input_timeout on the "
-                "workers, or INTERDIST_INPUT_TIMEOUT, sets the limit"
-            ) from None
+        deadline = time.monotonic() + settings.input_timeout
+        while True:
+            try:
+                kind, value = self._queue.get(timeout=ABORT_POLL_S)
+                break
+            except queue.Empty:
+                reason = self._aborted() if self._aborted is not None else None
+                if reason is not None:  # the batch stays in the queue for the step handed out again
+                    raise CollectiveAbortedError(f"the wait for this replica's batch was aborted: {reason}") from None
+                if time.monotonic() < deadline:
+                    continue
+                raise TimeoutError(
+                    f"no batch from this replica's Dask read for {settings.input_timeout:g} s (its read is still "
+                    "running: is a worker holding the data gone?); interdist.config.settings.input_timeout on the "
+                    "workers, or INTERDIST_INPUT_TIMEOUT, sets the limit"
+                ) from None
         if kind == "ok":
             return value
         self._closed.set()
