@@ -123,54 +123,50 @@ class Liveness:
         return workers
 
     def frozen(self, ranks: list[int]) -> dict[int, Frozen]:
-        """The frozen ranks among ``ranks``, each with why. Never raises (a failed check finds none).
-
-        A worker of this host whose process id is known is watched through its process alone: the
-        scheduler is asked only for the others' heartbeats, so that a slow scheduler (a busy notebook
-        process hosting it, a loaded machine) never slows the checks that name a stopped process.
-        """
+        """The frozen ranks among ``ranks``, each with why. Never raises (a failed check finds none)."""
+        workers: dict[str, Any] | None
+        try:
+            workers = self._workers()
+        except Exception as exc:  # noqa: BLE001 - the scheduler is slow or unreachable: the processes still tell
+            logger.debug("interdist: the scheduler did not answer a liveness check: %s", exc)
+            workers = None
         if self._local is None:
             self._local = _local_hosts()
         now_mono, now = time.monotonic(), time.time()
         found: dict[int, Frozen] = {}
-        remote: list[int] = []
-        pids = {**self._pids, **self._embedded_pids()}
         for rank in ranks:
             address = self.addresses[rank]
-            pid = pids.get(address)
-            stopped = _stopped(pid) if pid and _host_of(address) in self._local else None
-            if stopped is None:
-                remote.append(rank)  # another host's, or a process that cannot be seen: its heartbeat tells
-                continue
-            if not stopped:
-                self._stopped.pop(rank, None)
-                continue
-            first, last = self._stopped.get(rank, (now_mono, now_mono))
-            if now_mono - last > 2 * CHECK_EVERY + SCHEDULER_TIMEOUT + 1.0:
-                first = now_mono  # not watched in between: it may have run meanwhile, count anew
-            self._stopped[rank] = (first, now_mono)
-            seen = now_mono - first
-            if seen >= settings.frozen_after:
-                found[rank] = Frozen(
-                    f"its worker process (pid {pid}) has been stopped for {seen:.1f} s "
-                    "(SIGSTOP, a debugger, a suspended process): it runs nothing and answers nothing",
-                    seen,
-                )
-        if remote:
-            try:
-                workers = self._workers()
-            except Exception as exc:  # noqa: BLE001 - the scheduler is slow or unreachable: nothing to read
-                logger.debug("interdist: the scheduler did not answer a liveness check: %s", exc)
-                workers = {}
-            for rank in remote:
-                w = workers.get(self.addresses[rank])
-                last_seen = None if w is None else w.get("last_seen")  # gone: a lost worker, reported as such
-                if isinstance(last_seen, (int, float)) and now - last_seen > 2 * settings.frozen_after + 5:
+            # Without the scheduler's answer, a worker of this host is still watched through its process.
+            w = workers.get(address) if workers is not None else {"host": _host_of(address)}
+            if w is None:
+                continue  # gone from the scheduler: a lost worker, reported as such
+            pid = self._embedded_pids().get(self.addresses[rank]) or self._pids.get(self.addresses[rank])
+            stopped = _stopped(pid) if pid and str(w.get("host", "")) in self._local else None
+            if stopped is not None:
+                if not stopped:
+                    self._stopped.pop(rank, None)
+                    continue
+                first, last = self._stopped.get(rank, (now_mono, now_mono))
+                if now_mono - last > 2 * CHECK_EVERY + SCHEDULER_TIMEOUT + 1.0:
+                    first = now_mono  # not watched in between: it may have run meanwhile, count anew
+                self._stopped[rank] = (first, now_mono)
+                seen = now_mono - first
+                if seen >= settings.frozen_after:
                     found[rank] = Frozen(
-                        f"its worker at {self.addresses[rank]} has not sent a heartbeat for {now - last_seen:.0f} s "
-                        "(frozen, or cut off from the scheduler)",
-                        now - last_seen,
+                        f"its worker process (pid {pid}) has been stopped for {seen:.1f} s "
+                        "(SIGSTOP, a debugger, a suspended process): it runs nothing and answers nothing",
+                        seen,
                     )
+                continue
+            if workers is None:
+                continue  # no heartbeat to read without the scheduler
+            last_seen = w.get("last_seen")
+            if isinstance(last_seen, (int, float)) and now - last_seen > 2 * settings.frozen_after + 5:
+                found[rank] = Frozen(
+                    f"its worker at {self.addresses[rank]} has not sent a heartbeat for {now - last_seen:.0f} s "
+                    "(frozen, or cut off from the scheduler)",
+                    now - last_seen,
+                )
         for rank in found:
             self._stopped.pop(rank, None)  # reported: a later freeze is counted from its own start
         return found
