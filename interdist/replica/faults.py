@@ -205,6 +205,8 @@ def stop_this_process(seconds: float | None = None, settle: float = 5.0) -> None
         + f'while [ "{state}" = T ]; do sleep 0.02; done; '
         '[ -n "$timer" ] && kill $timer 2>/dev/null; exit 0'
     )
+    if not os.path.exists(f"/proc/{pid}/stat"):  # no /proc to watch (not Linux): a timed stop, unwatched
+        script = f"kill -STOP {pid}" + (f"; sleep {seconds:g}; kill -CONT {pid}" if seconds is not None else "")
     helper = subprocess.Popen(
         ["/bin/sh", "-c", script],
         start_new_session=True,  # not in this process's group: a stop of the group leaves it running
