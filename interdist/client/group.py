@@ -181,6 +181,22 @@ class DaskGroup:
                         )
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"replica(s) {waiting} did not join the strategy within {bound:.0f} s")
+            except BaseException:
+                # The strategy is not made: the workers that joined leave (their main thread, which runs replica
+                # code and takes Ctrl-C, would stay claimed by a group no one uses), and the others are told too
+                # without waiting (a stopped one reads it once it resumes, and refuses the join it missed).
+                joined = [r for r in range(self.world_size) if r not in pending.values()]
+                for r in sorted(pending.values()):
+                    leave = self.client.rpc(self.addresses[r]).interdist_leave(group=self.group_id)
+                    late = asyncio.ensure_future(leave)
+                    self._background.add(late)
+                    late.add_done_callback(self._background.discard)
+                    late.add_done_callback(lambda t: t.cancelled() or t.exception())  # never "never retrieved"
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(
+                        self._to_each(joined, lambda worker: worker.interdist_leave(group=self.group_id)), 5
+                    )
+                raise
             finally:
                 for task in pending:
                     task.cancel()

@@ -34,6 +34,7 @@ from interdist.worker.thread import ReplicaThread
 logger = logging.getLogger("interdist")
 
 PLUGIN_NAME = "interdist-runtime"
+LEFT_KEPT = 1024  # groups left that a worker remembers (a late join of one of them is refused)
 
 
 def get_runtime(worker: Any) -> ReplicaRuntime:
@@ -61,6 +62,9 @@ class ReplicaRuntime(WorkerPlugin):
         self.replicas: dict[str, Replica] = {}
         self.mailboxes: dict[str, Mailbox] = {}
         self.executors: dict[str, ReplicaThread] = {}
+        # Groups left (most recent last): a join that arrives after its group's leave (a worker stopped while
+        # its strategy was being made, resumed after the notebook gave up) is refused, not kept for ever.
+        self.left: dict[str, None] = {}
         worker.handlers.update(
             {
                 "interdist_join": self.join,
@@ -127,6 +131,8 @@ class ReplicaRuntime(WorkerPlugin):
         return address
 
     async def join(self, group: str, rank: int, spec: bytes, peers: list[str]) -> str:
+        if group in self.left:
+            return "LEFT"  # left before this worker joined it: its strategy was not made (nobody waits for this)
         spec_d: GroupSpec = cloudpickle.loads(spec)
         old = self.replicas.get(group)
         if old is not None:
@@ -151,6 +157,9 @@ class ReplicaRuntime(WorkerPlugin):
         return "OK"
 
     async def leave(self, group: str) -> str:
+        self.left[group] = None
+        while len(self.left) > LEFT_KEPT:
+            del self.left[next(iter(self.left))]
         replica = self.replicas.pop(group, None)
         self.mailboxes.pop(group, None)
         ex = self.executors.pop(group, None)

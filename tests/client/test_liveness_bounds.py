@@ -75,6 +75,17 @@ def test_a_stopped_pooled_worker_is_named_when_a_strategy_is_made() -> None:
         assert np.asarray(s.reduce("SUM", s.run(lambda: v * 2.0), axis=None)).tolist() == [4.0, 4.0]
     finally:
         s.close()
+    # The workers left the group that was never made: replica code runs on their main threads again, where
+    # Ctrl-C can reach it (it ran on a thread of its own for good, and could not be interrupted).
+    import threading
+
+    with idist.MirroredStrategy() as s:
+        def where() -> str:
+            rank = int(idist.get_replica_context().replica_id_in_sync_group)
+            return f"replica {rank} on the main thread: {threading.current_thread() is threading.main_thread()}"
+
+        shown = [str(x) for x in s.experimental_local_results(s.run(where))]
+        assert shown == ["replica 0 on the main thread: True", "replica 1 on the main thread: True"]
 
 
 def test_a_stopped_worker_is_found_while_the_scheduler_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
