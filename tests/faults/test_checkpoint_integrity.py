@@ -232,6 +232,7 @@ def _refused(variables: dict[str, idist.Variable], path: str, index: dict[str, A
 def test_deleting_any_field_is_refused(
     tmp_path_factory: pytest.TempPathFactory, items: dict[str, np.ndarray], data: st.DataObject
 ) -> None:
+    # _refused asserts: restore raises ValueError, no variable changed, save_counter still 0
     variables, path = _saved(tmp_path_factory.mktemp("ck"), items)
     index = _index(path)
     field = data.draw(st.sampled_from(_paths(index)), label="field")
@@ -244,6 +245,7 @@ def test_deleting_any_field_is_refused(
 def test_swapping_two_entries_fields_or_the_entries_is_refused(
     tmp_path_factory: pytest.TempPathFactory, items: dict[str, np.ndarray], data: st.DataObject
 ) -> None:
+    # _refused asserts: restore raises ValueError, no variable changed, save_counter still 0
     variables, path = _saved(tmp_path_factory.mktemp("ck"), items)
     index = _index(path)
     table = index["variables"]
@@ -262,6 +264,7 @@ def test_swapping_two_entries_fields_or_the_entries_is_refused(
 def test_changing_a_shape_or_dtype_is_refused(
     tmp_path_factory: pytest.TempPathFactory, items: dict[str, np.ndarray], data: st.DataObject
 ) -> None:
+    # _refused asserts: restore raises ValueError, no variable changed, save_counter still 0
     variables, path = _saved(tmp_path_factory.mktemp("ck"), items)
     index = _index(path)
     entry = index["variables"][data.draw(st.sampled_from(sorted(index["variables"])), label="entry")]

@@ -139,6 +139,7 @@ def test_parameter_server_steps_one_after_the_other(ps: tuple[Any, Any], name: s
 
 
 def test_parameter_server_strategy_run_in_the_notebook(ps: tuple[Any, Any]) -> None:
+    # _check asserts the weights and slots equal the recorded one-device run, bit for bit
     s, _ = ps
     with s.scope():
         w = idist.Variable(W0.copy())

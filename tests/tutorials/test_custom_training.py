@@ -121,6 +121,7 @@ def run_tutorial(regularized: bool, pass_global_batch_size: bool, extras: bool, 
             return loss
 
         def test_step(inputs: Any) -> None:
+            # not a pytest test: the tutorial's own evaluation step, named as TF's tutorial names it
             images, labels = inputs
             predictions = model(images, training=False)
             t_loss = loss_object(labels, predictions)
@@ -279,6 +280,7 @@ def test_tutorial(two_cpus: None, recorded: dict, tmp_path: Path) -> None:
 def test_global_batch_size(two_cpus: None, recorded: dict, tmp_path: Path) -> None:
     """The tutorial before: no regularizer, ``compute_average_loss(..., global_batch_size=64)`` (so the partial
     last batch of 32 is averaged over 64)."""
+    # compare asserts every recorded loss, accuracy and weight against TF 2.21's (rtol in compare)
     actual = run_tutorial(regularized=False, pass_global_batch_size=True, extras=False, checkpoint_dir=tmp_path)
     compare(actual, recorded["global_batch_size"])
 
