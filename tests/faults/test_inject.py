@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import re
-import signal
 import tempfile
 import time
 import warnings
@@ -26,6 +24,8 @@ import pytest
 import interdist as idist
 from interdist import events
 from interdist.config import settings
+
+from ._resume import resume_frozen
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -57,13 +57,6 @@ def _step(v: idist.MirroredVariable) -> object:
 # A freeze lasts far longer than it takes to name it (so that a loaded machine cannot turn it into a slow
 # step); once named, the test resumes the process, as the error tells a user to (SIGCONT to its pid).
 FREEZE_S = 60.0
-
-
-def _resume(error: BaseException) -> None:
-    """SIGCONT to the process a ``ReplicaFrozenError`` names."""
-    match = re.search(r"pid (\d+)", str(error))
-    assert match, f"the error names no process: {error}"
-    os.kill(int(match.group(1)), signal.SIGCONT)
 
 
 def _usable(s: idist.MirroredStrategy, v: idist.MirroredVariable, timeout: float = 60.0) -> float:
@@ -108,7 +101,7 @@ def test_fault(strategy: idist.MirroredStrategy, fault: str, at: str) -> None:
     took = time.monotonic() - t0
     assert f"replica {victim}" in str(info.value) or getattr(info.value, "interdist_replica", None) == victim
     if fault == "freeze":
-        _resume(info.value)
+        resume_frozen(info.value)
     bound = {"raise": 3.0, "freeze": settings.frozen_after + 4.0, "kill": 10.0}[fault]
     assert took < bound, (fault, at, took)
     if fault == "kill":  # the worker is started again and the variables copied there, with a warning
@@ -150,7 +143,7 @@ def test_fault_during_checkpoint_save(strategy: idist.MirroredStrategy, fault: s
         manager.save()
     took = time.monotonic() - t0
     if fault == "freeze":
-        _resume(info.value)
+        resume_frozen(info.value)
     assert f"replica {victim}" in str(info.value) or getattr(info.value, "interdist_replica", None) == victim
     assert took < {"raise": 3.0, "freeze": settings.frozen_after + 4.0, "kill": 10.0}[fault], took
     assert manager.checkpoints == [first]
@@ -461,7 +454,7 @@ def test_freeze_at_all_reduce_inside_apply_gradients(strategy: idist.MirroredStr
     t0 = time.monotonic()
     with pytest.raises(idist.errors.ReplicaFrozenError) as info:
         s.run(train_step)
-    _resume(info.value)
+    resume_frozen(info.value)
     assert info.value.replica == 1 and time.monotonic() - t0 < settings.frozen_after + 4.0
     _usable(s, w)  # waits for replica 1 to resume; then an all-reduce step, untouched
     assert _copies(s, v) == [[0.0, 0.0], [0.0, 0.0]]

@@ -9,7 +9,6 @@ exactly once; a pipeline that cannot be read again to the same point says so, ev
 from __future__ import annotations
 
 import os
-import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +21,8 @@ import pytest
 import interdist as idist
 from interdist.config import settings
 from interdist.input.distributed_dataset import IteratorLostError
+
+from ._resume import resume_frozen
 
 # The warning that a replica was restarted on a new worker (its variables copied there) is tested elsewhere.
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:replica.* were restarted on new workers")]
@@ -196,7 +197,7 @@ def test_a_replica_frozen_in_a_step_loses_no_batch(strategy: idist.MirroredStrat
             seen += _rows(s, _until_usable(lambda batch=batch: s.run(lambda b: b, args=(batch,))))
         except idist.errors.ReplicaFrozenError as e:
             frozen += 1
-            os.kill(int(re.search(r"pid (\d+)", str(e)).group(1)), signal.SIGCONT)  # as the error tells a user
+            resume_frozen(e)  # as the error tells a user
     assert frozen == 1
     assert sorted(seen) == list(range(ROWS))
 
