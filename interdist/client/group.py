@@ -212,17 +212,36 @@ class DaskGroup:
         # Best effort: closing must not fail because a worker is gone.
         self._broadcast(range(self.world_size), lambda worker: worker.interdist_leave(group=self.group_id))
 
+    def _given_up(self) -> dict[int, str]:
+        """The lost ranks whose embedded worker was given up (``worker_process.MAX_FAILED_STARTS``), with why."""
+        workers = getattr(getattr(self.client, "cluster", None), "workers", None)
+        if not isinstance(workers, dict):
+            return {}
+        found = {r: getattr(workers.get(self.names[r]), "failure", None) for r in self.lost}
+        return {r: why for r, why in found.items() if isinstance(why, str)}
+
     def _recover(self, timeout: float = 30.0) -> None:
         """Rejoin replicas whose worker was restarted (same Dask worker name, new address)."""
         import time
 
         deadline = time.monotonic() + timeout
         replacements: dict[int, str] = {}
+        silent: BaseException | None = None  # the scheduler's last failure to answer
         for r, addr in sorted(self.lost.items()):
             self.emit(self._now_event(events.ReplicaRestarting, self.step, r, addr), urgent=True)
         while time.monotonic() < deadline:
-            info = self.client.scheduler_info(n_workers=-1)
-            workers = info.get("workers") if isinstance(info, dict) else None
+            given_up = self._given_up()
+            if given_up:
+                raise WorkerLostError(
+                    "; ".join(f"replica {r} of this strategy was lost: its {why}" for r, why in given_up.items())
+                    + "\nThe state it held is gone: fix the cause, then create a new strategy"
+                )
+            try:
+                workers = self._liveness._workers()  # bounded: a silent scheduler is asked again, then named
+                silent = None
+            except Exception as exc:  # noqa: BLE001 - slow or gone: the deadline decides
+                logger.debug("interdist: the scheduler did not answer while replicas were replaced: %s", exc)
+                workers, silent = None, exc
             if not workers and self.client.status != "running":
                 raise WorkerLostError(
                     f"the Dask scheduler of this strategy is unreachable (its client is {self.client.status}), so "
@@ -240,6 +259,12 @@ class DaskGroup:
         if len(replacements) != len(self.lost):
             lost = ", ".join(f"replica {r} ({a})" for r, a in sorted(self.lost.items()))
             log = worker_log_path()  # why the embedded cluster could not start it again
+            if silent is not None:
+                raise WorkerLostError(
+                    f"{lost} of this strategy was lost with its worker, and the Dask scheduler did not answer "
+                    f"for the {timeout:g} s given to replace it ({type(silent).__name__}: {silent}): check the "
+                    "scheduler, then call again, or create a new strategy"
+                )
             raise WorkerLostError(
                 f"{lost} of this strategy was lost with its worker and no replacement worker came up within "
                 f"{timeout:g} s; the state it held is gone: create a new strategy"

@@ -62,6 +62,13 @@ logger = logging.getLogger("interdist")
 START_TIMEOUT = 60.0
 #: The longest wait (seconds) between two tries to start a dead worker again (1 s, 2 s, 4 s, ... up to this).
 RETRY_MAX_S = 10.0
+#: Starts in a row that may fail *on their own* (the new process exits with an error, or does not answer
+#: within ``START_TIMEOUT``) before a dead worker is given up, its replica lost with an error that quotes
+#: the worker's last output. A start cut by a signal (someone killed it, as a fault test or the OOM killer
+#: does) is tried again without counting: the worker itself could start.
+MAX_FAILED_STARTS = 5
+#: The most of a failed start's output (characters, its last lines) kept for the error that names it.
+FAILURE_TAIL_CHARS = 2000
 
 # The child's first Python: the parent's import path (a notebook may have added to it), then
 # interdist.worker.process; nothing of the parent's __main__. ``distributed`` is imported before
@@ -159,6 +166,10 @@ class WorkerProcess(ProcessInterface):
         self._closing = False
         self._supervisor: asyncio.Task[None] | None = None
         self.restarts = 0
+        #: Why this worker was given up (``MAX_FAILED_STARTS`` failed starts in a row), with its last output;
+        #: None while it runs or is being started again. ``DaskGroup`` raises it for the replica at once.
+        self.failure: str | None = None
+        self._cut_by_signal = False  # the last failed start's process was ended by a signal (not by itself)
 
     @property
     def pid(self) -> int | None:
@@ -211,6 +222,11 @@ class WorkerProcess(ProcessInterface):
             line = b'{"error": "no answer within %d s"}' % START_TIMEOUT
         said = json.loads(line) if line else {"error": f"its process ended (exit code {self.process.poll()})"}
         if "address" not in said:
+            for _ in range(10):  # its socket closes as it exits: its exit status follows in a moment
+                if (code := self.process.poll()) is not None or line:
+                    break
+                await asyncio.sleep(0.05)
+            self._cut_by_signal = code is not None and code < 0  # before we stop what is left of it
             await self._stop_process()
             raise RuntimeError(f"interdist: worker {self.name!r} could not start: {said.get('error')}")
         self.address = said["address"]
@@ -228,18 +244,26 @@ class WorkerProcess(ProcessInterface):
             logger.warning(
                 "interdist: worker %r (pid %s) exited with code %s; starting it again", self.name, process.pid, code
             )
-            attempt = 0
+            attempt = failed = 0
             while not self._closing:
                 attempt += 1
+                start, self._cut_by_signal = _log_size(), False
                 try:
                     await self._spawn()
                     self.restarts += 1
                     break
                 except Exception as exc:  # noqa: BLE001 - e.g. its name still taken at the scheduler: try again
-                    # Never given up while the cluster runs: a replica lost for good cannot be had back,
-                    # and a worker that cannot start says why in the log the notebook's errors name.
+                    # Tried again while the cluster runs: a replica lost for good cannot be had back. Only a
+                    # worker that fails by itself, again and again, is given up, with its own words as the cause.
                     logger.error("interdist: could not start worker %r again (try %d): %s", self.name, attempt, exc)
-                    await asyncio.sleep(min(RETRY_MAX_S, 0.5 * 2**attempt))
+                    if not self._cut_by_signal:  # it failed by itself
+                        failed += 1
+                    if failed >= MAX_FAILED_STARTS:
+                        self.failure = _failure(self.name, failed, exc, _log_since(start))
+                        logger.error("interdist: %s", self.failure)
+                        return
+                    # backing off from a worker's own failures; a start cut by a signal is tried again soon
+                    await asyncio.sleep(0.5 if self._cut_by_signal else min(RETRY_MAX_S, 0.5 * 2**failed))
 
     async def close(self) -> None:
         self._closing = True
@@ -267,6 +291,34 @@ class WorkerProcess(ProcessInterface):
 
     def __repr__(self) -> str:
         return f"<interdist WorkerProcess {self.name!r} pid={self.pid} {self.address}: status={self.status.name}>"
+
+
+def _log_size() -> int | None:
+    """Where the shared log file ends now (what a start writes comes after), or None without one."""
+    try:
+        return os.path.getsize(_log_path) if _log_path else None
+    except OSError:
+        return None
+
+
+def _log_since(offset: int | None) -> str:
+    """The log's last lines written since ``offset`` (a failed start's own output, and whatever else
+    landed meanwhile), at most ``FAILURE_TAIL_CHARS``."""
+    if offset is None or not _log_path:
+        return ""
+    try:
+        with open(_log_path, "rb") as f:
+            f.seek(max(offset, os.path.getsize(_log_path) - FAILURE_TAIL_CHARS))
+            return f.read(FAILURE_TAIL_CHARS).decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _failure(name: Any, failed: int, exc: BaseException, tail: str) -> str:
+    said = f"worker {name!r} was given up after {failed} failed starts in a row (the last: {exc})"
+    if tail:
+        return said + f"; its last output ({_log_path}):\n" + tail
+    return said + (f"; its log is {_log_path}" if _log_path else "")
 
 
 _CREDENTIAL_FIELDS = (

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -115,3 +117,82 @@ def test_a_lost_replicas_sync_on_read_copies_come_back_from_what_it_reported() -
         report = idist.debug.replica_divergence(s)
         assert report["seen"].max_abs_diff == 100.0 and not report["seen"].diverged
         assert report["w"].max_abs_diff == 0.0 and not report["w"].diverged
+
+
+def _replica_process(s: idist.MirroredStrategy, replica: int) -> object:
+    """The embedded cluster's ``WorkerProcess`` that runs ``replica`` (it outlives each of its processes)."""
+    group = s._group
+    return group.client.cluster.workers[group.names[replica]]
+
+
+def test_a_replica_killed_five_times_a_second_apart_on_a_loaded_machine_comes_back() -> None:
+    """Issue 25: "kill the same replica 5 times, 1 s apart, with the machine loaded by other processes".
+    The kills land wherever the worker is: running, or still starting again after the last kill (a start
+    cut by a signal is tried again at once and never counts towards giving the worker up). Then the
+    strategy names the loss once, brings the replica back, and its copy holds the survivor's value."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+            with s.scope():
+                v = idist.Variable(np.float32(0.0), name="v", aggregation=idist.VariableAggregation.MEAN)
+
+            def step() -> None:
+                v.assign_add(np.float32(1.0))
+
+            s.run(step)
+            worker = _replica_process(s, 1)
+            killed = set()
+            for _ in range(5):
+                pid = worker.pid
+                if pid is not None and pid not in killed:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+                time.sleep(1.0)  # the fault's own schedule: a kill a second
+            assert len(killed) >= 2  # it was started again between kills (what the kills are meant to hit)
+            with pytest.raises(idist.WorkerLostError, match="replica 1"):
+                s.run(step)
+            with pytest.warns(UserWarning, match="restarted on new workers"):
+                s.run(step)
+            assert [float(c) for c in s.experimental_local_results(v)] == [2.0, 2.0]
+            assert worker.failure is None and worker.pid not in killed  # some kills cut a start: fewer restarts
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+
+
+def test_a_worker_that_cannot_start_again_is_given_up_with_its_last_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that fails by itself at every start (here: a Python that cannot find its standard library)
+    is not retried for ever while every call waits 30 s for it: after ``MAX_FAILED_STARTS`` failures in
+    a row, the next call raises at once, naming the replica, the count and the worker's own last output."""
+    import time
+
+    from interdist.client import worker_process
+
+    monkeypatch.setattr(worker_process, "MAX_FAILED_STARTS", 2)
+    with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+        with s.scope():
+            v = idist.Variable(np.float32(0.0), name="v")
+        worker = _replica_process(s, 1)
+        worker.env["PYTHONHOME"] = "/nonexistent-interdist-test"  # every new process of it dies at start
+        _killed(s, lambda: v.assign_add(np.float32(1.0)))
+        deadline = time.monotonic() + 60
+        while worker.failure is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert worker.failure is not None, "the worker was never given up"
+        start = time.monotonic()
+        with pytest.raises(idist.WorkerLostError) as raised:
+            s.run(lambda: None)
+        assert time.monotonic() - start < 5  # at once, not after the 30 s wait for a replacement
+        message = str(raised.value)
+        assert "replica 1" in message and "given up after 2 failed starts" in message
+        log = worker_process.worker_log_path()
+        if log is not None:  # the worker's own words (its stderr goes to the log file)
+            assert "Fatal Python error" in message or "encodings" in message
