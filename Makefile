@@ -21,6 +21,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests interdist
 
+# make test with two busy processes beside it (.ci/loaded; docs/reliability.md "A loaded machine").
+.PHONY: test-loaded
+test-loaded: $(STAMP)
+	.ci/loaded
+
 # The package's lint, format and strict typing, as configured in pyproject.toml; .ci/run runs it.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check interdist
