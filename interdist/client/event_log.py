@@ -35,8 +35,13 @@ class EventLog:
     thread only appends the reply's messages to a list, dashboard or not.
     """
 
-    def __init__(self, maxlen: int = 100_000) -> None:
+    def __init__(self, maxlen: int = 100_000, max_bytes: int | None = None) -> None:
         self._events: deque[Event] = deque(maxlen=maxlen)
+        # Bounded by memory too: events that carry long texts (a traceback) or sketches weigh more than
+        # the few hundred bytes of most; the oldest go first when either bound is reached.
+        self.max_bytes = MAX_BYTES if max_bytes is None else max_bytes
+        self._sizes: deque[int] = deque()  # each kept event's approximate size, as ``_events``
+        self.nbytes = 0  # their sum: the log's approximate memory
         self._raw: list[dict[str, Any]] = []  # wire messages not expanded yet, in arrival order
         self._cond = threading.Condition()
         self.listeners: list[Callable[[Event], None]] = []
@@ -68,9 +73,22 @@ class EventLog:
             return []
         raw, self._raw = self._raw, []
         batch = self._unseen(raw) if self._seen is not None else [e for m in raw for e in events.expand(m)]
-        self._events.extend(batch)
-        self._expanded += len(batch)
+        self._keep(batch)
         return batch
+
+    def _keep(self, batch: list[Event]) -> None:  # with the lock held
+        events_, sizes, maxlen = self._events, self._sizes, self._events.maxlen or 0
+        for e in batch:
+            if len(events_) == maxlen:  # the append below pushes the oldest out
+                self.nbytes -= sizes.popleft()
+            size = approx_bytes(e)
+            events_.append(e)
+            sizes.append(size)
+            self.nbytes += size
+        while self.nbytes > self.max_bytes and len(events_) > 1:
+            events_.popleft()
+            self.nbytes -= sizes.popleft()
+        self._expanded += len(batch)
 
     def add_msgs(self, msgs: Any) -> None:
         """A reply's event messages, or the notebook's own (``DaskGroup.emit``): kept as they are, unless a
@@ -141,8 +159,7 @@ class EventLog:
     def add(self, event: Event) -> None:
         with self._cond:
             self._expand()
-            self._events.append(event)
-            self._expanded += 1
+            self._keep([event])
             self._cond.notify_all()
         _tell(list(self.listeners), [event])
 
@@ -183,6 +200,23 @@ class EventLog:
 
 
 MAX_SEEN = 20_000  # keys kept for deduplication: far more than a few seconds of events
+#: The most memory (bytes, approximately: ``approx_bytes``) a strategy's event log keeps; the oldest go first.
+MAX_BYTES = 48 * 2**20
+
+
+def approx_bytes(e: Event) -> int:
+    """An event's memory, roughly: the object and its fields (CPython: ~56 bytes an object, 24 a float,
+    49 + its length a str, 8 a tuple's slot). Cheap: it runs once per event kept."""
+    size = 200
+    for name in events._field_names(type(e)):
+        v = getattr(e, name)
+        if type(v) is str:
+            size += 49 + len(v)
+        elif type(v) is tuple:
+            size += 56 + 32 * len(v) + sum(len(x) for x in v if type(x) is str)
+        else:
+            size += 24
+    return size
 
 
 def event_key(e: Event) -> tuple[Any, ...]:

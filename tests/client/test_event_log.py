@@ -97,3 +97,27 @@ def test_live_duplicates_are_dropped_when_expanded() -> None:
     log.add_live([c])  # the feed is off: nothing more from it
     log.add_msgs([c])  # the replies are all there is now, taken as they come
     assert [e.step for e in log.since(pos)[0]] == [3]
+
+
+def test_the_event_log_is_bounded_by_bytes_as_well_as_by_count() -> None:
+    """Issue 25: "event logs bounded by bytes, not only count". Failures carry tracebacks: 100 events of
+    10 kB each cannot stay in a log given 200 kB, whatever its count bound; the newest stay, in order,
+    and ``since`` still counts positions across what left."""
+    from interdist.client.event_log import EventLog, approx_bytes
+
+    log = EventLog(maxlen=1_000, max_bytes=200_000)
+    big = [events.ReplicaFailed("g", k, 0, float(k), "ValueError", "x" * 10_000).to_msg() for k in range(100)]
+    log.add_msgs(big)
+    kept = list(log.events)
+    one = approx_bytes(kept[-1])
+    assert 10_000 < one < 11_000  # the traceback's text counts
+    assert len(kept) == 200_000 // one  # as many as fit, no more
+    assert [e.step for e in kept] == list(range(100 - len(kept), 100))
+    assert log.nbytes == sum(approx_bytes(e) for e in kept) <= 200_000
+    new, position = log.since(98)
+    assert [e.step for e in new] == [98, 99] and position == 100
+    # the count bound still holds, and its evictions are counted out of the bytes too
+    small = EventLog(maxlen=10, max_bytes=10**9)
+    small.add_msgs([events.ReplicaFailed("g", k, 0, float(k), "e", "E").to_msg() for k in range(25)])
+    assert [e.step for e in small.events] == list(range(15, 25))
+    assert small.nbytes == sum(approx_bytes(e) for e in small.events)
