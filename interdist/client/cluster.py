@@ -1,9 +1,12 @@
 """Where replicas run: an embedded local cluster, or any existing Dask cluster.
 
 Embedded clusters bind to 127.0.0.1 and speak TLS with credentials made for them
-alone (``Security.temporary()``: kept in this process's memory and handed to each
+alone (``Security.temporary()``: kept in this process's memory, the certificate and
+key in memfds (``credentials.py``), and handed to each
 worker over its private socket pair, never on a command line or in a file), so
-another account's ``distributed.Client`` on the same host is refused; one
+another account's ``distributed.Client`` on the same host is refused, and their
+dashboard answers only requests that show the cluster's token (``dashboard_auth.py``;
+``Lease.dashboard_link`` carries it); one
 single-threaded worker process per
 device (``worker_process.py``: its own session, no ``multiprocessing``, gone with
 the notebook). They are pooled: a closed strategy hands its cluster back and the next
@@ -29,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from interdist.client import gpus, logs
+from interdist.client import credentials, dashboard_auth, gpus, logs
 from interdist.client.connect import connect
 from interdist.client.worker_process import WorkerProcess
 from interdist.config import settings
@@ -48,13 +51,16 @@ class Lease:
     key: tuple[Any, ...] | None = None
     released: bool = field(default=False)
     registry_file: Any = None  # listed for the JupyterLab sidebar while it runs (interdist.lab.registry)
+    dashboard_token: str | None = None  # an embedded cluster's dashboard needs it (dashboard_auth.py)
 
     @property
     def dashboard_link(self) -> str | None:
+        """Dask's link to the dashboard, with the token of an embedded cluster's (``?token=``)."""
         try:
-            return str(self.client.dashboard_link)
+            link = str(self.client.dashboard_link)
         except Exception:  # noqa: BLE001 - no dashboard (bokeh missing)
             return None
+        return dashboard_auth.link_with_token(link, self.dashboard_token)
 
 
 _pool_lock = threading.Lock()
@@ -91,22 +97,25 @@ def _start_local_cpu(n: int, security: Any = None, key: tuple[Any, ...] | None =
     from interdist.dashboard.pages import register_pages
 
     register_pages()  # the scheduler reads its dashboard pages once, as it starts
+    token = dashboard_auth.new_token()
     with _malloc_env():
-        cluster = _local_cluster(n, _embedded_class(LocalCluster), security)
+        cluster = _local_cluster(n, _embedded_class(LocalCluster), security, dashboard_token=token)
     client = connect(cluster, set_as_default=False)
     lease = _lease_from(client, cluster, n, embedded=True, key=key or ("CPU", n))
+    lease.dashboard_token = token
     _list_for_lab(lease, cluster, n)
     return lease
 
 
 def embedded_security() -> Any:
     """The ``Security`` of a new embedded cluster: fresh temporary TLS credentials, or None for plain TCP
-    (``INTERDIST_EMBEDDED_TLS=0``)."""
+    (``INTERDIST_EMBEDDED_TLS=0``). Their certificate and key are memfds of this process
+    (``credentials.py``: never a file); the cluster's close closes them."""
     if not settings.embedded_tls:
         return None
     from distributed.security import Security
 
-    return Security.temporary()  # type: ignore[no-untyped-call]  # distributed is untyped
+    return credentials.in_memory(Security.temporary())  # type: ignore[no-untyped-call]  # distributed is untyped
 
 
 @functools.cache
@@ -127,10 +136,25 @@ def _embedded_class(LocalCluster: Any) -> Any:  # noqa: N803 - the class, import
             # the scheduler's view only: no closing on a timer
             Cluster._update_worker_status(self, op, msg)  # type: ignore[no-untyped-call]  # distributed is untyped
 
+        async def _start(self) -> None:
+            dashboard_auth.use_token_scheduler(self)  # its dashboard needs the token (scheduler_kwargs)
+            await super()._start()
+
     return EmbeddedCluster
 
 
-def _local_cluster(n: int, LocalCluster: Any, security: Any = None) -> Any:  # noqa: N803 - the class, imported lazily
+def _local_cluster(n: int, LocalCluster: Any, security: Any = None, dashboard_token: str | None = None) -> Any:  # noqa: N803 - the class, imported lazily
+    """An embedded CPU cluster: its credentials in memory (``credentials.in_memory``: given ones too, as a
+    copy), its dashboard behind ``dashboard_token`` when ``LocalCluster`` honours it (``_embedded_class``)."""
+    security = credentials.in_memory(security) if security is not None else embedded_security()
+    try:
+        return _new_local_cluster(n, LocalCluster, security, dashboard_token)
+    except BaseException:
+        credentials.close(security)
+        raise
+
+
+def _new_local_cluster(n: int, LocalCluster: Any, security: Any, dashboard_token: str | None) -> Any:  # noqa: N803 - the class, imported lazily
     return LocalCluster(
         n_workers=n,
         threads_per_worker=1,
@@ -139,8 +163,9 @@ def _local_cluster(n: int, LocalCluster: Any, security: Any = None) -> Any:  # n
         # kernel's process group (Kernel > Interrupt does not kill them), gone with the notebook.
         worker_class=WorkerProcess,
         host="127.0.0.1",
-        security=security if security is not None else embedded_security(),
+        security=security,
         dashboard_address="127.0.0.1:0",
+        scheduler_kwargs={"dashboard_token": dashboard_token} if dashboard_token else None,
         silence_logs=logging.ERROR,
         memory_limit=0,
         # Workers run interdist programs from their own thread pool; Dask's task
@@ -152,12 +177,14 @@ def _local_cluster(n: int, LocalCluster: Any, security: Any = None) -> Any:  # n
 def _start_local_gpu(indices: list[int]) -> Lease:
     """One worker per GPU device asked for (``GPU:k`` is the k-th GPU this process sees)."""
     n = len(indices)
+    token = dashboard_auth.new_token()
     with _malloc_env():
-        cluster = gpus.start_cluster(indices)
+        cluster = gpus.start_cluster(indices, dashboard_token=token)
 
     client = connect(cluster, set_as_default=False)
     try:
         lease = _lease_from(client, cluster, n, embedded=True, key=("GPU", tuple(indices)))
+        lease.dashboard_token = token
         gpus.check_gpu_workers(client, lease.addresses)
     except BaseException:
         try:
@@ -292,6 +319,7 @@ def _shutdown(lease: Lease) -> None:
             lease.cluster.close(timeout=10)
         except Exception:  # noqa: BLE001, S110 - shutting down must not fail because the cluster is already gone
             pass
+        credentials.close(getattr(lease.cluster, "security", None))  # its memfds (credentials.py)
     if lease in _all_embedded:
         _all_embedded.remove(lease)
 

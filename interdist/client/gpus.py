@@ -39,10 +39,11 @@ def visible_gpus() -> int:
         return 0
 
 
-def start_cluster(indices: list[int]) -> Any:
+def start_cluster(indices: list[int], dashboard_token: str | None = None) -> Any:
     """A local cluster with one worker per GPU device asked for (``GPU:k`` is the k-th GPU this process sees).
 
     ``NoGPUError`` says why there cannot be one. The workers are not checked yet: see :func:`check_gpu_workers`.
+    With ``dashboard_token``, its dashboard answers only requests that show it (``dashboard_auth.py``).
     """
     n = len(indices)
     asked = ", ".join(f"GPU:{i}" for i in indices)
@@ -67,9 +68,10 @@ def start_cluster(indices: list[int]) -> Any:
         )
     physical = _physical_gpu_ids(n_gpus)
     try:
-        cluster = _start_dask_cuda([physical[i] for i in indices]) if _use_dask_cuda() else None
+        ids = [physical[i] for i in indices]
+        cluster = _start_dask_cuda(ids, dashboard_token) if _use_dask_cuda() else None
         if cluster is None:
-            cluster = local_gpu_cluster([physical[i] for i in indices])
+            cluster = local_gpu_cluster(list[int | str](ids), dashboard_token=dashboard_token)
     except NoGPUError:
         raise
     except Exception as e:
@@ -106,13 +108,14 @@ def _use_dask_cuda() -> bool:
     return True
 
 
-def _start_dask_cuda(gpu_ids: list[str]) -> Any:
+def _start_dask_cuda(gpu_ids: list[str], dashboard_token: str | None = None) -> Any:
     from dask_cuda import LocalCUDACluster
 
+    from interdist.client.dashboard_auth import token_cluster_class
     from interdist.dashboard.pages import register_pages
 
     register_pages()
-    return LocalCUDACluster(
+    return token_cluster_class(LocalCUDACluster)(
         CUDA_VISIBLE_DEVICES=gpu_ids,
         n_workers=len(gpu_ids),
         threads_per_worker=1,
@@ -120,6 +123,7 @@ def _start_dask_cuda(gpu_ids: list[str]) -> Any:
         dashboard_address="127.0.0.1:0",
         silence_logs=logging.ERROR,
         memory_limit=0,
+        scheduler_kwargs={"dashboard_token": dashboard_token} if dashboard_token else None,
     )
 
 
@@ -133,7 +137,12 @@ def _rotated(gpu_ids: list[str], i: int) -> str:
     return ",".join([mine, *others])
 
 
-def local_gpu_cluster(gpus: list[int | str], scheduler_host: str = "127.0.0.1", asynchronous: bool = False) -> Any:
+def local_gpu_cluster(
+    gpus: list[int | str],
+    scheduler_host: str = "127.0.0.1",
+    asynchronous: bool = False,
+    dashboard_token: str | None = None,
+) -> Any:
     """A local Dask cluster with one single-threaded worker process per entry of ``gpus``.
 
     Its workers are ``WorkerProcess``es, as an embedded CPU cluster's (``worker_process.py``).
@@ -148,7 +157,9 @@ def local_gpu_cluster(gpus: list[int | str], scheduler_host: str = "127.0.0.1", 
         strategy = interdist.MirroredStrategy(["GPU:0", "GPU:1"], cluster=cluster)
 
     Needs neither dask-cuda nor a GPU in the calling process. The caller closes it
-    (``cluster.close()``, or use it as a context manager).
+    (``cluster.close()``, or use it as a context manager). Its dashboard is open, as Dask's, unless
+    ``dashboard_token`` is given: then it answers only requests that show it (``dashboard_auth.py``;
+    embedded GPU clusters get one).
     """
     from distributed import Scheduler, SpecCluster
 
@@ -172,7 +183,14 @@ def local_gpu_cluster(gpus: list[int | str], scheduler_host: str = "127.0.0.1", 
         }
         for i in range(len(ids))
     }
-    scheduler = {"cls": Scheduler, "options": {"host": scheduler_host, "dashboard_address": f"{scheduler_host}:0"}}
+    scheduler: dict[str, Any] = {
+        "cls": Scheduler,
+        "options": {"host": scheduler_host, "dashboard_address": f"{scheduler_host}:0"},
+    }
+    if dashboard_token:
+        from interdist.client.dashboard_auth import token_scheduler
+
+        scheduler = {"cls": token_scheduler(), "options": {**scheduler["options"], "dashboard_token": dashboard_token}}
     return SpecCluster(  # type: ignore[no-untyped-call]  # distributed is untyped
         workers=workers,
         scheduler=scheduler,

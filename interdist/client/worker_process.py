@@ -21,11 +21,11 @@ where a notebook or a script needs it to:
   process holds: when it is closed (``close``) or this process dies, however it dies, the worker
   closes and its process exits.
 
-When the cluster speaks TLS, the worker's credentials (``Security.temporary()``'s certificate and key)
-go to the child as the first line on that socket pair: not on its command line or in its environment,
-where another account on the host could read them. (Dask's ``Security`` itself writes them for a moment
-into a 0700 temporary directory whenever it builds an SSL context: Python's ``ssl`` loads a chain only
-from a path; docs/reliability.md.)
+The worker's spec (scheduler address, name, options) is the first line on that socket pair, and when
+the cluster speaks TLS its credentials (``Security.temporary()``'s certificate and key) the second: not
+on its command line (only the socket's descriptor number is) or in its environment, where another
+account on the host could read them. The worker puts the certificate and key into memfds of its own
+(``credentials.py``), as this process does, so they never touch a file (docs/reliability.md).
 
 Its stdout and stderr go to a log file (:func:`worker_log_path`, named in a ``WorkerLostError``), not
 to the notebook's: what a replica function prints travels back with its step's reply and shows in the
@@ -54,7 +54,7 @@ from typing import Any
 import dask
 from distributed.deploy.spec import ProcessInterface
 
-from interdist.client import logs
+from interdist.client import credentials, logs
 
 logger = logging.getLogger("interdist")
 
@@ -74,10 +74,23 @@ FAILURE_TAIL_CHARS = 2000
 # interdist.worker.process; nothing of the parent's __main__. ``distributed`` is imported before
 # interdist, as in a nanny's worker: its import makes tblib pickle every exception class that exists
 # by then, and tblib cannot rebuild interdist's (CollectiveTimeoutError is a RuntimeError and a TimeoutError).
-_BOOT = (
-    "import sys, json; spec = json.loads(sys.argv[1]); sys.path[:] = spec['sys_path']; "
-    "import distributed; from interdist.worker.process import main; main(spec)"
-)
+# The spec (scheduler address, name, options) is the first line on the socket pair, whose descriptor
+# is the only argument: a command line is readable by every account on the host (/proc/PID/cmdline).
+# Read a byte at a time: what follows the line (the credentials) is ``main``'s to read.
+_BOOT = """\
+import sys, os, json
+fd, line = int(sys.argv[1]), b''
+while not line.endswith(b'\\n'):
+    byte = os.read(fd, 1)
+    if not byte:
+        raise SystemExit('interdist: the parent closed the socket before sending the worker spec')
+    line += byte
+spec = json.loads(line)
+sys.path[:] = spec['sys_path']
+import distributed
+from interdist.worker.process import main
+main(spec)
+"""
 
 
 def worker_log_path() -> str | None:
@@ -194,7 +207,7 @@ class WorkerProcess(ProcessInterface):
         }
         try:
             self.process = subprocess.Popen(
-                [sys.executable, *_interpreter_flags(), "-c", _BOOT, json.dumps(spec)],
+                [sys.executable, *_interpreter_flags(), "-c", _BOOT, str(theirs.fileno())],  # the spec: on the socket
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,  # the kernel's or terminal's SIGINT is not for this process
                 stdin=subprocess.DEVNULL,
@@ -209,11 +222,13 @@ class WorkerProcess(ProcessInterface):
             theirs.close()
             if log is not None:
                 os.close(log)
+        first = json.dumps(spec).encode() + b"\n"
         if self.credentials is not None:
-            try:
-                ours.sendall(json.dumps(self.credentials).encode() + b"\n")
-            except OSError:
-                pass  # the child is gone already: reading its first line says so
+            first += json.dumps(self.credentials).encode() + b"\n"
+        try:
+            ours.sendall(first)
+        except OSError:
+            pass  # the child is gone already: reading its first line says so
         ours.setblocking(False)
         self._sock = ours
         try:
@@ -336,10 +351,12 @@ _CREDENTIAL_FIELDS = (
 
 def _credentials(security: Any) -> dict[str, Any] | None:
     """What a worker needs of the cluster's ``Security`` (its worker and client certificates), or None
-    when the cluster has no TLS. PEM contents or file paths, as the ``Security`` holds them."""
+    when the cluster has no TLS. PEM contents or file paths, as the ``Security`` holds them; PEM contents
+    in place of this process's memfds (``credentials.py``: the worker makes its own)."""
     if security is None or not getattr(security, "tls_ca_file", None):
         return None
-    return {f: getattr(security, f, None) for f in _CREDENTIAL_FIELDS if getattr(security, f, None) is not None}
+    found = {f: credentials.contents(security, f) for f in _CREDENTIAL_FIELDS}
+    return {f: v for f, v in found.items() if v is not None}
 
 
 def _config_env(key: str) -> dict[str, str]:

@@ -56,12 +56,18 @@ def page_url(dashboard_link: str | None, page: str = OVERVIEW) -> str | None:
     'http://127.0.0.1:8787/individual-interdist-overview'
     >>> page_url("/user/ann/proxy/8787/status", "watchdog")
     '/user/ann/proxy/8787/individual-interdist-watchdog'
+
+    The link's query (an embedded cluster's dashboard token) goes with it:
+
+    >>> page_url("http://127.0.0.1:8787/status?token=abc")
+    'http://127.0.0.1:8787/individual-interdist-overview?token=abc'
     """
     if not dashboard_link:
         return None
-    base = dashboard_link.split("?", 1)[0].split("#", 1)[0]
+    without_fragment = dashboard_link.split("#", 1)[0]
+    base, _, query = without_fragment.partition("?")
     base = base.removesuffix("/status").rstrip("/")
-    return base + PREFIX + page
+    return base + PREFIX + page + (f"?{query}" if query else "")
 
 
 @dataclass(frozen=True)

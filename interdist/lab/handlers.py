@@ -9,6 +9,13 @@ dashboard accepts any websocket origin by default:
 on another host keeps its absolute URL. Relative dashboard links, such as Dask's
 ``distributed.dashboard.link`` on JupyterHub (``{JUPYTERHUB_SERVICE_PREFIX}proxy/{port}/status``),
 are accepted.
+
+An embedded cluster's dashboard answers only requests that show its token (``?token=`` in the link
+its registry file holds; ``interdist/client/dashboard_auth.py``). This server reads the list of pages
+with the token in an ``Authorization`` header; for pages through Jupyter's proxy it sets the token's
+cookie (HttpOnly, SameSite=Strict, its path the proxy's ``{base_url}proxy/{port}/``) on its answer to
+``/interdist/clusters``, which only Jupyter's own authentication reaches, so those page URLs carry
+no token; pages reached directly (another host, no proxy) carry it as ``?token=``.
 """
 
 from __future__ import annotations
@@ -20,13 +27,14 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado.httpclient import AsyncHTTPClient
 
+from interdist.client.dashboard_auth import cookie_name, token_of, with_query
 from interdist.lab import registry
 
 PAGES_TIMEOUT_S = 3.0
@@ -60,11 +68,20 @@ def is_local_host(host: str | None) -> bool:
 class Dashboard:
     """Where a cluster's dashboard is: ``fetch_root`` is what this server reads ``individual-plots.json``
     from; ``page_root`` prefixes the page paths the browser opens; ``url`` is the dashboard's own page for
-    the browser."""
+    the browser. ``token``: what the dashboard asks for (from the link); ``proxy_port``: the dashboard's
+    port when the browser reaches it through Jupyter's proxy (then by the token's cookie, and the page URLs
+    carry no token), else None (then the page URLs carry ``?token=``)."""
 
     fetch_root: str
     page_root: str
     url: str
+    token: str | None = None
+    proxy_port: int | None = None
+
+    @property
+    def page_query(self) -> str:
+        """What the browser's page URLs add: the token where no cookie carries it."""
+        return "" if self.token is None or self.proxy_port is not None else urlencode({"token": self.token})
 
 
 def locate_dashboard(link: str | None, base_url: str, proxy: bool = True, request_origin: str = "") -> Dashboard | None:
@@ -80,6 +97,7 @@ def locate_dashboard(link: str | None, base_url: str, proxy: bool = True, reques
     if not link:
         return None
     parts = urlsplit(link)
+    token = token_of(link)
     if parts.scheme in ("http", "https") and parts.netloc:
         origin = f"{parts.scheme}://{parts.netloc}"
         try:
@@ -88,24 +106,26 @@ def locate_dashboard(link: str | None, base_url: str, proxy: bool = True, reques
             return None
         if proxy and port is not None and is_local_host(parts.hostname):
             root = url_path_join(base_url, "proxy", str(port))
-            return Dashboard(f"http://127.0.0.1:{port}", root, root + (parts.path or "/"))
-        return Dashboard(origin, origin, link)
+            return Dashboard(f"http://127.0.0.1:{port}", root, root + (parts.path or "/"), token, port)
+        return Dashboard(origin, origin, link, token)
     if parts.scheme or parts.netloc:
         return None  # file:, javascript:, //host/… : not a dashboard we open
     found = _PROXY_PATH.search(parts.path)
     if found is not None:
         rest = parts.path[found.end() :]
         root = url_path_join(base_url, "proxy", found.group(1))
-        return Dashboard(f"http://127.0.0.1:{found.group(1)}", root, url_path_join(root, rest) if rest else root + "/")
+        url = url_path_join(root, rest) if rest else root + "/"
+        return Dashboard(f"http://127.0.0.1:{found.group(1)}", root, url, token, int(found.group(1)))
     path = parts.path if parts.path.startswith("/") else url_path_join(base_url, parts.path)
     root = path.removesuffix("/status").rstrip("/") if path.endswith("/status") else path.rstrip("/")
     if not request_origin:
         return None
-    return Dashboard(request_origin + root, root, path)
+    return Dashboard(request_origin + root, root, with_query(path, parts.query), token)
 
 
-def interdist_pages(plots: Any, page_root: str) -> list[dict[str, str]]:
-    """The interdist entries of a dashboard's ``/individual-plots.json``, each URL ``page_root`` + its path."""
+def interdist_pages(plots: Any, page_root: str, query: str = "") -> list[dict[str, str]]:
+    """The interdist entries of a dashboard's ``/individual-plots.json``, each URL ``page_root`` + its path
+    (+ ``?query``: the token, where no cookie carries it)."""
     if not isinstance(plots, dict):
         return []
     pages = []
@@ -115,7 +135,7 @@ def interdist_pages(plots: Any, page_root: str) -> list[dict[str, str]]:
         if not uri.startswith("/"):
             continue
         name = title.removeprefix("Individual ")
-        pages.append({"name": name, "url": page_root.rstrip("/") + uri})
+        pages.append({"name": name, "url": with_query(page_root.rstrip("/") + uri, query)})
     return sorted(pages, key=lambda p: p["url"])
 
 
@@ -154,8 +174,9 @@ async def with_pages(
             request_timeout=PAGES_TIMEOUT_S,
             connect_timeout=PAGES_TIMEOUT_S,
             follow_redirects=False,
+            headers={"Authorization": f"token {where.token}"} if where.token else None,
         )
-        out["pages"] = interdist_pages(json.loads(response.body), where.page_root)
+        out["pages"] = interdist_pages(json.loads(response.body), where.page_root, where.page_query)
     except Exception as e:  # noqa: BLE001 - a dashboard closing as we ask, a refused connection
         out["pages_error"] = f"could not read the dashboard's pages: {type(e).__name__}: {e}"
     return out
@@ -167,13 +188,28 @@ class ClustersHandler(APIHandler):
         base_url = self.settings.get("base_url", "/")
         origin = f"{self.request.protocol}://{self.request.host}"
         notebooks = await self._notebooks_by_kernel()
+        proxy = self._proxy_enabled()
+        live = registry.live_clusters()
         clusters = await asyncio.gather(
-            *(
-                with_pages(c, base_url, self._proxy_enabled(), origin, notebooks.get(c.get("kernel_id") or ""))
-                for c in registry.live_clusters()
-            )
+            *(with_pages(c, base_url, proxy, origin, notebooks.get(c.get("kernel_id") or "")) for c in live)
         )
+        for c in live:
+            self._set_token_cookie(locate_dashboard(c.get("dashboard_link"), base_url, proxy, origin))
         self.finish(json.dumps({"clusters": list(clusters)}))
+
+    def _set_token_cookie(self, where: Dashboard | None) -> None:
+        """The cookie that lets the browser's requests through Jupyter's proxy to ``where`` show its
+        dashboard's token (see the module's docstring): HttpOnly, SameSite=Strict, for that port's path."""
+        if where is None or where.token is None or where.proxy_port is None:
+            return
+        self.set_cookie(
+            cookie_name(where.proxy_port),
+            where.token,
+            path=where.page_root.rstrip("/") + "/",
+            httponly=True,
+            samesite="Strict",
+            secure=self.request.protocol == "https",
+        )
 
     def _proxy_enabled(self) -> bool:
         """Whether jupyter-server-proxy serves ``{base_url}proxy/{port}`` in this server."""

@@ -98,10 +98,13 @@ def register(
     try:
         d = registry_dir() if directory is None else Path(directory)
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _private(d)
         live_clusters(d)  # removes the files of notebooks that died without closing their clusters
         path = d / f"{os.getpid()}-{cluster_id}.json"
         tmp = d / f".{path.name}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o600)  # a leftover temporary file keeps its mode through O_CREAT: the link holds a token
         with os.fdopen(fd, "w") as f:
             json.dump(record, f)
         os.replace(tmp, path)  # readers never see half a file
@@ -109,6 +112,17 @@ def register(
     except Exception as e:  # noqa: BLE001 - read-only home, odd paths: the cluster works unlisted
         logger.debug("interdist: could not register the cluster for JupyterLab: %s", e)
         return None
+
+
+def _private(directory: Path) -> None:
+    """Make ``directory`` 0700 when this user owns it and others can get in: its files hold dashboard links
+    with their tokens (each file is 0600 too). A directory of another owner, or a sticky one (a shared
+    ``INTERDIST_REGISTRY_DIR``, as ``/tmp`` is shared), is left as it is."""
+    if not hasattr(os, "getuid"):
+        return
+    st = directory.stat()
+    if st.st_uid == os.getuid() and st.st_mode & 0o077 and not st.st_mode & 0o1000:
+        directory.chmod(0o700)
 
 
 def unregister(path: Path | None) -> None:

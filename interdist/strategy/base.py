@@ -489,11 +489,13 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         link = None if closed else self.dashboard_link
         if link:
             pages = [f'<a href="{e(link)}" target="_blank">{e(link)}</a>']
-            base = link.rsplit("/", 1)[0] if link.endswith("/status") else link.rstrip("/")
             if getattr(self._lease, "embedded", False) and "interdist.dashboard.pages" in sys.modules:
-                # The pages the embedded cluster registered (dashboard/pages.py), by their view names.
+                from interdist.dashboard.docked import page_url
+
+                # The pages the embedded cluster registered (dashboard/pages.py), by their view names; each
+                # with the dashboard's token, as the link (client/dashboard_auth.py).
                 pages += [
-                    f'<a href="{e(base)}/individual-interdist-{view}" target="_blank">interdist {view}</a>'
+                    f'<a href="{e(page_url(link, view) or "")}" target="_blank">interdist {view}</a>'
                     for view in ("status", "timeline", "placement")
                 ]
             facts.append(("Dashboard", " &middot; ".join(pages)))

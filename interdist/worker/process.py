@@ -5,7 +5,9 @@
 again here) in a session of its own (so the kernel's or terminal's SIGINT does not reach it). It gets
 one end of a socket pair from its parent and:
 
-- first reads the cluster's TLS credentials from it, when ``spec["credentials"]`` says they follow;
+- first reads its spec from it (the boot code in ``worker_process.py``: never on its command line), then
+  the cluster's TLS credentials, when ``spec["credentials"]`` says they follow (into memfds of this
+  process, ``client/credentials.py``: never in a file);
 - writes one JSON line on it when the worker is up (``{"address": ...}``) or could not start
   (``{"error": ...}``);
 - reads it to its end: the end comes when the parent closes it (it shuts the worker down) or dies
@@ -91,7 +93,10 @@ def _read_security(sock: socket.socket, timeout: float = 30.0) -> Any:
     line, rest = data.split(b"\n", 1)
     if rest:
         raise SystemExit("interdist: unexpected data after the cluster's credentials")
-    return Security(**json.loads(line))  # type: ignore[no-untyped-call]  # distributed is untyped
+    from interdist.client.credentials import in_memory
+
+    # Certificate and key into memfds of this process (kept open for its life): never a file.
+    return in_memory(Security(**json.loads(line)))  # type: ignore[no-untyped-call]  # distributed is untyped
 
 
 def _run_loop(spec: dict[str, Any], sock: socket.socket, stop: threading.Event, code: list[int]) -> None:

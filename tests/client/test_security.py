@@ -63,7 +63,11 @@ def test_a_stranger_cannot_ask_a_worker_for_its_control_token(lease: object) -> 
 def test_credentials_are_not_on_the_command_line_or_in_the_environment(lease: object) -> None:
     pids = [w.pid for w in lease.cluster.workers.values()]  # type: ignore[attr-defined]
     assert pids and all(pids)
-    key = lease.cluster.security.tls_worker_key  # type: ignore[attr-defined]
+    from interdist.client.credentials import contents
+
+    security = lease.cluster.security  # type: ignore[attr-defined]
+    assert security.tls_worker_key.startswith("/proc/self/fd/")  # a memfd of this process (credentials.py)
+    key = contents(security, "tls_worker_key")  # what the memfd holds
     marker = key.strip().splitlines()[1][:40]  # a line of the key itself
     for pid in pids:
         for part in ("cmdline", "environ"):

@@ -54,9 +54,10 @@ def source_rows(page: Any, view: str, column: str) -> list[Any]:
 
 
 def open_page(browser: Any, strategy: Any, view: str, column: str, ready: int) -> Any:
-    base = strategy.dashboard_link.rsplit("/", 1)[0]
+    from interdist.dashboard.docked import page_url
+
     page = browser.new_page()
-    page.goto(f"{base}/individual-interdist-{view}", wait_until="load")
+    page.goto(page_url(strategy.dashboard_link, view), wait_until="load")  # with the dashboard's token
     page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0", timeout=20_000)
     deadline = time.monotonic() + 20
     while len(source_rows(page, view, column)) < ready and time.monotonic() < deadline:

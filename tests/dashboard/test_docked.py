@@ -55,8 +55,9 @@ def test_docked_dashboard_is_a_bundle_the_extension_reads_with_a_link_as_fallbac
     registry_file = mirrored2._lease.registry_file
     assert request["cluster_id"] == (registry_file.stem.split("-", 1)[1] if registry_file else None)
     link = mirrored2.dashboard_link
-    assert link is not None and link.endswith("/status")
-    assert request["url"] == link[: -len("/status")] + OVERVIEW_PAGE
+    assert link is not None and "/status?token=" in link  # the dashboard's token (client/dashboard_auth.py)
+    root, query = link.split("/status?")
+    assert request["url"] == f"{root}{OVERVIEW_PAGE}?{query}"
     # without the extension: a link to the page, in HTML and as text
     assert f"href='{request['url']}'" in bundle["text/html"] and "target='_blank'" in bundle["text/html"]
     assert request["url"] in bundle["text/plain"]
@@ -79,7 +80,9 @@ def test_a_cluster_without_a_dashboard_says_so() -> None:
 
 @pytest.mark.parametrize(("link", "url"), [
     ("http://127.0.0.1:8787/status", "http://127.0.0.1:8787" + OVERVIEW_PAGE),
-    ("http://127.0.0.1:8787/status?x=1", "http://127.0.0.1:8787" + OVERVIEW_PAGE),
+    ("http://127.0.0.1:8787/status?x=1", "http://127.0.0.1:8787" + OVERVIEW_PAGE + "?x=1"),
+    # an embedded cluster's link carries its dashboard's token: so do its pages
+    ("http://127.0.0.1:8787/status?token=t0k#top", "http://127.0.0.1:8787" + OVERVIEW_PAGE + "?token=t0k"),
     ("/user/ann/proxy/8787/status", "/user/ann/proxy/8787" + OVERVIEW_PAGE),  # JupyterHub's distributed.dashboard.link
     ("https://dask.example.org/dashboard/", "https://dask.example.org/dashboard" + OVERVIEW_PAGE),
     ("", None),
@@ -102,11 +105,11 @@ def test_overview_is_a_dask_page_but_not_an_inline_view() -> None:
 def test_the_scheduler_serves_the_overview_page(mirrored2: idist.MirroredStrategy) -> None:
     link = mirrored2.dashboard_link
     assert link is not None
-    root = link[: -len("/status")]
-    with urllib.request.urlopen(root + "/individual-plots.json", timeout=20) as r:
+    root, _, query = link.removesuffix("/status").partition("/status?")  # the link carries the dashboard's token
+    with urllib.request.urlopen(f"{root}/individual-plots.json?{query}", timeout=20) as r:
         plots = json.loads(r.read())
     assert OVERVIEW_PAGE in plots.values()  # what /interdist/clusters lists for the sidebar and the dock
-    with urllib.request.urlopen(root + OVERVIEW_PAGE, timeout=20) as r:
+    with urllib.request.urlopen(page_url(link), timeout=20) as r:
         assert r.status == 200 and b"interdist: overview" in r.read()
 
 

@@ -27,15 +27,23 @@ class Lab:
     proc: subprocess.Popen[bytes]
     log: Path
 
-    def get(self, path: str, token: bool = True, method: str = "GET") -> tuple[int, Any]:
-        req = urllib.request.Request(self.url + path.lstrip("/"), method=method)
+    def get(
+        self, path: str, token: bool = True, method: str = "GET", headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        return self.get_with_headers(path, token, method, headers)[:2]
+
+    def get_with_headers(
+        self, path: str, token: bool = True, method: str = "GET", headers: dict[str, str] | None = None
+    ) -> tuple[int, Any, Any]:
+        """``(status, JSON body, response headers)``."""
+        req = urllib.request.Request(self.url + path.lstrip("/"), method=method, headers=headers or {})
         if token:
             req.add_header("Authorization", f"token {self.token}")
         try:
             with urllib.request.urlopen(req, timeout=20) as r:
-                return r.status, json.loads(r.read() or b"null")
+                return r.status, json.loads(r.read() or b"null"), r.headers
         except urllib.error.HTTPError as e:
-            return e.code, None
+            return e.code, None, e.headers
 
     def shutdown_kernels(self) -> None:
         """End every session and its kernel (and so whatever the kernel started), waiting for each."""

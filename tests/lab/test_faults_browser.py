@@ -211,6 +211,8 @@ def status_page(browser: Any, lab: Any, kernel: str) -> Any:
         assert time.monotonic() < deadline, f"no status page listed for kernel {kernel}: {mine}"
         time.sleep(0.25)
     dask = browser.new_page()
+    # as the sidebar does: /interdist/clusters sets the cookie that carries the dashboard's token through the proxy
+    dask.goto(lab.url + f"interdist/clusters?token={lab.token}", wait_until="domcontentloaded")
     dask.goto(lab.url + pages[0].lstrip("/") + f"?token={lab.token}", wait_until="domcontentloaded")
     dask.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0", timeout=30_000)
     return dask

@@ -121,19 +121,29 @@ def test_pages_from_individual_plots() -> None:
 
 @pytest.mark.parametrize(("link", "base_url", "expected"), [
     # this host: through Jupyter's proxy, read from loopback
-    ("http://127.0.0.1:8787/status", "/", Dashboard("http://127.0.0.1:8787", "/proxy/8787", "/proxy/8787/status")),
+    ("http://127.0.0.1:8787/status", "/", Dashboard("http://127.0.0.1:8787", "/proxy/8787", "/proxy/8787/status",
+                                                    proxy_port=8787)),
     ("http://localhost:41/status", "/user/ann/", Dashboard("http://127.0.0.1:41", "/user/ann/proxy/41",
-                                                             "/user/ann/proxy/41/status")),
-    ("http://[::1]:5/status", "/", Dashboard("http://127.0.0.1:5", "/proxy/5", "/proxy/5/status")),
+                                                             "/user/ann/proxy/41/status", proxy_port=41)),
+    ("http://[::1]:5/status", "/", Dashboard("http://127.0.0.1:5", "/proxy/5", "/proxy/5/status", proxy_port=5)),
     # another host: as given
     ("http://10.1.2.3:8787/status", "/", Dashboard("http://10.1.2.3:8787", "http://10.1.2.3:8787",
                                                      "http://10.1.2.3:8787/status")),
     # relative links through a proxy (distributed.dashboard.link on JupyterHub)
-    ("/proxy/8787/status", "/", Dashboard("http://127.0.0.1:8787", "/proxy/8787", "/proxy/8787/status")),
-    ("proxy/8787/status", "/base/", Dashboard("http://127.0.0.1:8787", "/base/proxy/8787", "/base/proxy/8787/status")),
+    ("/proxy/8787/status", "/", Dashboard("http://127.0.0.1:8787", "/proxy/8787", "/proxy/8787/status",
+                                          proxy_port=8787)),
+    ("proxy/8787/status", "/base/", Dashboard("http://127.0.0.1:8787", "/base/proxy/8787", "/base/proxy/8787/status",
+                                              proxy_port=8787)),
     ("/user/ann/proxy/8787/status", "/user/ann/", Dashboard("http://127.0.0.1:8787", "/user/ann/proxy/8787",
-                                                              "/user/ann/proxy/8787/status")),
-    ("/proxy/8787", "/", Dashboard("http://127.0.0.1:8787", "/proxy/8787", "/proxy/8787/")),
+                                                              "/user/ann/proxy/8787/status", proxy_port=8787)),
+    ("/proxy/8787", "/", Dashboard("http://127.0.0.1:8787", "/proxy/8787", "/proxy/8787/", proxy_port=8787)),
+    # an embedded cluster's link carries its dashboard's token: through the proxy by cookie (clean URLs),
+    # elsewhere in the URLs
+    ("http://127.0.0.1:8787/status?token=t0k", "/", Dashboard("http://127.0.0.1:8787", "/proxy/8787",
+                                                              "/proxy/8787/status", "t0k", 8787)),
+    ("http://10.1.2.3:8787/status?token=t0k", "/", Dashboard("http://10.1.2.3:8787", "http://10.1.2.3:8787",
+                                                             "http://10.1.2.3:8787/status?token=t0k", "t0k")),
+    ("/dask/status?token=t0k", "/", Dashboard("http://jupyter:8888/dask", "/dask", "/dask/status?token=t0k", "t0k")),
     # another path on this server: read through the server's own origin
     ("/dask/status", "/", Dashboard("http://jupyter:8888/dask", "/dask", "/dask/status")),
     # not dashboards

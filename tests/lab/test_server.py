@@ -76,8 +76,15 @@ def test_lists_live_clusters_with_their_interdist_pages(lab: Lab, reg_dir: Path,
     for view in ("replica-values", "placement", "timeline", "timings", "progress", "watchdog"):
         assert f"{origin}/individual-interdist-{view}" in urls
     assert all("/individual-interdist-" in u for u in urls)
-    # the proxied page answers, behind Jupyter's token
-    assert lab.get(f"proxy/{port}/individual-plots.json")[0] == 200
+    # the pages' URLs carry no dashboard token: the answer sets its cookie, for that port's proxy path only
+    assert not any("token=" in u for u in urls) and "token=" not in cluster["dashboard_url"]
+    cookies = lab.get_with_headers("interdist/clusters")[2].get_all("Set-Cookie")
+    (cookie,) = [c for c in cookies if c.startswith(f"interdist-dashboard-{port}=")]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and f"Path=/proxy/{port}/" in cookie
+    # the proxied page answers with that cookie, behind Jupyter's token; not without the cookie
+    jar = {"Cookie": cookie.split(";", 1)[0]}
+    assert lab.get(f"proxy/{port}/individual-plots.json", headers=jar)[0] == 200
+    assert lab.get(f"proxy/{port}/individual-plots.json")[0] == 403
     assert anonymous_status(lab.url + f"proxy/{port}/individual-plots.json") in (302, 403)  # to the login page
     registry.unregister(mine)
     assert lab.get("interdist/clusters") == (200, {"clusters": []})
