@@ -386,26 +386,43 @@ class Checkpoint:
         ``allow_unverified=True`` accepts a format-1 checkpoint (an older interdist's) with entries
         without ``sha256``, as it is; it never relaxes a format-2 checkpoint's checks. The checksums
         catch edits, mix-ups and corruption, not forgery: whoever can write index.json can recompute them.
+
+        All or nothing: the values the restore replaces (each replica's copy of each variable, the
+        optimizers' slots and their update counts) are read first; then a strategy's variables and slots
+        are assigned in one program on its replicas (one round trip). If that fails (a replica lost,
+        frozen or raising, or any exception), what was there is put back on every replica that can be
+        reached (a lost one once it is restarted) and the error, of its original class with the failure
+        as its cause, says "not applied: nothing of checkpoint ... was restored; the variables hold their
+        previous values"; or, when putting back failed too, which variables hold which values.
         """
-        values = self._load(path, progress, allow_unverified)
-        slots: dict[int, tuple[Any, int, dict[int, tuple[Any, dict[str, np.ndarray]]]]] = {}
-        for var, value in values.values():
-            if isinstance(var, _SlotRef):  # assigned together, one call per optimizer
-                _, _, by_var = slots.setdefault(id(var.optimizer), (var.optimizer, var.step, {}))
-                by_var.setdefault(id(var.var), (var.var, {}))[1][var.slot] = value
-            else:
-                var.assign(value)
-        for optimizer, step, by_var in slots.values():
-            optimizer._checkpoint_write_slots(list(by_var.values()), step)
+        from interdist.checkpoint_restore import _not_applied, _RestorePlan  # it imports this module
+
+        deferred: list[tuple[Any, list[np.ndarray]]] = []
+        values = self._load(path, progress, allow_unverified, deferred)
+        plan = _RestorePlan(values)
+        plan.take()  # what every assignment replaces, read before anything changes (a failure here changes nothing)
+        try:
+            plan.commit()
+        except BaseException as exc:  # any failure: put back what was there, then say so
+            plan.cause = exc
+            failures = plan.put_back()
+            raise _not_applied(exc, str(path), plan, failures) from exc
+        for layer, weights in deferred:  # an unbuilt model's weights: for its build, once everything else is restored
+            layer._restore_when_built(weights)
         counter = self._loaded_counter
         if counter is not None:
             self._counter = counter
 
     def _load(
-        self, path: str | os.PathLike[str], progress: bool = False, allow_unverified: bool = False
+        self,
+        path: str | os.PathLike[str],
+        progress: bool = False,
+        allow_unverified: bool = False,
+        deferred_out: list[tuple[Any, list[np.ndarray]]] | None = None,
     ) -> dict[str, tuple[Any, np.ndarray]]:
         """Each variable's saved value, read and checked against the index and the variable (raises
-        ``ValueError`` before anything is assigned)."""
+        ``ValueError`` before anything is assigned). An unbuilt model's weights go to it for its build
+        now, or, given ``deferred_out``, are appended there as (layer, weights) for the caller to hand on."""
         root = Path(path)
         try:
             index = json.loads((root / "index.json").read_text())
@@ -470,7 +487,11 @@ class Checkpoint:
             bar.update(1)
         bar.close()
         for layer, names in deferred:
-            layer._restore_when_built([values.pop(n)[1] for n in names])
+            weights = [values.pop(n)[1] for n in names]
+            if deferred_out is not None:
+                deferred_out.append((layer, weights))
+            else:
+                layer._restore_when_built(weights)
         for ref, _ in values.values():
             if isinstance(ref, _SlotRef):  # a slot's update count: its optimizer's restored iterations
                 counter = values.get(f"{ref.prefix}/iterations")
@@ -552,6 +573,11 @@ class _SlotRef:
         return {"variable": self.variable, "optimizer": self.prefix, "name": self.slot}
 
 
+# -- restore: all or nothing ------------------------------------------------------------------------------
+#: A fault armed with ``idist.debug.inject(strategy, replica, fault, at="checkpoint_restore")`` fires in the
+#: next ``Checkpoint.restore``'s program on that replica (arm it right before the restore: a ``run`` in between
+#: drops it, not reached), just before assignment number ``strategy._restore_fault_at`` (from 0, over the
+#: strategy's variables then its slots; 1 unless set: after the first assignment, as ``checkpoint_save``).
 def _fire_injected_faults(variables: Any) -> None:
     """``idist.debug.inject(..., at="checkpoint_save")``: the armed fault fires now, in the middle of a
     save (one attribute read per strategy when nothing is armed)."""

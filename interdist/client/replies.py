@@ -99,23 +99,31 @@ def raise_for(
             lost_ranks[r] = addresses[r]
         names = ", ".join(f"replica {r} ({devices[r]}, worker {addresses[r]})" for r, _ in lost)
         log = worker_log_path()
+        outcome = step_outcome(replies, call)
         raise WorkerLostError(
             f"{names} was lost during {call or f'step {step} ({what})'}: its worker died or became unreachable "
             f"({lost[0][1]['type']}: {lost[0][1]['message']}). The other replicas were released."
+            + (f" {outcome[0].upper()}{outcome[1:]}." if outcome else "")
             + (f" The embedded workers' own output (tracebacks, Dask's logs) is in {log}" if log else "")
         )
     frozen = [(r, rep) for r, rep in failed if rep.get("frozen")]
     primary = frozen or [(r, rep) for r, rep in failed if not rep.get("secondary")] or failed
     rank, rep = primary[0]
+    # No replica lost: each keeps its own copies. Said only when some replica changed a variable (a step that
+    # changed nothing was applied nowhere, as before: its error stays one line).
+    outcome = step_outcome(replies, call) if any(_updated(r) for r in replies) else ""
     if frozen:
         others = [r for r in range(len(replies)) if r != rank]
-        raise ReplicaFrozenError(
+        frozen_error = ReplicaFrozenError(
             f"{rep['message']}. Replicas {others} were released; step {step} ({what}) was not completed. "
             f"Resume the process (SIGCONT) and the strategy goes on once the replica leaves the step, or close "
             "this strategy and create a new one",
             rank,
             step,
         )
+        if outcome:
+            frozen_error.add_note(f"{outcome[0].upper()}{outcome[1:]}.")
+        raise frozen_error
     exc: BaseException | None = None
     if rep.get("error") is not None:
         try:
@@ -132,6 +140,8 @@ def raise_for(
         notes.append(f"--- remote traceback (replica {rank}) ---\n{rep['traceback'].rstrip()}")
     else:
         exc.__traceback__ = tb
+    if outcome:
+        notes.append(f"{outcome[0].upper()}{outcome[1:]}.")
     try:
         for note in notes:
             exc.add_note(note)
@@ -164,6 +174,86 @@ def failure_summary(replies: list[Reply], rank: int, call: str) -> str:
     if cause:
         parts.append(cause)
     return "; ".join(parts)
+
+
+def _updated(rep: Mapping[str, Any]) -> list[str]:
+    """The variables a replica's program changed, from the ``variable-updated`` events of its reply (every
+    copy written in the program, whether it then returned or failed: ``Replica._emit_variable_updates``)."""
+    names: list[str] = []
+    for e in rep.get("events", ()) or ():
+        if isinstance(e, Mapping) and e.get("kind") == "variable-updated":
+            name = str(e.get("name", e.get("var_id", "?"))).split(":")[0]
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def step_outcome(replies: list[Reply], call: str) -> str:
+    """Whether a failed user call's variable updates were applied, for its error: "the step's update WAS
+    applied ...: do not run it again", "the step was NOT applied anywhere ...: run it again", or "partly
+    applied on replicas ...". "" for the engine's own programs.
+
+    Decided by what the replicas that answered hold relative to before the call: the variables each changed
+    (its reply's ``variable-updated`` events). A lost replica's copies are replaced at the next call by those
+    of the first replica that was not lost (``_restore_replicas``), so the survivors decide for it. A frozen
+    or stuck replica did not answer: what it holds cannot be known (a frozen one may still change variables
+    when it resumes, up to its next collective, which the abort stops).
+    """
+    if not call.startswith(("run #", "run_steps #")) or not replies:
+        return ""
+    n = len(replies)
+    lost = [r for r in range(n) if replies[r].get("lost")]
+    unknown = [r for r in range(n) if r not in lost and (replies[r].get("stuck") or replies[r].get("frozen"))]
+    known = [r for r in range(n) if r not in lost and r not in unknown]
+    the = "the step" if call.startswith("run #") else "the call"
+    if not known:
+        return f"whether {the} was applied cannot be known: no surviving replica answered ({_ranks(unknown)} did not)"
+    source = min(r for r in range(n) if r not in lost)  # whose copies recovery hands the restarted replica
+    by = f"the restarted replica gets it by copy from replica {source} at the next call" if lost else ""
+    changed = {r: _updated(replies[r]) for r in known}
+    finished = all(replies[r]["ok"] for r in known)
+    silent = (
+        f"; {_ranks(unknown)} did not answer (frozen or still running): what it holds cannot be known, and it may "
+        "still change variables when it resumes, up to its next collective"
+        if unknown
+        else ""
+    )
+    if not any(changed.values()):
+        where = "anywhere" if not unknown else f"on {_ranks(known)}"
+        copied = " (the restarted replica gets their copies at the next call)" if lost else ""
+        return (
+            f"{the} was NOT applied {where}: no {'surviving ' if lost else ''}replica changed a variable in it"
+            f"{copied}: run it again{silent}"
+        )
+    sets = {tuple(sorted(c)) for c in changed.values()}
+    if len(sets) == 1 and not unknown:
+        names = ", ".join(next(iter(sets)))
+        whose = "survivors had it" if lost else "every replica had it"
+        if finished:
+            return (
+                f"{the}'s update WAS applied ({whose}: {_ranks(known)} finished {the} and updated {names}"
+                f"{'; ' + by if by else ''}): do not run it again"
+            )
+        return (
+            f"{the}'s update WAS applied up to where it stopped ({whose}: {_ranks(known)} had updated {names} "
+            f"before {'they were' if len(known) > 1 else 'it was'} released{'; ' + by if by else ''}); what "
+            f"{the} does after that point did not run: do not run it again as it is"
+        )
+    did = [r for r in known if changed[r]]
+    parts = "; ".join(f"replica {r} updated {', '.join(changed[r])}" for r in did)
+    untouched = [r for r in known if not changed[r]]
+    return (
+        f"{the} was partly applied on {_ranks(did)} ({parts})"
+        + (f", not on {_ranks(untouched)}" if untouched else "")
+        + silent
+        + (
+            f"; the next call copies replica {source}'s variables to the restarted replica, then"
+            if lost
+            else "; the next call"
+        )
+        + f" names the variables whose copies differ (strategy.resync_variables(from_replica={source}) makes "
+        "them one): running it again applies it twice where it was applied"
+    )
 
 
 def _ranks(ranks: list[int]) -> str:
