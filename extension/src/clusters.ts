@@ -52,5 +52,7 @@ export function ownerOf(cluster: ICluster): string | null {
 
 /** The page of `cluster` at `path` on its dashboard (`/individual-interdist-overview`), if it lists one. */
 export function pageAt(cluster: ICluster, path: string): IPage | undefined {
-  return cluster.pages.find(p => p.url.endsWith(path));
+  // A page reached without Jupyter's proxy carries the dashboard's token as ``?token=``: its path is
+  // what names it.
+  return cluster.pages.find(p => p.url.split('?')[0].endsWith(path));
 }
