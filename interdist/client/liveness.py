@@ -124,14 +124,26 @@ class Liveness:
 
     def frozen(self, ranks: list[int]) -> dict[int, Frozen]:
         """The frozen ranks among ``ranks``, each with why. Never raises (a failed check finds none)."""
-        workers: dict[str, Any] | None
-        try:
-            workers = self._workers()
-        except Exception as exc:  # noqa: BLE001 - the scheduler is slow or unreachable: the processes still tell
-            logger.debug("interdist: the scheduler did not answer a liveness check: %s", exc)
-            workers = None
         if self._local is None:
             self._local = _local_hosts()
+        local = self._local
+        pids = self._embedded_pids()
+        # A process of this host seen stopped is told by its state alone: the scheduler is then not asked at
+        # this check, so one that answers slowly (up to SCHEDULER_TIMEOUT) does not space the checks out and
+        # delay naming the freeze (the count of how long it was stopped needs a check about every second).
+        # Otherwise it is asked, as before: for a lost worker (gone from it) and remote workers' heartbeats.
+        seen_stopped = any(
+            _host_of(self.addresses[r]) in local
+            and (pid := pids.get(self.addresses[r]) or self._pids.get(self.addresses[r]))
+            and _stopped(pid)
+            for r in ranks
+        )
+        workers: dict[str, Any] | None = None
+        if not seen_stopped:
+            try:
+                workers = self._workers()
+            except Exception as exc:  # noqa: BLE001 - the scheduler is slow or unreachable: the processes still tell
+                logger.debug("interdist: the scheduler did not answer a liveness check: %s", exc)
         now_mono, now = time.monotonic(), time.time()
         found: dict[int, Frozen] = {}
         for rank in ranks:
@@ -140,8 +152,8 @@ class Liveness:
             w = workers.get(address) if workers is not None else {"host": _host_of(address)}
             if w is None:
                 continue  # gone from the scheduler: a lost worker, reported as such
-            pid = self._embedded_pids().get(self.addresses[rank]) or self._pids.get(self.addresses[rank])
-            stopped = _stopped(pid) if pid and str(w.get("host", "")) in self._local else None
+            pid = pids.get(self.addresses[rank]) or self._pids.get(self.addresses[rank])
+            stopped = _stopped(pid) if pid and str(w.get("host", "")) in local else None
             if stopped is not None:
                 if not stopped:
                     self._stopped.pop(rank, None)

@@ -122,3 +122,45 @@ def test_a_stopped_worker_is_found_while_the_scheduler_is_silent(monkeypatch: py
                 assert 0 in found and "stopped" in found[0].reason
             finally:
                 os.kill(pid, signal.SIGCONT)
+
+
+def test_a_stopped_worker_is_named_without_waiting_for_a_slow_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25: a freeze is named within ``frozen_after`` + 1 s. A check that first waited for a slow
+    scheduler spaced the checks out by its bound, so the freeze was named seconds late. A process seen
+    stopped is now told by its state alone: with a scheduler that takes 30 s to answer, the checks still
+    come a second apart and name the worker once it has been stopped for ``frozen_after``."""
+    import os
+    import signal
+
+    from interdist.config import settings
+
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, processes=True, dashboard_address=None) as cluster:
+        with distributed.Client(cluster.scheduler_address) as client:
+            addresses = list(client.scheduler_info()["workers"])
+            live = liveness.Liveness(client, addresses)
+            live.learn_pids(timeout=30)
+            (pid,) = live._pids.values()
+            async def slow(**kwargs: Any) -> dict[str, Any]:
+                await asyncio.sleep(3600)
+                return {}
+
+            monkeypatch.setattr(client.scheduler, "identity", slow)
+            monkeypatch.setattr(liveness, "SCHEDULER_TIMEOUT", 30.0)
+            monkeypatch.setattr(settings, "frozen_after", 2.0)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                while not liveness._stopped(pid):  # the stop has taken effect
+                    time.sleep(0.01)
+                start = time.monotonic()
+                found: dict[int, Any] = {}
+                while not found and time.monotonic() - start < 60:
+                    found = live.frozen([0])
+                    if not found:
+                        time.sleep(liveness.CHECK_EVERY)
+                took = time.monotonic() - start
+                assert 0 in found and "stopped" in found[0].reason
+                assert took < 30.0  # below one scheduler wait (30 s): named at frozen_after, give or take a check
+                assert found[0].stopped_s >= 2.0
+            finally:
+                os.kill(pid, signal.SIGCONT)
