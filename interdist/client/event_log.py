@@ -99,8 +99,9 @@ class EventLog:
         listeners = list(self.listeners)
         with self._cond:
             self._raw.extend(msgs)
-            # bounded: never more unexpanded than the log keeps
-            batch = self._expand() if listeners or len(self._raw) > (self._events.maxlen or 0) else []
+            # bounded: wire messages are expanded (and so counted against ``max_bytes``) once RAW_KEPT wait, in
+            # batches of that size: each is expanded once either way, and no step's thread expands 100,000 at once
+            batch = self._expand() if listeners or len(self._raw) > min(self._events.maxlen or 0, RAW_KEPT) else []
             self._cond.notify_all()  # one wake-up per reply, not per event
         _tell(listeners, batch)
 
@@ -200,6 +201,8 @@ class EventLog:
 
 
 MAX_SEEN = 20_000  # keys kept for deduplication: far more than a few seconds of events
+#: The most wire messages kept unexpanded (not yet counted in the byte bound): a few MiB at most.
+RAW_KEPT = 4096
 #: The most memory (bytes, approximately: ``approx_bytes``) a strategy's event log keeps; the oldest go first.
 MAX_BYTES = 48 * 2**20
 

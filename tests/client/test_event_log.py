@@ -121,3 +121,17 @@ def test_the_event_log_is_bounded_by_bytes_as_well_as_by_count() -> None:
     small.add_msgs([events.ReplicaFailed("g", k, 0, float(k), "e", "E").to_msg() for k in range(25)])
     assert [e.step for e in small.events] == list(range(15, 25))
     assert small.nbytes == sum(approx_bytes(e) for e in small.events)
+
+
+def test_unread_wire_messages_are_bounded_too() -> None:
+    """With no reader, messages wait in wire form; they are expanded (and counted against the byte bound)
+    once ``RAW_KEPT`` wait, so unread messages cannot hold more memory than the bound says (before, up to the
+    count bound of 100,000 waited uncounted)."""
+    from interdist.client.event_log import RAW_KEPT, EventLog
+
+    log = EventLog(maxlen=100_000, max_bytes=1_000_000)
+    for k in range(3 * RAW_KEPT):
+        log.add_msgs([events.ReplicaFailed("g", k, 0, float(k), "E", "x" * 1000).to_msg()])
+        assert len(log._raw) <= RAW_KEPT
+    assert log.nbytes <= 1_000_000 and len(log._events) < RAW_KEPT
+    assert log._events[-1].step <= 3 * RAW_KEPT - 1
