@@ -4,7 +4,9 @@ finds no frozen replica (the step's own replies come from the replicas; issue 25
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -88,9 +90,12 @@ def test_a_stopped_pooled_worker_is_named_when_a_strategy_is_made() -> None:
         assert shown == ["replica 0 on the main thread: True", "replica 1 on the main thread: True"]
 
 
-def test_a_stopped_worker_is_found_while_the_scheduler_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A check that gets no answer from the scheduler still reads the local workers' process state, and a
-    slow check does not restart the count of how long a worker was stopped."""
+@contextlib.contextmanager
+def _stopped_worker(
+    monkeypatch: pytest.MonkeyPatch, scheduler_timeout: float, frozen_after: float
+) -> Iterator[tuple[liveness.Liveness, int]]:
+    """A 1-worker process cluster whose scheduler never answers ``identity`` again (bounded by
+    ``scheduler_timeout``), its worker stopped (SIGSTOP, resumed at the end): its ``Liveness`` and pid."""
     import os
     import signal
 
@@ -99,29 +104,43 @@ def test_a_stopped_worker_is_found_while_the_scheduler_is_silent(monkeypatch: py
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=1, processes=True, dashboard_address=None) as cluster:
         with distributed.Client(cluster.scheduler_address) as client:
-            addresses = list(client.scheduler_info()["workers"])
-            live = liveness.Liveness(client, addresses)
+            live = liveness.Liveness(client, list(client.scheduler_info()["workers"]))
             live.learn_pids(timeout=30)
             (pid,) = live._pids.values()
 
             async def silent(**kwargs: Any) -> dict[str, Any]:
-                await asyncio.sleep(3600)
+                await asyncio.sleep(3600)  # a stopped or overloaded scheduler
                 return {}
 
             monkeypatch.setattr(client.scheduler, "identity", silent)
-            monkeypatch.setattr(liveness, "SCHEDULER_TIMEOUT", 0.5)
-            monkeypatch.setattr(settings, "frozen_after", 1.0)
+            monkeypatch.setattr(liveness, "SCHEDULER_TIMEOUT", scheduler_timeout)
+            monkeypatch.setattr(settings, "frozen_after", frozen_after)
             os.kill(pid, signal.SIGSTOP)
             try:
-                found: dict[int, Any] = {}
-                deadline = time.monotonic() + 30
-                while not found and time.monotonic() < deadline:  # a check a second, as a waiting step does
-                    found = live.frozen([0])
-                    if not found:
-                        time.sleep(liveness.CHECK_EVERY)
-                assert 0 in found and "stopped" in found[0].reason
+                while not liveness._stopped(pid):  # the stop has taken effect
+                    time.sleep(0.01)
+                yield live, pid
             finally:
                 os.kill(pid, signal.SIGCONT)
+
+
+def _check_until_frozen(live: liveness.Liveness, bound: float = 60.0) -> tuple[dict[int, Any], float]:
+    """A check a second, as a waiting step does, until rank 0 is found frozen: what was found, and when."""
+    start = time.monotonic()
+    found: dict[int, Any] = {}
+    while not found and time.monotonic() - start < bound:
+        found = live.frozen([0])
+        if not found:
+            time.sleep(liveness.CHECK_EVERY)
+    return found, time.monotonic() - start
+
+
+def test_a_stopped_worker_is_found_while_the_scheduler_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that gets no answer from the scheduler still reads the local workers' process state, and a
+    slow check does not restart the count of how long a worker was stopped."""
+    with _stopped_worker(monkeypatch, scheduler_timeout=0.5, frozen_after=1.0) as (live, _):
+        found, _ = _check_until_frozen(live, bound=30)
+        assert 0 in found and "stopped" in found[0].reason
 
 
 def test_a_stopped_worker_is_named_without_waiting_for_a_slow_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -129,38 +148,8 @@ def test_a_stopped_worker_is_named_without_waiting_for_a_slow_scheduler(monkeypa
     scheduler spaced the checks out by its bound, so the freeze was named seconds late. A process seen
     stopped is now told by its state alone: with a scheduler that takes 30 s to answer, the checks still
     come a second apart and name the worker once it has been stopped for ``frozen_after``."""
-    import os
-    import signal
-
-    from interdist.config import settings
-
-    distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=1, processes=True, dashboard_address=None) as cluster:
-        with distributed.Client(cluster.scheduler_address) as client:
-            addresses = list(client.scheduler_info()["workers"])
-            live = liveness.Liveness(client, addresses)
-            live.learn_pids(timeout=30)
-            (pid,) = live._pids.values()
-            async def slow(**kwargs: Any) -> dict[str, Any]:
-                await asyncio.sleep(3600)
-                return {}
-
-            monkeypatch.setattr(client.scheduler, "identity", slow)
-            monkeypatch.setattr(liveness, "SCHEDULER_TIMEOUT", 30.0)
-            monkeypatch.setattr(settings, "frozen_after", 2.0)
-            os.kill(pid, signal.SIGSTOP)
-            try:
-                while not liveness._stopped(pid):  # the stop has taken effect
-                    time.sleep(0.01)
-                start = time.monotonic()
-                found: dict[int, Any] = {}
-                while not found and time.monotonic() - start < 60:
-                    found = live.frozen([0])
-                    if not found:
-                        time.sleep(liveness.CHECK_EVERY)
-                took = time.monotonic() - start
-                assert 0 in found and "stopped" in found[0].reason
-                assert took < 30.0  # below one scheduler wait (30 s): named at frozen_after, give or take a check
-                assert found[0].stopped_s >= 2.0
-            finally:
-                os.kill(pid, signal.SIGCONT)
+    with _stopped_worker(monkeypatch, scheduler_timeout=30.0, frozen_after=2.0) as (live, _):
+        found, took = _check_until_frozen(live)
+        assert 0 in found and "stopped" in found[0].reason
+        assert took < 30.0  # below one scheduler wait (30 s): named at frozen_after, give or take a check
+        assert found[0].stopped_s >= 2.0
