@@ -67,8 +67,9 @@ from typing import Any
 
 import numpy as np
 
+from interdist.checkpoint_restore import _not_applied, _RestorePlan, _SlotRef
 from interdist.replica.ps_liveness import host_key
-from interdist.values.variables import Variable, VariableAggregation, VariableSynchronization
+from interdist.values.variables import Variable
 
 FORMAT = "interdist-checkpoint/2"
 #: An older interdist's format: no entry digests nor index checksum, and an entry's sha256 optional.
@@ -395,8 +396,6 @@ class Checkpoint:
         as its cause, says "not applied: nothing of checkpoint ... was restored; the variables hold their
         previous values"; or, when putting back failed too, which variables hold which values.
         """
-        from interdist.checkpoint_restore import _not_applied, _RestorePlan  # it imports this module
-
         deferred: list[tuple[Any, list[np.ndarray]]] = []
         values = self._load(path, progress, allow_unverified, deferred)
         plan = _RestorePlan(values)
@@ -539,45 +538,6 @@ def _slot_entry(variable: str, optimizer: str, slot: str) -> str:
     return f"{variable}/.OPTIMIZER_SLOT/{optimizer}/{slot}"
 
 
-class _SlotRef:
-    """One optimizer slot of one variable (Adam's ``momentum`` of ``model/0``...), as the save and
-    restore loops see a variable: it has the variable's shape and dtype, and is kept by the optimizer
-    where the variable is (``interdist/optimizers.py``)."""
-
-    synchronization = VariableSynchronization.ON_WRITE
-    aggregation = VariableAggregation.NONE
-
-    def __init__(self, optimizer: Any, var: Any, slot: str, variable: str, prefix: str, value: Any = None) -> None:
-        self.optimizer, self.var, self.slot = optimizer, var, slot
-        self.variable, self.prefix = variable, prefix  # the names of the variable and the optimizer
-        self.value = value
-        self.step = 0  # the restored iterations of the optimizer (the slots' update count)
-        self._strategy = getattr(var, "_strategy", None)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.var.shape)
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        dtype: np.dtype[Any] = np.dtype(self.var.dtype)
-        return dtype
-
-    def read_value(self) -> Any:
-        return self.value
-
-    def assign(self, value: Any) -> None:
-        self.optimizer._checkpoint_write_slots([(self.var, {self.slot: np.asarray(value)})], self.step)
-
-    def describe(self) -> dict[str, str]:
-        return {"variable": self.variable, "optimizer": self.prefix, "name": self.slot}
-
-
-# -- restore: all or nothing ------------------------------------------------------------------------------
-#: A fault armed with ``idist.debug.inject(strategy, replica, fault, at="checkpoint_restore")`` fires in the
-#: next ``Checkpoint.restore``'s program on that replica (arm it right before the restore: a ``run`` in between
-#: drops it, not reached), just before assignment number ``strategy._restore_fault_at`` (from 0, over the
-#: strategy's variables then its slots; 1 unless set: after the first assignment, as ``checkpoint_save``).
 def _fire_injected_faults(variables: Any) -> None:
     """``idist.debug.inject(..., at="checkpoint_save")``: the armed fault fires now, in the middle of a
     save (one attribute read per strategy when nothing is armed)."""

@@ -15,9 +15,54 @@ from typing import Any
 
 import numpy as np
 
-from interdist.checkpoint import _SlotRef
+from interdist import _context, _gpu
+from interdist.optimizers import _store_key, _write_slots_program
+from interdist.replica import faults
+from interdist.strategy.variables import VariablesMixin
+from interdist.values.variables import VariableAggregation, VariableSynchronization
 
 RESTORE_POINT = "checkpoint_restore"
+
+
+class _SlotRef:
+    """One optimizer slot of one variable (Adam's ``momentum`` of ``model/0``...), as the save and
+    restore loops see a variable: it has the variable's shape and dtype, and is kept by the optimizer
+    where the variable is (``interdist/optimizers.py``)."""
+
+    synchronization = VariableSynchronization.ON_WRITE
+    aggregation = VariableAggregation.NONE
+
+    def __init__(self, optimizer: Any, var: Any, slot: str, variable: str, prefix: str, value: Any = None) -> None:
+        self.optimizer, self.var, self.slot = optimizer, var, slot
+        self.variable, self.prefix = variable, prefix  # the names of the variable and the optimizer
+        self.value = value
+        self.step = 0  # the restored iterations of the optimizer (the slots' update count)
+        self._strategy = getattr(var, "_strategy", None)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.var.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        dtype: np.dtype[Any] = np.dtype(self.var.dtype)
+        return dtype
+
+    def read_value(self) -> Any:
+        return self.value
+
+    def assign(self, value: Any) -> None:
+        self.optimizer._checkpoint_write_slots([(self.var, {self.slot: np.asarray(value)})], self.step)
+
+    def describe(self) -> dict[str, str]:
+        return {"variable": self.variable, "optimizer": self.prefix, "name": self.slot}
+
+
+# -- restore: all or nothing ------------------------------------------------------------------------------
+#: A fault armed with ``idist.debug.inject(strategy, replica, fault, at="checkpoint_restore")`` fires in the
+#: next ``Checkpoint.restore``'s program on that replica (arm it right before the restore: a ``run`` in between
+#: drops it, not reached), just before assignment number ``strategy._restore_fault_at`` (from 0, over the
+#: strategy's variables then its slots; 1 unless set: after the first assignment, as ``checkpoint_save``).
 
 
 def _replica_strategy(var: Any) -> Any:
@@ -32,8 +77,6 @@ def _replica_strategy(var: Any) -> Any:
 def _assigned_in_program(strategy: Any, var: Any) -> bool:
     """Whether a notebook ``var.assign`` of ``strategy`` is ``programs.assign_variable`` on every replica, so
     that the restore's one program may do it (central storage assigns its own way: one by one)."""
-    from interdist.strategy.variables import VariablesMixin
-
     return getattr(type(strategy), "_assign_variable", None) is VariablesMixin._assign_variable
 
 
@@ -57,7 +100,6 @@ class _Batch:
         )
 
     def take(self) -> None:
-        from interdist.optimizers import _store_key
 
         var_ids = [v._var_id for v, _ in self.assigns]
         keys: dict[str, list[int]] = {}
@@ -69,7 +111,6 @@ class _Batch:
             single.take()
 
     def commit(self) -> None:
-        from interdist.optimizers import _store_key
 
         assigns = [(v._var_id, value) for v, value in self.assigns]
         slots = [(_store_key(opt._id), var._var_id, values, step) for opt, step, var, values in self.slots]
@@ -341,7 +382,6 @@ def _each_rank(strategy: Any, program: Any, *args: Any) -> list[Any]:
 
 
 def _host(a: Any) -> Any:
-    from interdist import _gpu
 
     return _gpu.host_copy(a) if hasattr(a, "shape") and hasattr(a, "dtype") else a
 
@@ -375,9 +415,6 @@ def _restore_program(
 ) -> None:
     """(On each replica) the restore's assignments, all in this one program: each variable as a cross-replica
     assign from the notebook is (``programs.assign_variable``), then the optimizers' slots."""
-    from interdist import _context
-    from interdist.optimizers import _write_slots_program
-    from interdist.replica import faults
 
     done = 0
     try:
@@ -401,7 +438,6 @@ def _restore_program(
 
 def _put_back_program(replica: Any, copies: dict[int, Any], slots: dict[str, dict[int, dict[str, Any] | None]]) -> None:
     """(On each replica) a failed restore's rollback: each copy and each slot entry as it was before."""
-    from interdist import _gpu
 
     for var_id, value in copies.items():
         rv = replica.variables.get(var_id)

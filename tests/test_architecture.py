@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("views", ["interdist.dashboard", "interdist.lab"]),
     ("client", ["interdist.client"]),
     ("api", ["interdist.strategy", "interdist.optimizers", "interdist.metrics", "interdist.checkpoint",
+             "interdist.checkpoint_restore",
              "interdist.distribute_lib", "interdist.data", "interdist.debug", "interdist.nn", "interdist.losses",
              "interdist.layers", "interdist.initializers", "interdist.regularizers", "interdist.math", "interdist.random",
              "interdist.train"]),

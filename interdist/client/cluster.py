@@ -33,11 +33,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from interdist.client import credentials, dashboard_auth, gpus, logs
+from interdist.client import gpus, logs
 from interdist.client.connect import connect
 from interdist.client.worker_process import WorkerProcess
 from interdist.config import settings
 from interdist.device import DeviceSpec
+from interdist.lab import dashboard_auth
+from interdist.worker import credentials
 
 
 @dataclass

@@ -20,6 +20,7 @@ from typing import Any
 from interdist._gpu import probe_worker
 from interdist.client.worker_process import WorkerProcess
 from interdist.errors import NoGPUError
+from interdist.lab.dashboard_auth import token_cluster_class, token_scheduler
 
 
 def visible_gpus() -> int:
@@ -111,7 +112,6 @@ def _use_dask_cuda() -> bool:
 def _start_dask_cuda(gpu_ids: list[str], dashboard_token: str | None = None) -> Any:
     from dask_cuda import LocalCUDACluster
 
-    from interdist.client.dashboard_auth import token_cluster_class
     from interdist.dashboard.pages import register_pages
 
     register_pages()
@@ -188,8 +188,6 @@ def local_gpu_cluster(
         "options": {"host": scheduler_host, "dashboard_address": f"{scheduler_host}:0"},
     }
     if dashboard_token:
-        from interdist.client.dashboard_auth import token_scheduler
-
         scheduler = {"cls": token_scheduler(), "options": {**scheduler["options"], "dashboard_token": dashboard_token}}
     return SpecCluster(  # type: ignore[no-untyped-call]  # distributed is untyped
         workers=workers,

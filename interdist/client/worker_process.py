@@ -54,7 +54,8 @@ from typing import Any
 import dask
 from distributed.deploy.spec import ProcessInterface
 
-from interdist.client import credentials, logs
+from interdist.client import logs
+from interdist.worker import credentials
 
 logger = logging.getLogger("interdist")
 

@@ -11,7 +11,7 @@ on another host keeps its absolute URL. Relative dashboard links, such as Dask's
 are accepted.
 
 An embedded cluster's dashboard answers only requests that show its token (``?token=`` in the link
-its registry file holds; ``interdist/client/dashboard_auth.py``). This server reads the list of pages
+its registry file holds; ``interdist/lab/dashboard_auth.py``). This server reads the list of pages
 with the token in an ``Authorization`` header; for pages through Jupyter's proxy it sets the token's
 cookie (HttpOnly, SameSite=Strict, its path the proxy's ``{base_url}proxy/{port}/``) on its answer to
 ``/interdist/clusters``, which only Jupyter's own authentication reaches, so those page URLs carry
@@ -34,8 +34,8 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado.httpclient import AsyncHTTPClient
 
-from interdist.client.dashboard_auth import cookie_name, token_of, with_query
 from interdist.lab import registry
+from interdist.lab.dashboard_auth import cookie_name, token_of, with_query
 
 PAGES_TIMEOUT_S = 3.0
 PROXY_EXTENSION = "jupyter_server_proxy"

@@ -493,7 +493,7 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
                 from interdist.dashboard.docked import page_url
 
                 # The pages the embedded cluster registered (dashboard/pages.py), by their view names; each
-                # with the dashboard's token, as the link (client/dashboard_auth.py).
+                # with the dashboard's token, as the link (lab/dashboard_auth.py).
                 pages += [
                     f'<a href="{e(page_url(link, view) or "")}" target="_blank">interdist {view}</a>'
                     for view in ("status", "timeline", "placement")

@@ -7,7 +7,7 @@ one end of a socket pair from its parent and:
 
 - first reads its spec from it (the boot code in ``worker_process.py``: never on its command line), then
   the cluster's TLS credentials, when ``spec["credentials"]`` says they follow (into memfds of this
-  process, ``client/credentials.py``: never in a file);
+  process, ``worker/credentials.py``: never in a file);
 - writes one JSON line on it when the worker is up (``{"address": ...}``) or could not start
   (``{"error": ...}``);
 - reads it to its end: the end comes when the parent closes it (it shuts the worker down) or dies
@@ -38,6 +38,7 @@ from distributed.config import get_loop_factory
 from interdist.replica.user_code import enable_capture
 from interdist.worker import thread
 from interdist.worker.control_server import settle_after_resume
+from interdist.worker.credentials import in_memory
 
 _EXIT_GRACE = 10.0  # seconds a closing worker gets before the process exits regardless
 _RESUME_SETTLE = 0.3  # seconds the main thread waits after a SIGCONT (see main)
@@ -93,7 +94,6 @@ def _read_security(sock: socket.socket, timeout: float = 30.0) -> Any:
     line, rest = data.split(b"\n", 1)
     if rest:
         raise SystemExit("interdist: unexpected data after the cluster's credentials")
-    from interdist.client.credentials import in_memory
 
     # Certificate and key into memfds of this process (kept open for its life): never a file.
     return in_memory(Security(**json.loads(line)))  # type: ignore[no-untyped-call]  # distributed is untyped

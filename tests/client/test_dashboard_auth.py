@@ -3,7 +3,7 @@
 A review found another account on the host reading a live variable's values from the dashboard (its port
 from ``/proc/net/tcp``), and the TLS key written to ``/tmp/tmp*/dask.pem`` at every cluster start. Now
 every page, websocket and route but Dask's ``/health`` answers 403 without the token the dashboard link
-carries (``client/dashboard_auth.py``), the certificate and key live in memfds (``client/credentials.py``),
+carries (``lab/dashboard_auth.py``), the certificate and key live in memfds (``worker/credentials.py``),
 and a worker's command line holds nothing but the number of its socket's descriptor.
 """
 
@@ -31,7 +31,7 @@ import pytest
 
 import interdist as idist
 from interdist.client import cluster as pool
-from interdist.client.dashboard_auth import cookie_name, link_with_token, token_of
+from interdist.lab.dashboard_auth import cookie_name, link_with_token, token_of
 from interdist.dashboard.docked import page_url
 
 PAGES = ["/status", "/individual-interdist-value-heatmap", "/info/main/workers.html", "/metrics",
@@ -341,7 +341,7 @@ def test_the_gpu_clusters_dashboard_needs_the_token_too() -> None:
     import dask
     from distributed import LocalCluster
 
-    from interdist.client.dashboard_auth import new_token, token_cluster_class
+    from interdist.lab.dashboard_auth import new_token, token_cluster_class
     from interdist.client.gpus import local_gpu_cluster
 
     token = new_token()

@@ -63,7 +63,7 @@ def test_a_stranger_cannot_ask_a_worker_for_its_control_token(lease: object) -> 
 def test_credentials_are_not_on_the_command_line_or_in_the_environment(lease: object) -> None:
     pids = [w.pid for w in lease.cluster.workers.values()]  # type: ignore[attr-defined]
     assert pids and all(pids)
-    from interdist.client.credentials import contents
+    from interdist.worker.credentials import contents
 
     security = lease.cluster.security  # type: ignore[attr-defined]
     assert security.tls_worker_key.startswith("/proc/self/fd/")  # a memfd of this process (credentials.py)

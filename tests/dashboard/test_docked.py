@@ -55,7 +55,7 @@ def test_docked_dashboard_is_a_bundle_the_extension_reads_with_a_link_as_fallbac
     registry_file = mirrored2._lease.registry_file
     assert request["cluster_id"] == (registry_file.stem.split("-", 1)[1] if registry_file else None)
     link = mirrored2.dashboard_link
-    assert link is not None and "/status?token=" in link  # the dashboard's token (client/dashboard_auth.py)
+    assert link is not None and "/status?token=" in link  # the dashboard's token (lab/dashboard_auth.py)
     root, query = link.split("/status?")
     assert request["url"] == f"{root}{OVERVIEW_PAGE}?{query}"
     # without the extension: a link to the page, in HTML and as text
