@@ -49,6 +49,10 @@ def chip(model: DashboardModel, replica: int, now: float | None = None) -> Repli
         return ReplicaStatus(replica, kind, words, f"{st.error_type} in {model.run_label(st.step)}: {st.error}")
     if kind == "released":
         text = "released: " + why_released(st.by, st.error, replica)
+        peer = model.replica_states.get(st.by) if st.by is not None else None
+        if text.endswith(" unreachable") and peer is not None and peer.kind in ("lost", "restarting", "recovered"):
+            # its send failed before the loss was known; the model knows it now: a dead replica is named lost
+            text = f"released: replica {st.by} lost"
         return ReplicaStatus(replica, kind, text, f"{model.run_label(st.step)} aborted: {first_line(st.error)}{note}")
     if kind == "frozen":
         now = time.time() if now is None else now

@@ -316,6 +316,10 @@ def test_an_abort_names_the_replica_it_is_about_wherever_the_reason_says_it() ->
     m.feed(ev.RunStarted(G, 1, 0, 1.0, "step", "run"))
     m.feed(ev.ReplicaReleased(G, 1, 0, 2.0, 1, "could not deliver to replica 1 (tls://...): CommClosedError()"))
     assert m.status(0).text == "released: replica 1 unreachable"
+    # once the notebook finds replica 1 lost (its worker died), the model knows why it was unreachable: the
+    # survivor's chip names the death, whichever came first under load (a fresh-clone loaded CI run saw both)
+    m.feed(ev.ReplicaLost(G, 1, 1, 2.5, "tls://127.0.0.1:4001", "CommClosedError: closed"))
+    assert m.status(1).kind == "lost" and m.status(0).text == "released: replica 1 lost"
 
 
 def test_a_kill_fault_is_fired_once_its_replica_is_lost() -> None:
