@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from interdist import _context, _gpu
-from interdist.optimizers import _store_key, _write_slots_program
+from interdist.optimizers import _store_key, _system_values, _write_slots_program
 from interdist.replica import faults
 from interdist.strategy.variables import VariablesMixin
 from interdist.values.variables import VariableAggregation, VariableSynchronization
@@ -100,18 +100,16 @@ class _Batch:
         )
 
     def take(self) -> None:
-
         var_ids = [v._var_id for v, _ in self.assigns]
         keys: dict[str, list[int]] = {}
         for opt, _, var, _ in self.slots:
             keys.setdefault(_store_key(opt._id), []).append(var._var_id)
         same = _assigned_in_program(self.strategy, None)  # mirrored slots: replica 0's are every replica's
-        self.before = [pickle.loads(b) for b in _each_rank(self.strategy, _snapshot_program, var_ids, keys, same)]
+        self.before = [pickle.loads(b) for b in _system_values(self.strategy, _snapshot_program, var_ids, keys, same)]
         for single in self.others:
             single.take()
 
     def commit(self) -> None:
-
         assigns = [(v._var_id, value) for v, value in self.assigns]
         slots = [(_store_key(opt._id), var._var_id, values, step) for opt, step, var, values in self.slots]
         fault_at = getattr(self.strategy, "_restore_fault_at", 1)
@@ -370,19 +368,7 @@ def _same_class(exc: BaseException, message: str) -> BaseException:
     return new
 
 
-def _each_rank(strategy: Any, program: Any, *args: Any) -> list[Any]:
-    """``program``'s result on each replica of ``strategy``, in rank order (released there)."""
-    metas = strategy._system(program, *args)
-    release = strategy._group.finalizer()
-    out = []
-    for rank, meta in enumerate(metas):
-        out.append(meta.value if meta.has_value else strategy._group.fetch(rank, meta.key))
-        release(rank, meta.key)
-    return out
-
-
 def _host(a: Any) -> Any:
-
     return _gpu.host_copy(a) if hasattr(a, "shape") and hasattr(a, "dtype") else a
 
 
