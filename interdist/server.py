@@ -3,9 +3,11 @@
 The coordinator task (``chief:0``, else ``worker:0``) runs the Dask scheduler on
 the address of its TF_CONFIG entry; it also runs a replica worker of its own,
 except a chief in a cluster with ``ps`` tasks (there the chief is TF's
-coordinator: the notebook). Every other task runs one Dask worker (under a
-nanny, which restarts it if it dies) named ``<type>-<index>`` and bound to the
-address of its entry, connecting to the scheduler. Run one command per machine::
+coordinator: the notebook). Every other task runs one Dask worker (in a process
+of its own, restarted if it dies, as the embedded clusters' are:
+``client/worker_process.py``; never through ``multiprocessing``, so a script
+that makes ``Server``s needs no ``if __name__ == "__main__":`` guard) named
+``<type>-<index>`` and bound to the address of its entry, connecting to the scheduler. Run one command per machine::
 
     TF_CONFIG='{"cluster": {...}, "task": {"type": "worker", "index": 0}}' python -m interdist.server
 
@@ -27,10 +29,12 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 from typing import Any
 
 from interdist.client import roles
+from interdist.client.worker_process import WorkerProcess
 from interdist.cluster_resolver import ClusterSpec, TFConfigClusterResolver
 
 
@@ -67,6 +71,20 @@ class Server:
         An unknown job, a task index out of range, or a malformed address.
     TimeoutError
         When a worker task cannot reach the scheduler within ``timeout`` seconds.
+
+    Examples
+    --------
+    Which task this process is, and where the cluster's scheduler is (``start=False``: nothing runs
+    yet; ``server.start()``, or ``start=True``, starts the task, and ``with server:`` stops it at the end):
+
+    >>> import interdist as idist
+    >>> cluster = {"chief": ["127.0.0.1:2222"], "worker": ["127.0.0.1:2223"]}
+    >>> server = idist.Server(cluster, job_name="worker", task_index=0, start=False)
+    >>> server.target, server.is_scheduler, server.runs_worker
+    ('tcp://127.0.0.1:2222', False, True)
+
+    A task's worker then serves a strategy of the notebook: ``MultiWorkerMirroredStrategy(cluster=
+    server.target)``, or with the same ``TF_CONFIG``.
     """
 
     def __init__(
@@ -108,7 +126,7 @@ class Server:
         if self.protocol == "tcp" and getattr(security, "require_encryption", False):
             raise ValueError("protocol 'tcp' cannot carry a Security that requires encryption: use 'tls'")
         self.config = dict(config or {})
-        self.timeout = float(self.config.get("timeout", roles.DEFAULT_CONNECT_TIMEOUT))
+        self.timeout = float(self.config.get("timeout", roles.default_connect_timeout()))
         self.host, self.port = _split(spec.task_address(job_name, self.task_index))
         coord = roles.coordinator_task(spec)
         self.is_scheduler = (job_name, self.task_index) == coord
@@ -163,10 +181,35 @@ class Server:
             raise
 
     async def _start(self) -> None:
-        from distributed import Nanny, Scheduler
+        from distributed import Scheduler
 
         from interdist.dashboard.pages import register_pages
 
+        worker = None
+        if self.runs_worker:
+            name = roles.worker_name(self.job_name, self.task_index)
+            # The scheduler's task keeps its port for the scheduler; its worker takes any port.
+            port = None if self.is_scheduler else self.port
+            # interdist's own worker process, not Dask's Nanny: a fresh ``python`` that never runs this
+            # process's ``__main__`` again (a nanny's multiprocessing spawn re-ran a script without an
+            # ``if __name__ == "__main__":`` guard in every worker), restarted when it dies as a nanny's is,
+            # and gone with this process however it ends (client/worker_process.py).
+            worker = WorkerProcess(
+                self.scheduler_address,
+                name=name,
+                nthreads=1,
+                host=self.host,
+                worker_port=port,
+                protocol=self.protocol,
+                memory_limit=0,
+                security=self.security,
+                death_timeout=self.timeout,
+                restart_clean_exits=False,  # closed by its scheduler (shut down): ended, as a nanny's worker
+                preforked=True,  # forked from a process that imported the worker's modules once (client/zygote.py)
+                silence_logs=logging.ERROR,
+                env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+            )
+            worker.prewarm()  # the zygote imports while the scheduler starts
         if self.is_scheduler:
             register_pages()
             dash = self.config.get("dashboard_address", f"{self.host}:0")
@@ -180,34 +223,19 @@ class Server:
             )
             await scheduler
             self._nodes.append(scheduler)
-        if self.runs_worker:
-            name = roles.worker_name(self.job_name, self.task_index)
-            # The scheduler's task keeps its port for the scheduler; its worker takes any port.
-            port = None if self.is_scheduler else self.port
-            nanny = Nanny(
-                self.scheduler_address,
-                name=name,
-                nthreads=1,
-                host=self.host,
-                worker_port=port,
-                protocol=self.protocol,
-                memory_limit=0,
-                security=self.security,
-                death_timeout=self.timeout,
-                silence_logs=logging.ERROR,
-                env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
-            )
+        if worker is not None:
             try:
-                await asyncio.wait_for(nanny.start(), self.timeout)  # type: ignore[no-untyped-call]  # distributed is untyped
+                # the worker itself gives up after ``timeout`` (death_timeout); this bounds its start as well
+                await asyncio.wait_for(worker.start(), self.timeout + 20)
             except (TimeoutError, OSError, RuntimeError) as e:
-                await _quiet_close(nanny)
+                await _quiet_close(worker)
                 coord = roles.coordinator_task(self.cluster_spec)
                 raise TimeoutError(
                     f"task {self.job_name}:{self.task_index} could not reach the scheduler of task "
                     f"{coord[0]}:{coord[1]} at {self.scheduler_address} within {self.timeout:g} s "
                     f"({type(e).__name__}: {e})"
                 ) from e
-            self._nodes.append(nanny)
+            self._nodes.append(worker)
 
     def join(self) -> None:
         """Block until the server is stopped (``stop()`` or a signal)."""
@@ -257,10 +285,15 @@ async def _quiet_close(node: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m interdist.server``: serve the task of ``TF_CONFIG`` until interrupted."""
-    parser = argparse.ArgumentParser(prog="python -m interdist.server", description=__doc__.split("\n")[0])
+    # ``interdist-server`` (the console script) or ``python -m interdist.server``
+    prog = "interdist-server" if os.path.basename(sys.argv[0]) == "interdist-server" else "python -m interdist.server"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--tf-config", help="the TF_CONFIG JSON (default: the TF_CONFIG environment variable)")
     parser.add_argument(
-        "--timeout", type=float, default=roles.DEFAULT_CONNECT_TIMEOUT, help="seconds to reach the scheduler"
+        "--timeout",
+        type=float,
+        default=roles.default_connect_timeout(),
+        help="seconds to reach the scheduler (default: interdist.cluster.connect-timeout, 30)",
     )
     parser.add_argument("--dashboard-address", default=None, help="the scheduler's dashboard (default host:0)")
     tls = parser.add_argument_group("TLS (all three, the same files on every task: then only tls:// is spoken)")

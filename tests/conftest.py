@@ -20,9 +20,11 @@ _FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "-
 
 @pytest.fixture(scope="session", autouse=True)
 def _close_clusters() -> Iterator[None]:
-    yield
     from interdist.client import cluster
 
+    # the suite makes strategies of 1 to 8 replicas: keeping more of them idle saves cluster starts
+    cluster.IDLE_WORKERS_MAX = 16
+    yield
     cluster.shutdown_all()
 
 

@@ -27,14 +27,17 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import os
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from interdist.client import gpus, logs
+from interdist.client import gpus, logs, reclaim, zygote
 from interdist.client.connect import connect
+from interdist.client.replies import user_stacklevel
 from interdist.client.worker_process import WorkerProcess
 from interdist.config import settings
 from interdist.device import DeviceSpec
@@ -70,6 +73,16 @@ _pool_lock = threading.Lock()
 _idle: dict[tuple[Any, ...], list[tuple[float, Lease]]] = {}
 _all_embedded: list[Lease] = []
 _reaper: threading.Thread | None = None
+
+#: Past this many open strategies (leases not given back), a new one warns once with the count (TF's 179 API
+#: examples run in a row without ``close()`` left 41 worker processes behind before strategies were reclaimed).
+OPEN_WARN_AT = 8
+#: At most this many worker processes stay idle in the pool: starting a cluster of another size shuts the
+#: oldest idle ones down first, so a notebook that makes strategies of many sizes keeps few processes
+#: (8 holds the 1-, 3- and 4-replica clusters of a lesson together; the test suite raises it for its many sizes).
+IDLE_WORKERS_MAX = max(8, os.cpu_count() or 1)
+_open: dict[int, Lease] = {}  # id -> every lease acquired and not released
+_warned = False
 
 
 # glibc's allocator for the replica processes: arrays of up to 64 MiB come from the heap and freed
@@ -112,7 +125,7 @@ def _start_local_cpu(n: int, security: Any = None, key: tuple[Any, ...] | None =
 
 def embedded_security() -> Any:
     """The ``Security`` of a new embedded cluster: fresh temporary TLS credentials, or None for plain TCP
-    (``INTERDIST_EMBEDDED_TLS=0``). Their certificate and key are memfds of this process
+    (``interdist.cluster.embedded-tls: false``). Their certificate and key are memfds of this process
     (``credentials.py``: never a file); the cluster's close closes them."""
     if not settings.embedded_tls:
         return None
@@ -246,17 +259,17 @@ def acquire(devices: list[DeviceSpec], cluster: Any = None, security: Any = None
                 getattr(security, "tls_ca_file", None),
                 getattr(security, "tls_client_cert", None),
             )
-        with _pool_lock:
-            idle = _idle.get(key) or []
-            while idle:
-                _, lease = idle.pop()
-                if _healthy(lease, n):
-                    lease.released = False
-                    return lease
-                _shutdown(lease)
+        reclaim.ensure_thread()
+        pooled = _from_pool(key, n)
+        if pooled is None:  # no idle cluster: strategies dropped without close() give theirs back first
+            reclaim.drain()
+            pooled = _from_pool(key, n)
+        if pooled is not None:
+            return _opened(pooled)
+        _make_room(n)
         lease = _start_local_gpu([d.index for d in devices]) if gpu else _start_local_cpu(n, security, key)
         _ensure_reaper()
-        return lease
+        return _opened(lease)
     from distributed import Client
 
     if isinstance(cluster, Client):
@@ -284,6 +297,86 @@ def acquire(devices: list[DeviceSpec], cluster: Any = None, security: Any = None
         except BaseException:
             release(lease)
             raise
+    return _opened(lease)
+
+
+def _from_pool(key: tuple[Any, ...], n: int) -> Lease | None:
+    """An idle pooled cluster for ``key`` that still has its workers, or None."""
+    with _pool_lock:
+        idle = _idle.get(key) or []
+        while idle:
+            _, lease = idle.pop()
+            if _healthy(lease, n):
+                lease.released = False
+                return lease
+            _shutdown(lease)
+    return None
+
+
+def _make_room(n: int) -> None:
+    """Shut down the oldest idle pooled clusters until at most ``IDLE_WORKERS_MAX`` worker processes stay
+    besides the ``n`` about to start."""
+    victims: list[Lease] = []
+    with _pool_lock:
+        entries = sorted((t, id(lease), key, lease) for key, es in _idle.items() for t, lease in es)
+        idle_workers = sum(len(lease.addresses) for *_, lease in entries)
+        for _t, _, key, lease in entries:
+            if idle_workers + n <= IDLE_WORKERS_MAX:
+                break
+            _idle[key] = [(u, other) for u, other in _idle[key] if other is not lease]
+            victims.append(lease)
+            idle_workers -= len(lease.addresses)
+    for lease in victims:
+        _shutdown(lease)
+
+
+_pages_sent: set[str] = set()  # the schedulers this process sent the pages to (or tried: once each)
+
+
+def add_dashboard_pages(client: Any) -> None:
+    """The interdist pages on the dashboard of the scheduler ``client`` talks to, however and whenever that
+    cluster was made (``dashboard/pages.py``'s ``PagesPlugin``; an embedded cluster has them from its start).
+    Best effort, once per scheduler: one without interdist or Bokeh goes without them."""
+    address = str(getattr(getattr(client, "scheduler", None), "address", "") or "")
+    if not address or address in _pages_sent:
+        return
+    _pages_sent.add(address)
+    try:
+        from interdist.dashboard.pages import PagesPlugin
+
+        client.register_plugin(PagesPlugin())
+    except Exception as exc:  # noqa: BLE001 - the dashboard is an extra: the strategy goes on without its pages
+        logging.getLogger("interdist").info(
+            "interdist: the Dask dashboard at %s goes without the interdist pages (%s: %s)",
+            address,
+            type(exc).__name__,
+            exc,
+        )
+
+
+def open_leases() -> list[Lease]:
+    """The leases acquired and not given back: one per open strategy that ``acquire`` served."""
+    return list(_open.values())
+
+
+def _opened(lease: Lease) -> Lease:
+    """Count ``lease`` as open; warn once when more than ``OPEN_WARN_AT`` are (dropped ones reclaimed first)."""
+    global _warned
+    _open[id(lease)] = lease
+    if len(_open) > OPEN_WARN_AT and not _warned:
+        reclaim.drain()  # strategies no longer referenced give their workers back before they are counted
+        if len(_open) > OPEN_WARN_AT:
+            _warned = True
+            leases = list(_open.values())
+            workers = sum(len(x.addresses) for x in leases)
+            warnings.warn(
+                f"{len(leases)} interdist strategies are open, holding {workers} workers"
+                f" ({sum(len(x.addresses) for x in leases if x.embedded)} of them worker processes of this"
+                " process): close() the strategies you no longer need, or make them with `with strategy:`"
+                " (a strategy nothing refers to any more gives its workers back when it is garbage-collected)",
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
     return lease
 
 
@@ -300,11 +393,19 @@ def release(lease: Lease) -> None:
     if lease.released:
         return
     lease.released = True
+    _closed(lease)
     if lease.embedded and lease.key is not None:
         with _pool_lock:
             _idle.setdefault(lease.key, []).append((time.monotonic(), lease))
     elif lease.key is not None and lease.key[0] == "own-client":
         lease.client.close()
+
+
+def _closed(lease: Lease) -> None:
+    global _warned
+    _open.pop(id(lease), None)
+    if len(_open) <= OPEN_WARN_AT:
+        _warned = False  # warn again if it climbs back past the bound
 
 
 def _shutdown(lease: Lease) -> None:
@@ -389,7 +490,9 @@ def _ensure_reaper() -> None:
 @atexit.register
 def shutdown_all() -> None:
     """Close every embedded cluster (at exit: nothing keeps running after the interpreter)."""
+    reclaim.drain(timeout=10.0, collect=False)  # the closes collected strategies queued: before their clusters go
     with _pool_lock:
         _idle.clear()
     for lease in _all_embedded[:]:  # a copy: _shutdown removes each from the list (every other one was skipped)
         _shutdown(lease)
+    zygote.close_all()  # the processes Server workers are forked from (they would end with this process)

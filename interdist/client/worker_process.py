@@ -34,7 +34,7 @@ logs, each line labelled ``worker NAME pid N``, the traceback of a dying process
 whichever cell ran next. The notebook's own background lines join them there (``logs.py``), the
 restart of a dead worker's among them: in a notebook the dashboard shows that as events (a replica
 lost, restarting, recovered), and a script's stderr shows the line as it happens.
-``INTERDIST_WORKER_LOG=-`` gives workers the notebook's streams again.
+``interdist.cluster.worker-log: "-"`` gives workers the notebook's streams again.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import Any
 import dask
 from distributed.deploy.spec import ProcessInterface
 
-from interdist.client import logs
+from interdist.client import logs, zygote
 from interdist.worker import credentials
 
 logger = logging.getLogger("interdist")
@@ -87,6 +87,7 @@ while not line.endswith(b'\\n'):
         raise SystemExit('interdist: the parent closed the socket before sending the worker spec')
     line += byte
 spec = json.loads(line)
+spec['fd'] = fd  # a worker forked by a zygote (zygote.py) got the socket under another number
 sys.path[:] = spec['sys_path']
 import distributed
 from interdist.worker.process import main
@@ -96,7 +97,7 @@ main(spec)
 
 def worker_log_path() -> str | None:
     """The file the embedded workers of this process write their own output to; None before one started,
-    or when ``INTERDIST_WORKER_LOG=-`` leaves them the notebook's streams."""
+    or when ``interdist.cluster.worker-log`` is ``"-"`` (the notebook's streams)."""
     return _log_path
 
 
@@ -152,6 +153,10 @@ class WorkerProcess(ProcessInterface):
         silence_logs: Any = logging.ERROR,
         security: Any = None,
         protocol: str | None = None,
+        worker_port: int | None = None,
+        death_timeout: float | None = None,
+        restart_clean_exits: bool = True,
+        preforked: bool = False,
         **_other: Any,  # what LocalCluster passes to a Nanny and an embedded worker does not use
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # distributed is untyped
@@ -165,6 +170,18 @@ class WorkerProcess(ProcessInterface):
         }
         if protocol:
             self.options["protocol"] = protocol
+        # A Nanny's options of the same names (``interdist.Server``: the task's port, the wait for its scheduler).
+        if worker_port is not None:
+            self.options["port"] = int(worker_port)
+        if death_timeout is not None:
+            self.options["death_timeout"] = float(death_timeout)
+        # False: a worker that closed and exited cleanly (code 0: its scheduler closed it, or it was stopped on
+        # purpose) is not started again, as a nanny's is not (``interdist.Server``: a task whose scheduler
+        # shut down). An embedded cluster restarts every worker that ends while the cluster runs.
+        self.restart_clean_exits = restart_clean_exits
+        # True: forked from a zygote that imported what a worker needs once (zygote.py), when its environment
+        # allows; a worker given its own GPUs always starts fresh (CUDA reads them as the process starts).
+        self.preforked = preforked and "CUDA_VISIBLE_DEVICES" not in (env or {})
         self.credentials = _credentials(security)
         self.log_levels = {"distributed": int(silence_logs)} if silence_logs else {}
         self.env = {
@@ -175,7 +192,7 @@ class WorkerProcess(ProcessInterface):
             "DASK_INTERNAL_INHERIT_CONFIG": dask.config.serialize(dask.config.global_config),
             **_log_format_env(name),
         }
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | zygote.Forked | None = None
         self._sock: socket.socket | None = None
         self._closing = False
         self._supervisor: asyncio.Task[None] | None = None
@@ -207,15 +224,7 @@ class WorkerProcess(ProcessInterface):
             "credentials": self.credentials is not None,  # they follow on the socket, never in argv
         }
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, *_interpreter_flags(), "-c", _BOOT, str(theirs.fileno())],  # the spec: on the socket
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,  # the kernel's or terminal's SIGINT is not for this process
-                stdin=subprocess.DEVNULL,
-                stdout=log,  # None: the notebook's
-                stderr=None if log is None else subprocess.STDOUT,
-                env=self.env,
-            )
+            self.process = await asyncio.get_running_loop().run_in_executor(None, self._start_process, theirs, log)
         except BaseException:
             ours.close()
             raise
@@ -247,6 +256,36 @@ class WorkerProcess(ProcessInterface):
             raise RuntimeError(f"interdist: worker {self.name!r} could not start: {said.get('error')}")
         self.address = said["address"]
 
+    def prewarm(self) -> None:
+        """Start the zygote this worker will be forked from (``preforked``), so that it imports meanwhile."""
+        if not self.preforked:
+            return
+        log = _open_log()
+        try:
+            zygote.for_env(self.env, _interpreter_flags(), _BOOT, log)
+        finally:
+            if log is not None:
+                os.close(log)
+
+    def _start_process(self, theirs: socket.socket, log: int | None) -> subprocess.Popen[bytes] | zygote.Forked:
+        """The worker's process on ``theirs``: forked from a zygote (``preforked``), else a fresh ``python``."""
+        if self.preforked:
+            found = zygote.for_env(self.env, _interpreter_flags(), _BOOT, log)
+            if found is not None:
+                try:
+                    return found.fork(theirs, log, zygote.split_env(self.env)[1])
+                except (OSError, RuntimeError) as exc:
+                    logger.info("interdist: worker %r not forked (%s): starting a process of its own", self.name, exc)
+        return subprocess.Popen(
+            [sys.executable, *_interpreter_flags(), "-c", _BOOT, str(theirs.fileno())],  # the spec: on the socket
+            pass_fds=(theirs.fileno(),),
+            start_new_session=True,  # the kernel's or terminal's SIGINT is not for this process
+            stdin=subprocess.DEVNULL,
+            stdout=log,  # None: the notebook's
+            stderr=None if log is None else subprocess.STDOUT,
+            env=self.env,
+        )
+
     async def _supervise(self) -> None:
         """Restart the worker when its process ends while the cluster runs, as a nanny does."""
         while not self._closing:
@@ -257,6 +296,9 @@ class WorkerProcess(ProcessInterface):
             if self._closing:
                 return
             sock.close()
+            if code == 0 and not self.restart_clean_exits:
+                logger.info("interdist: worker %r (pid %s) closed; not starting it again", self.name, process.pid)
+                return
             logger.warning(
                 "interdist: worker %r (pid %s) exited with code %s; starting it again", self.name, process.pid, code
             )

@@ -1,9 +1,13 @@
 """The views as pages of the Dask dashboard: ``/individual-interdist-<view>``.
 
-Pages must be in ``distributed.dashboard.scheduler.applications`` before a
-scheduler starts its HTTP server (it reads the dict once), so the embedded
+Pages in ``distributed.dashboard.scheduler.applications`` when a scheduler starts
+its HTTP server are served by it (it reads the dict once), so the embedded
 cluster registers them just before ``LocalCluster(...)`` and ``--preload
-interdist.dashboard`` does it on import. The "individual-" prefix is what makes
+interdist.dashboard`` does it on import. A scheduler already running (a user's own
+``LocalCluster`` made before ``import interdist``, a ``dask scheduler``) gets them
+when a strategy first uses it: ``PagesPlugin``, sent with ``register_plugin``, adds
+a Bokeh application with the pages beside Dask's (:func:`add_pages`), and lists them
+in the dashboard's "More" menu. The "individual-" prefix is what makes
 the Dask dashboard's "More" menu and dask-labextension list them.
 
 Events come from the scheduler's "interdist" topic through a scheduler plugin;
@@ -114,7 +118,16 @@ def page_names() -> list[str]:
 
 
 def register_pages() -> None:
-    """Add the interdist pages to the Dask dashboard's applications (idempotent)."""
+    """Add the interdist pages to the Dask dashboard's applications (idempotent).
+
+    A scheduler started after this serves them (``import interdist.dashboard`` calls it).
+
+    >>> from distributed.dashboard.scheduler import applications
+    >>> from interdist.dashboard import register_pages
+    >>> register_pages()
+    >>> "/individual-interdist-overview" in applications
+    True
+    """
     from distributed.dashboard.scheduler import applications
 
     for route in page_names():
@@ -123,5 +136,72 @@ def register_pages() -> None:
 
 
 def dask_setup(scheduler: Any) -> None:
-    """``dask scheduler --preload interdist.dashboard``: collect events from the start."""
+    """``dask scheduler --preload interdist.dashboard``: collect events from the start.
+
+    Dask calls it with the scheduler as it starts; here it is called on a running one:
+
+    >>> from distributed import Client, LocalCluster
+    >>> from interdist.dashboard import dask_setup
+    >>> def setup(dask_scheduler):
+    ...     dask_setup(dask_scheduler)
+    ...     return "interdist-dashboard" in dask_scheduler.plugins
+    >>> with LocalCluster(n_workers=0, dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+    ...     client.run_on_scheduler(setup)
+    True
+    """
     ensure_plugin(scheduler)
+    add_pages(scheduler)  # a preload runs as the scheduler starts, after its HTTP server read the pages
+
+
+PAGES_PLUGIN_NAME = "interdist-pages"
+
+
+class PagesPlugin(SchedulerPlugin):
+    """Adds the interdist pages to the dashboard of a scheduler that is running already (``add_pages``).
+
+    A strategy sends it to the scheduler of every cluster it is given (``client.register_plugin``), so
+    the pages are there however and whenever the cluster was made; on a scheduler that serves them
+    already (started after ``import interdist``, an embedded cluster's) it does nothing.
+    """
+
+    name = PAGES_PLUGIN_NAME
+    idempotent = True
+
+    async def start(self, scheduler: Any) -> None:
+        try:
+            add_pages(scheduler)
+        except Exception:  # the dashboard is an extra: the strategy goes on without its pages
+            logger.warning("interdist dashboard: could not add the pages to %s", scheduler.address, exc_info=True)
+
+
+def add_pages(scheduler: Any) -> list[str]:
+    """Serve the interdist pages from ``scheduler``'s running dashboard; the routes added (none when it
+    serves them already, or has no Bokeh dashboard). Runs on the scheduler's event loop."""
+    register_pages()  # and every scheduler this process starts from now on reads them at its start
+    http = getattr(scheduler, "http_application", None)
+    dask_apps = [a for a in getattr(http, "applications", ()) if hasattr(a, "app_paths")]
+    if http is None or not dask_apps:
+        return []  # no dashboard (dashboard=False, or Bokeh is missing there)
+    from distributed.dashboard.core import BokehApplication
+    from distributed.dashboard.scheduler import applications, template_variables
+    from tornado.ioloop import IOLoop
+
+    served = set().union(*(a.app_paths for a in dask_apps))
+    missing = {route: applications[route] for route in page_names() if route not in served}
+    if not missing:
+        return []
+    variables = template_variables(scheduler)  # the dict Dask's pages render their menus from
+    pages = BokehApplication(missing, scheduler, prefix=dask_apps[0].prefix, template_variables=variables)  # type: ignore[no-untyped-call]  # distributed is untyped
+    http.add_application(pages)  # asked after Dask's own application, which answers 404 for these routes
+    pages.initialize(IOLoop.current())
+    pages.start()
+    plots = variables.get("plots")
+    if isinstance(plots, list):  # Dask's "More" menu: its list, shared with its pages
+        listed = {p.get("url") for p in plots if isinstance(p, dict)}
+        for route in missing:
+            url = route.strip("/")
+            if url not in listed:
+                plots.append({"url": url, "name": " ".join(url.split("-")[1:]).title()})
+        plots.sort(key=lambda d: d.get("name", "") if isinstance(d, dict) else "")
+    logger.debug("interdist dashboard: added %d pages to the dashboard of %s", len(missing), scheduler.address)
+    return sorted(missing)

@@ -25,11 +25,12 @@ import cloudpickle
 from interdist import _context, _nest, debug
 from interdist import device as device_lib
 from interdist.client import cluster as cluster_lib
+from interdist.client import reclaim
 from interdist.client.event_log import EventLog
 from interdist.client.fn_pickle import cached_dumps, ship_by_value
 from interdist.client.group import DaskGroup
 from interdist.collectives.registry import get_backend
-from interdist.config import settings
+from interdist.config import settings, snapshot
 from interdist.errors import ReplicaFrozenError, WorkerLostError
 from interdist.input.distributed_dataset import DistributedIterator
 from interdist.protocol import GroupSpec, VariableMeta, pickling_for, register_strategy, resolve_strategy
@@ -42,7 +43,16 @@ from interdist.values import reprs
 
 
 class RunOptions:
-    """Run options for ``strategy.run`` (accepted for compatibility; interdist runs eagerly)."""
+    """Run options for ``strategy.run`` (accepted for compatibility; interdist runs eagerly).
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     out = s.run(lambda: np.float32(1.0), options=idist.RunOptions(experimental_enable_dynamic_batch_size=False))
+    ...     [float(x) for x in s.experimental_local_results(out)]
+    [1.0, 1.0]
+    """
 
     def __init__(
         self,
@@ -61,6 +71,23 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
     An ``abc.ABCMeta`` class so that the default strategy (``default.py``, which runs in the notebook
     and shares none of this code) is registered as one: ``isinstance(get_strategy(), Strategy)`` holds
     everywhere, as in TF.
+
+    Examples
+    --------
+    Variables made in ``scope()`` have a copy on each replica; ``run`` calls a function on every
+    replica; ``reduce`` combines the per-replica results:
+
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as strategy:
+    ...     with strategy.scope():
+    ...         w = idist.Variable(np.float32(2.0))
+    ...     def step():
+    ...         return w * np.float32(idist.get_replica_context().replica_id_in_sync_group + 1)
+    ...     total = strategy.reduce("SUM", strategy.run(step), axis=None)
+    ...     isinstance(strategy, idist.Strategy), strategy.num_replicas_in_sync, float(total)
+    (True, 2, 6.0)
+    >>> isinstance(idist.get_strategy(), idist.Strategy)  # the default strategy, too
+    True
     """
 
     _is_default = False
@@ -81,6 +108,8 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         backend = (spec or {}).get("collectives_backend") or settings.collectives_backend
         get_backend(backend)  # an unknown or unavailable backend fails here, before any worker is taken
         self._lease = self._acquire(specs, cluster)
+        if not self._lease.embedded:  # a cluster made elsewhere: the interdist pages on its dashboard too
+            cluster_lib.add_dashboard_pages(self._lease.client)
         spec = GroupSpec(**(spec or {}))
         spec.update({"world_size": len(devices), "devices": devices, "kind": self._kind})
         # Who the replicas' view of this strategy says it is (``isinstance``, ``type(...).__name__``).
@@ -96,6 +125,7 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         # Collective messages between replicas on one host go over Unix sockets (control.py).
         spec.setdefault("local_control", settings.local_control)
         spec.setdefault("collectives_backend", backend)  # the replicas' transport (collectives/registry.py)
+        spec.setdefault("config", snapshot())  # the notebook's settings, for the workers' processes (config.apply)
         try:
             self._group = DaskGroup(self._lease.client, self._lease.addresses, spec, self._lease.names)
         except BaseException:
@@ -105,15 +135,19 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         register_strategy(self._group_id, self)
         self.events = EventLog()
         self._group.on_events = self.events.add_msgs
-        self._group.on_created = self._adopt_run_variables
+        # The group's callbacks hold the strategy weakly: the finalizer below holds the group, and a strategy
+        # its own finalizer kept alive would never be collected, nor its workers given back.
+        self._group.on_created = _weak_method(self._adopt_run_variables)
         self._run_variables: list[Any] = []  # handles of variables made inside the current run, until it returns
         # The live distributed iterators over this strategy's datasets: told about steps that failed with a
         # lost or frozen replica (they hand that step's batch out again) and about restarted replicas.
         self._iterators: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._group.on_recover = self._on_recover
+        self._group.on_recover = _weak_method(self._on_recover)
         self._fetch_open = _fetch_while_open(self._group)  # results' fetch (``_remote``): clear once closed
         # ``weakref.finalize[..., Any]``: subclasses finalize with functions of their own (parameter_server.py).
-        self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, _close_group, self._group, self._lease)
+        # Collected without close(), the strategy's close is queued and run by a thread of its own
+        # (``client/reclaim.py``: never inside the garbage collector); ``close()`` runs it at once.
+        self._finalizer: weakref.finalize[..., Any] = reclaim.finalize(self, _close_group, self._group, self._lease)
 
     def _acquire(self, specs: list[Any], cluster: Any) -> cluster_lib.Lease:
         # A hook: multi-worker strategies pick their workers by TF task name (strategy/multi_worker.py).
@@ -125,7 +159,7 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, metaclass=abc.ABCM
         if self._closed:
             return
         self._closed = True
-        self._finalizer()
+        reclaim.now(self._finalizer)
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -527,6 +561,17 @@ def _class_pickle(cls: type) -> bytes | None:
         return bytes(cloudpickle.dumps(cls))
     except Exception:  # noqa: BLE001 - a class that cannot travel: the replicas use _class_path
         return None
+
+
+def _weak_method(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` of an object, holding the object weakly: a call once it is gone does nothing."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = ref()
+        return None if bound is None else bound(*args, **kwargs)
+
+    return call
 
 
 def _close_group(group: DaskGroup, lease: cluster_lib.Lease) -> None:

@@ -37,7 +37,7 @@ import numpy as np
 from interdist import _context
 from interdist.checkpoint import Checkpoint, CheckpointManager
 from interdist.client import cluster as cluster_lib
-from interdist.client import roles
+from interdist.client import reclaim, roles
 from interdist.client.event_log import EventLog
 from interdist.cluster_resolver import DaskClusterResolver, TFConfigClusterResolver
 from interdist.errors import TaskFrozenError, UnavailableError
@@ -87,6 +87,39 @@ class ParameterServerStrategy(Strategy):
         When the cluster has no ``ps`` or no ``worker`` task.
     TimeoutError
         When a task's worker cannot be reached within ``timeout`` (naming it).
+
+    Examples
+    --------
+    A cluster with a ``ps`` task and a ``worker`` task: Dask workers named ``ps-0`` and ``worker-0`` (here
+    in this process, to start at once; on a real cluster each task is ``python -m interdist.server`` on
+    its machine). The variables live on the ps task, and a ``ClusterCoordinator`` schedules steps on the
+    workers:
+
+    >>> import interdist as idist, numpy as np
+    >>> from distributed import Scheduler, SpecCluster, Worker
+    >>> task = {"cls": Worker, "options": {"nthreads": 1, "host": "127.0.0.1", "memory_limit": 0}}
+    >>> cluster = SpecCluster(
+    ...     scheduler={"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}},
+    ...     workers={"ps-0": task, "worker-0": task},
+    ... )
+    >>> with cluster, idist.ParameterServerStrategy(cluster=cluster) as strategy:
+    ...     coordinator = idist.experimental.coordinator.ClusterCoordinator(strategy)
+    ...     with strategy.scope():
+    ...         total = idist.Variable(np.float32(0.0))
+    ...     dataset = coordinator.create_per_worker_dataset(
+    ...         lambda: idist.data.Dataset.range(1, 4).map(lambda x: np.float32(x))
+    ...     )
+    ...     iterator = iter(dataset)
+    ...     def step(iterator):
+    ...         x = next(iterator)
+    ...         total.assign_add(x)
+    ...         return x * 2
+    ...     results = [coordinator.schedule(step, args=(iterator,)) for _ in range(3)]
+    ...     coordinator.join()
+    ...     strategy.extended.parameter_devices
+    ...     [float(r.fetch()) for r in results], float(total.numpy())
+    ('/job:ps/replica:0/task:0/device:CPU:0',)
+    ([2.0, 4.0, 6.0], 6.0)
     """
 
     _extended_class = _PSExtended
@@ -102,7 +135,7 @@ class ParameterServerStrategy(Strategy):
     ) -> None:
         if variable_partitioner is not None and not callable(variable_partitioner):
             raise TypeError(f"variable_partitioner must be callable, but got {type(variable_partitioner).__name__}")
-        timeout = float(timeout or roles.DEFAULT_CONNECT_TIMEOUT)
+        timeout = float(timeout or roles.default_connect_timeout())
         resolver = cluster_resolver if cluster_resolver is not None else TFConfigClusterResolver()
         if cluster_resolver is None and not resolver.cluster_spec().jobs:
             if cluster is None:
@@ -123,6 +156,7 @@ class ParameterServerStrategy(Strategy):
                 client, spec, [("worker", i) for i in sorted(spec.task_indices("worker"))], timeout
             )
             ensure_ps_plugin(client)
+            cluster_lib.add_dashboard_pages(client)  # the interdist pages on that cluster's dashboard
         except BaseException:
             if owned:
                 client.close()
@@ -171,7 +205,7 @@ class ParameterServerStrategy(Strategy):
         )
         for a, info in zip([*addrs, *self._worker_addresses], infos, strict=True):
             ps_liveness.learn(a, info)
-        self._finalizer = weakref.finalize(
+        self._finalizer = reclaim.finalize(  # collected without close(): closed by the reclaim thread
             self,
             _close,
             self._lease,

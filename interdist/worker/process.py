@@ -21,6 +21,7 @@ SIGTERM closes the worker as the end of the socket does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -115,15 +116,25 @@ def _run_loop(spec: dict[str, Any], sock: socket.socket, stop: threading.Event, 
 async def _serve(spec: dict[str, Any], sock: socket.socket, stop: threading.Event) -> int:
     loop = asyncio.get_running_loop()
     sock.setblocking(False)
+    # Watched from the start: a parent that dies while the worker still looks for its scheduler (which may
+    # have died with it) ends this process now, not when the worker gives up (never, without death_timeout).
+    parent_gone: asyncio.Future[Any] = asyncio.ensure_future(_until_closed(loop, sock))
     try:
         worker = Worker(spec["scheduler"], name=spec["name"], **spec.get("options", {}))
-        await worker
+        starting: asyncio.Future[Any] = asyncio.ensure_future(worker.start())  # type: ignore[no-untyped-call]  # distributed is untyped
+        await asyncio.wait([starting, parent_gone], return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(worker.close(timeout=2, nanny=False, reason="interdist: parent gone"), 5)
+            return 0
+        starting.result()
     except Exception as exc:  # noqa: BLE001 - the parent shows it, in one line
+        parent_gone.cancel()
         await _say(loop, sock, {"error": f"{type(exc).__name__}: {exc}"})
         return 1
     await _say(loop, sock, {"address": worker.address, "pid": os.getpid()})
 
-    parent_gone: asyncio.Future[Any] = asyncio.ensure_future(_until_closed(loop, sock))
     stopped: asyncio.Future[Any] = asyncio.ensure_future(loop.run_in_executor(None, stop.wait))
     finished: asyncio.Future[Any] = asyncio.ensure_future(worker.finished())  # type: ignore[no-untyped-call]  # distributed is untyped
     await asyncio.wait([parent_gone, stopped, finished], return_when=asyncio.FIRST_COMPLETED)

@@ -78,10 +78,12 @@ def test_a_notebooks_background_lines_go_to_the_log_file_and_the_warning_to_its_
     cells = [
         # Two embedded clusters, the first closed while the second lives: Dask's silence_logs, undone
         # when the first one closed, had unsilenced the second one's INFO lines (lesson 08's report).
-        'import numpy as np, interdist as idist\nfirst = idist.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2"])\n'
+        # (the pool keeps both: the first is shut down by the next cell, while the second lives)
+        'import numpy as np, interdist as idist\nfrom interdist.client import cluster\ncluster.IDLE_WORKERS_MAX = 8\n'
+        'first = idist.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2"])\n'
         'first.close()\nstrategy = idist.MirroredStrategy(["CPU:0", "CPU:1"])\nwith strategy.scope():\n'
         "    w = idist.Variable(1.0)",
-        "from interdist.client import cluster\nassert cluster.shutdown_idle(0) == 1  # the pool's idle timeout, now",
+        "assert cluster.shutdown_idle(0) == 1  # the pool's idle timeout, now",
         KILL,
         _wait_for(log, "starting it again", "Lost all workers"),
         "steps = 0\nstrategy.run(lambda: None)\nsteps += 1",  # recovers: the warning, on line 2
@@ -89,7 +91,7 @@ def test_a_notebooks_background_lines_go_to_the_log_file_and_the_warning_to_its_
         _wait_for(log, "Register worker", "Remove worker addr"),
     ]
     km = jupyter_client.KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(REPO), env=_env(INTERDIST_WORKER_LOG=str(log)))
+    km.start_kernel(cwd=str(REPO), env=_env(DASK_INTERDIST__CLUSTER__WORKER_LOG=str(log)))
     kc = km.client()
     kc.start_channels()
     try:
@@ -175,7 +177,7 @@ def test_a_script_sees_the_restart_as_it_happens_and_the_warning_at_its_line(tmp
         text=True,
         timeout=150,
         cwd=tmp_path,
-        env=_env(INTERDIST_WORKER_LOG=str(log)),
+        env=_env(DASK_INTERDIST__CLUSTER__WORKER_LOG=str(log)),
         check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr
@@ -221,7 +223,7 @@ SCHEDULER_LINE = """
 
 def test_dasks_default_handler_is_replaced_by_the_file_and_a_terminals_console(tmp_path: Path) -> None:
     log = tmp_path / "cluster.log"
-    got = _probe(SCHEDULER_LINE, INTERDIST_WORKER_LOG=str(log))
+    got = _probe(SCHEDULER_LINE, DASK_INTERDIST__CLUSTER__WORKER_LOG=str(log))
     assert got["path"] == str(log)
     assert "StreamHandler" not in got["handlers"] and {"_FileHandler", "_Console"} <= set(got["handlers"])
     assert "distributed.scheduler - INFO - scheduler says hi" in got["log"]
@@ -242,7 +244,7 @@ def test_the_users_own_dask_logging_config_is_kept(tmp_path: Path) -> None:
         "loggers": {"distributed": {"level": "INFO", "handlers": ["mine"], "propagate": False}},
     }
     log = tmp_path / "cluster.log"
-    got = _probe(SCHEDULER_LINE, INTERDIST_WORKER_LOG=str(log), DASK_DISTRIBUTED__LOGGING=repr(config))
+    got = _probe(SCHEDULER_LINE, DASK_INTERDIST__CLUSTER__WORKER_LOG=str(log), DASK_DISTRIBUTED__LOGGING=repr(config))
     assert got["handlers"] == ["StreamHandler", "_FileHandler"]
     assert "scheduler says hi" in got["log"]
     assert "scheduler failed" not in got["stderr"]  # theirs went to stdout; nothing of ours to a terminal
@@ -254,14 +256,14 @@ def test_a_configured_root_logger_gets_interdists_lines_once(tmp_path: Path) -> 
     code = "import logging, sys\nlogging.basicConfig(stream=sys.stdout, format='ROOT %(message)s')\n" + textwrap.dedent(
         SCHEDULER_LINE
     )
-    got = _probe(code, INTERDIST_WORKER_LOG=str(tmp_path / "cluster.log"))
+    got = _probe(code, DASK_INTERDIST__CLUSTER__WORKER_LOG=str(tmp_path / "cluster.log"))
     assert got["handlers"] == ["_FileHandler"]
     assert "interdist warns" not in got["stderr"] and "scheduler" not in got["stderr"], got["stderr"]
     assert "interdist - WARNING - interdist warns" in got["log"]
 
 
 def test_worker_log_dash_leaves_logging_as_it_was() -> None:
-    got = _probe(SCHEDULER_LINE, INTERDIST_WORKER_LOG="-")
+    got = _probe(SCHEDULER_LINE, DASK_INTERDIST__CLUSTER__WORKER_LOG="-")
     assert got["path"] is None and got["handlers"] == ["StreamHandler"]
 
 

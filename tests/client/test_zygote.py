@@ -1,0 +1,138 @@
+"""Worker processes forked from a zygote (``client/zygote.py``): what ``interdist.Server`` starts its workers with.
+
+A forked worker must be what a fresh one is: in its own session, restarted when it is killed (its exit
+code reported by the zygote), with its own random stream, its log lines labelled with its name, and gone
+with the process that made it however that process ends. Where no zygote can serve, workers start fresh.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import interdist as idist
+from interdist.client import worker_process, zygote
+from interdist.client.connect import connect
+
+psutil = pytest.importorskip("psutil")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(condition: Any, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture
+def servers() -> Iterator[list[idist.Server]]:
+    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
+    made = [idist.Server(cluster, "worker", i, config={"timeout": 60}) for i in range(2)]
+    yield made
+    for s in reversed(made):
+        s.stop()
+
+
+def _worker(server: idist.Server) -> worker_process.WorkerProcess:
+    node = server._nodes[-1]
+    assert isinstance(node, worker_process.WorkerProcess)
+    return node
+
+
+def test_server_workers_are_forked_in_sessions_of_their_own(servers: list[idist.Server]) -> None:
+    workers = [_worker(s) for s in servers]
+    assert all(isinstance(w.process, zygote.Forked) for w in workers)
+    assert all(os.getsid(w.pid) == w.pid != os.getsid(0) for w in workers if w.pid)  # type: ignore[arg-type]
+    client = connect(servers[0].target, set_as_default=False)
+    try:
+        got = client.run(lambda: (os.getpid(), __import__("numpy").random.random()))
+    finally:
+        client.close()
+    assert sorted(pid for pid, _ in got.values()) == sorted(w.pid for w in workers)  # type: ignore[type-var]
+    assert len({r for _, r in got.values()}) == 2  # not the zygote's random stream in both
+
+
+def test_a_killed_forked_worker_is_started_again(servers: list[idist.Server]) -> None:
+    w = _worker(servers[1])
+    first = w.process
+    assert isinstance(first, zygote.Forked) and first.pid
+    os.kill(first.pid, signal.SIGKILL)
+    assert wait_until(lambda: first.poll() is not None)
+    assert first.returncode == -signal.SIGKILL  # reported by the zygote, as Popen would say it
+    assert wait_until(lambda: w.restarts == 1 and w.process is not first and w.process.poll() is None)
+    s = idist.MultiWorkerMirroredStrategy(cluster=servers[0].target)
+    try:
+        assert s.num_replicas_in_sync == 2 and sorted(s._lease.names) == ["worker-0", "worker-1"]
+    finally:
+        s.close()
+
+
+def test_workers_start_fresh_where_no_zygote_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(zygote, "MAX_ZYGOTES", 0)
+    monkeypatch.setattr(zygote, "_zygotes", {})
+    with idist.Server({"worker": [f"127.0.0.1:{free_port()}"]}, "worker", 0, config={"timeout": 60}) as server:
+        assert isinstance(_worker(server).process, subprocess.Popen)
+
+
+HOLDER = textwrap.dedent("""
+    import socket
+    import interdist as idist
+
+    def free_port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(2)], "ps": [f"127.0.0.1:{free_port()}"]}
+    servers = [idist.Server(cluster, "worker", i) for i in range(2)] + [idist.Server(cluster, "ps", 0)]
+    zygotes = [z.process.pid for z in idist.client.zygote._zygotes.values()]
+    print("pids", *[s._nodes[-1].pid for s in servers], *zygotes, flush=True)
+    import time
+    time.sleep(120)
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_forked_workers_end_with_a_killed_parent(sig: signal.Signals, tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    parent = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env=env)
+    try:
+        assert parent.stdout is not None
+        line = parent.stdout.readline()
+        pids = [int(p) for p in line.split()[1:]]
+        assert line.startswith("pids") and len(pids) == 4, line  # 3 workers and their zygote
+        parent.send_signal(sig)
+        parent.wait(10)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert wait_until(lambda: not any(_alive(p) for p in pids), 20), f"{pids} outlived their parent ({sig.name})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
