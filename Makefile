@@ -6,10 +6,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench setup clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml .ci/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -e '.[dev]'
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -e '.[dev]' -c .ci/constraints.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -25,6 +25,17 @@ test: $(STAMP)
 .PHONY: test-loaded
 test-loaded: $(STAMP)
 	.ci/loaded
+
+# The documentation site (docs/conf.py) into docs/_build/html, warnings as errors, the lessons executed;
+# the docs extra goes into the same .venv (a stamp of its own, so make test stays lean); .ci/run runs it.
+DOCS_STAMP := $(VENV)/.installed-docs
+.PHONY: docs
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -e '.[docs]' -c .ci/constraints.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 # The package's lint, format and strict typing, as configured in pyproject.toml; .ci/run runs it.
 lint: $(STAMP)
@@ -44,6 +55,7 @@ bench: $(STAMP)
 	cd benchmarks && ../$(PY) bench_cost_model.py
 	cd benchmarks && ../$(PY) bench_central_storage.py
 	cd benchmarks && ../$(PY) bench_ps.py
+	cd benchmarks && ../$(PY) bench_ps_start.py  # against TF with INTERDIST_TF_PYTHON or INTERDIST_TF_SITE (issue 26)
 	cd benchmarks && ../$(PY) bench_dashboard.py
 	cd benchmarks && ../$(PY) bench_dashboard_lag.py
 	cd benchmarks && ../$(PY) bench_soak.py
@@ -57,3 +69,9 @@ clean:
 .PHONY: check-extension
 check-extension: $(STAMP)
 	extension/check_bundle.sh
+
+# The oldest supported Dask, distributed, Bokeh, NumPy and JupyterLab (pyproject.toml's floors, read from
+# it), installed alone in build/floors-venv, and a smoke set of tests on them (.ci/floors; docs/compatibility.md).
+.PHONY: test-floors
+test-floors:
+	.ci/floors

@@ -7,7 +7,7 @@ imports only the layers under it, function-local imports included (``tests/test_
 layer                 modules
 ====================  ===========================================================================
 core                  ``_context _convert _gpu _nest _reduction reduce_op errors events config
-                      device``: stdlib and NumPy only
+                      device``: stdlib and NumPy only (``config``: and ``dask.config``)
 contract              ``protocol`` (the notebook <-> replica messages as types), ``control``
                       (the same-host socket framing)
 collectives           ``collectives/`` (backends, algorithms, ``CrossDeviceOps``),
@@ -23,6 +23,8 @@ top                   this module, ``experimental``, ``server``, ``demo``
 """
 
 from importlib import metadata as _metadata
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from . import (
     autodiff,
@@ -68,7 +70,6 @@ from .nn import add_n
 from .reduce_op import ReduceOp
 from .replica.context import ReplicaContext
 from .replica.programs import ValueContext
-from .server import Server
 from .strategy import coordinator
 from .strategy.base import RunOptions, Strategy
 from .strategy.extended import StrategyExtended
@@ -83,8 +84,33 @@ from .values.reprs import visualize
 from .values.tensor import RemoteValue, Tensor
 from .values.variables import Variable, VariableAggregation, VariableSynchronization
 
+if _TYPE_CHECKING:
+    from .server import Server
+
+
+def __getattr__(name: str) -> _Any:
+    """``Server`` is imported on first use: ``python -m interdist.server`` runs that module as ``__main__``,
+    and runpy warns (a RuntimeWarning) when importing the package has imported it already."""
+    if name == "Server":
+        from .server import Server
+
+        globals()["Server"] = Server
+        return Server
+    raise AttributeError(f"module 'interdist' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "Server"})
+
+
 try:  # one version, in extension/package.json: the build writes it into the metadata (pyproject.toml)
     __version__ = _metadata.version("interdist")
+    """The installed version of interdist (``"0+unknown"`` in a source tree that was never installed).
+
+    >>> import interdist as idist
+    >>> isinstance(idist.__version__, str) and idist.__version__[0].isdigit()
+    True
+    """
 except _metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
     __version__ = "0+unknown"
 

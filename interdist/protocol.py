@@ -50,6 +50,9 @@ class GroupSpec(TypedDict, total=False):
     # and the transport backend's name in collectives.registry (config.settings.collectives_backend).
     all_reduce: dict[str, Any]
     collectives_backend: str
+    # The notebook's settings (interdist.config.snapshot: every key under ``interdist`` in Dask's config),
+    # set in the worker's process when the replica joins (interdist.config.apply).
+    config: dict[str, Any]
     # The notebook strategy's class and its extended's, as [module, qualname] pairs along their MROs
     # (``__main__`` classes left out): what the replica's view reports as its class (replica/view.py).
     strategy_class: list[list[str]]

@@ -42,11 +42,13 @@ def test_version_is_single_sourced() -> None:
 
 # Imported modules that are declared in an extra instead of the dependencies, and which extra: their
 # imports are optional (inside functions, behind a fallback), so a plain install still works.
+# (ipywidgets, jupyter_bokeh and IPython, which strategy.dashboard() needs, are dependencies: imported
+# lazily all the same, they stay out of ``import interdist``.)
 OPTIONAL = {
     "cupy": "gpu", "dask_cuda": "gpu", "pynvml": "gpu", "cuda": "gpu",
-    "ipywidgets": "lab", "jupyter_bokeh": "lab", "jupyter_server": "lab", "jupyter_core": "lab",
-    "IPython": "lab",  # the inline dashboard drains at the end of each cell (a post_run_cell hook)
+    "jupyter_server": "lab", "jupyter_core": "lab",
 }
+LAZY = {"ipywidgets", "jupyter_bokeh", "IPython"}  # dependencies, imported where they are used
 # Distributions of modules that are usually not installed here (no GPU): packages_distributions() knows
 # installed ones only.
 NOT_INSTALLED = {
@@ -147,7 +149,7 @@ def test_optional_modules_are_not_imported_with_interdist() -> None:
     code = "import sys, interdist; print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                 cwd=ROOT, timeout=120).stdout.split())
-    assert not loaded & set(OPTIONAL)
+    assert not loaded & (set(OPTIONAL) | LAZY)
 
 
 # --- import interdist on every OS ----------------------------------------------------------------
@@ -199,3 +201,118 @@ def test_import_without_posix_only_modules() -> None:
         raise NeedsPosix(run.stderr)
     assert run.returncode == 0, run.stderr  # any other failure is a failure, not this test's xfail
     assert run.stdout.startswith("imported")
+
+
+# --- metadata: license, links, scripts ----------------------------------------------------------------
+
+REPO_URL = "https://github.com/interdist/interdist"
+
+
+def test_license_file_and_expression() -> None:
+    project = PYPROJECT["project"]
+    assert project["license"] == "BSD-3-Clause" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("BSD 3-Clause License") and "Copyright (c) 2026, The interdist developers" in text
+    # PEP 639: with a license expression, no "License ::" classifier
+    assert not [c for c in project["classifiers"] if c.startswith("License ::")]
+    assert json.loads((ROOT / "extension" / "package.json").read_text())["license"] == project["license"]
+
+
+def test_project_urls_classifiers_keywords() -> None:
+    project = PYPROJECT["project"]
+    assert set(project["urls"]) == {"Homepage", "Documentation", "Source", "Issues", "Changelog"}
+    assert all(u.startswith("https://") for u in project["urls"].values())
+    for url in project["urls"].values():  # a file of the repository that it names exists
+        if url.startswith(REPO_URL + "/blob/main/"):
+            assert (ROOT / url.removeprefix(REPO_URL + "/blob/main/")).exists(), url
+    assert project["keywords"] and "Typing :: Typed" in project["classifiers"] and (PACKAGE / "py.typed").exists()
+    python = [c.rsplit(" :: ", 1)[1] for c in project["classifiers"] if re.fullmatch(r".*Python :: 3\.\d+", c)]
+    assert python and min(python, key=lambda v: tuple(map(int, v.split(".")))) == project["requires-python"][2:]
+
+
+def _long_description(monkeypatch: pytest.MonkeyPatch) -> str:
+    """PyPI's page, built by hatch-fancy-pypi-readme from pyproject.toml as the build does."""
+    from hatch_fancy_pypi_readme._builder import build_text
+    from hatch_fancy_pypi_readme._config import load_and_validate_config
+
+    monkeypatch.chdir(ROOT)  # the fragments' paths are the project's
+    config = load_and_validate_config(PYPROJECT["tool"]["hatch"]["metadata"]["hooks"]["fancy-pypi-readme"])
+    text: str = build_text(config.fragments, config.substitutions, "interdist", "0")
+    return text
+
+
+def test_long_description_works_off_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "readme" in PYPROJECT["project"]["dynamic"] and "readme" not in PYPROJECT["project"]
+    assert "hatch-fancy-pypi-readme" in " ".join(PYPROJECT["build-system"]["requires"])
+    text = _long_description(monkeypatch)
+    assert text.startswith("# interdist") and "pip install interdist" in text
+    # no make targets, no virtualenv of a clone: those need the repository (one pointer to it stays)
+    assert not re.search(r"^\s*make \w", text, re.M), "a make command in the long description"
+    assert len(re.findall(r"`make \w+`", text)) == 1, re.findall(r"`make \w+`", text)
+    # every repository path is a link, and every link names a path that exists
+    links = re.findall(re.escape(REPO_URL) + r"/(?:blob|tree)/main/([^)\s]*)", text)
+    assert len(links) > 10
+    missing = sorted({p for p in links if not (ROOT / p).exists()})
+    assert not missing, f"links to paths that do not exist: {missing}"
+    bare = r"(?<![\[/\w])`((?:docs|tests|benchmarks|notebooks|extension|interdist)/[^`]*)`(?!\])"
+    assert not re.findall(bare, text), "repository paths that are not links in the long description"
+
+
+def test_console_script_and_python_m() -> None:
+    assert PYPROJECT["project"]["scripts"] == {"interdist-server": "interdist.server:main"}
+    script = Path(sys.executable).with_name("interdist-server")
+    assert script.exists(), f"{script} is missing: install the package again (make setup)"
+    out = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("usage: interdist-server"), out.stdout + out.stderr
+    # `python -m interdist.server`: `import interdist` does not import interdist.server first (runpy's warning)
+    out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "interdist.server", "--help"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0 and "RuntimeWarning" not in out.stderr, out.stderr
+    assert out.stdout.startswith("usage: python -m interdist.server"), out.stdout
+
+
+# --- extras, floors and caps ---------------------------------------------------------------------------
+
+
+def test_gpu_extras_for_cuda_12_and_13() -> None:
+    declared = _declared()
+    for extra, cupy in (("cuda12", "cupy-cuda12x"), ("cuda13", "cupy-cuda13x")):
+        assert {cupy, "dask-cuda", "nvidia-ml-py"} <= declared[extra], extra
+        dask_cuda = [r for r in PYPROJECT["project"]["optional-dependencies"][extra] if r.startswith("dask-cuda")]
+        assert dask_cuda == [f"dask-cuda[cu{extra[-2:]}]>=25.10"], dask_cuda  # its CUDA bindings for that version
+    assert declared["gpu"] == declared["cuda12"]  # the name of earlier versions
+
+
+def test_dev_extra_is_published_without_exact_pins() -> None:
+    dev = PYPROJECT["project"]["optional-dependencies"]["dev"]
+    assert not [r for r in dev if "==" in r], dev
+    pins = (ROOT / ".ci" / "constraints.txt").read_text()
+    assert re.search(r"^ruff==\S+$", pins, re.M) and re.search(r"^mypy==\S+$", pins, re.M)
+    assert "-c .ci/constraints.txt" in (ROOT / "Makefile").read_text()
+
+
+def _floor(name: str) -> str:
+    project = PYPROJECT["project"]
+    for req in project["dependencies"] + project["optional-dependencies"]["lab"]:
+        if _requirement_name(req) == name:
+            found = re.search(r">=\s*([0-9][^,;\s]*)", req)
+            assert found, req
+            return found.group(1)
+    raise AssertionError(f"{name} is not a dependency")
+
+
+def test_floors_and_caps_are_documented() -> None:
+    doc = (ROOT / "docs" / "compatibility.md").read_text()
+    for name in ("dask", "distributed", "bokeh", "numpy", "jupyterlab"):
+        assert f"| {name} | {_floor(name)} |" in doc, f"docs/compatibility.md: no row for {name}'s floor {_floor(name)}"
+    # the JupyterLab floor is what the prebuilt extension asks for (^4.2.0: 4.2 and later 4.x)
+    app = json.loads((ROOT / "extension" / "package.json").read_text())["dependencies"]["@jupyterlab/application"]
+    assert app.startswith("^") and _floor("jupyterlab") == ".".join(app[1:].split(".")[:2])
+    # every upper bound has its reason in the docs, and the floors are installed by make test-floors
+    project = PYPROJECT["project"]
+    reqs = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    for req in reqs:
+        cap = re.search(r"<\s*([0-9][^,;\s]*)", req)
+        if cap:
+            assert f"{_requirement_name(req)} <{cap.group(1)}" in doc, f"docs/compatibility.md: why {req}?"
+    assert "test-floors:" in (ROOT / "Makefile").read_text() and (ROOT / ".ci" / "floors").exists()

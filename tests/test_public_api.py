@@ -189,7 +189,10 @@ def test_public_modules_only_re_export() -> None:
     for module in ("__init__.py", "experimental.py", "data.py"):
         tree = ast.parse((Path(idist.__file__).parent / module).read_text())
         defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))]
-        assert defined == [], (module, defined)
+        # but the module's own attribute hooks (PEP 562): ``interdist.Server`` is imported on first use, so that
+        # ``python -m interdist.server`` finds interdist.server not yet imported (runpy's RuntimeWarning)
+        hooks = ["__getattr__", "__dir__"] if module == "__init__.py" else []
+        assert defined == hooks, (module, defined)
 
 
 def test_no_leaked_names_at_the_top() -> None:

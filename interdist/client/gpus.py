@@ -3,7 +3,7 @@
 GPU devices get one worker per GPU, each seeing its GPU first in
 ``CUDA_VISIBLE_DEVICES`` (so as CUDA device 0): through ``dask_cuda.LocalCUDACluster``
 when dask-cuda imports, else through :func:`local_gpu_cluster`
-(``INTERDIST_GPU_CLUSTER=auto|dask-cuda|builtin`` chooses). Every GPU worker is
+(the Dask config key ``interdist.gpu.cluster``: ``auto|dask-cuda|builtin``, chooses). Every GPU worker is
 checked (CuPy imports, CUDA sees a device) before a strategy uses it; a machine
 without a usable GPU gets ``NoGPUError`` saying why. See docs/gpu.md.
 
@@ -17,6 +17,7 @@ import logging
 import os
 from typing import Any
 
+from interdist import config
 from interdist._gpu import probe_worker
 from interdist.client.worker_process import WorkerProcess
 from interdist.errors import NoGPUError
@@ -91,18 +92,20 @@ def _physical_gpu_ids(n_gpus: int) -> list[str]:
 
 
 def _use_dask_cuda() -> bool:
-    """``INTERDIST_GPU_CLUSTER``: ``auto`` (dask-cuda when it imports), ``dask-cuda``, or ``builtin``."""
-    choice = os.environ.get("INTERDIST_GPU_CLUSTER", "auto").strip().lower()
+    """``interdist.gpu.cluster``: ``auto`` (dask-cuda when it imports), ``dask-cuda``, or ``builtin``."""
+    choice = str(config.get("gpu.cluster") or "auto").strip().lower()
     if choice == "builtin":
         return False
     if choice not in ("auto", "dask-cuda", "dask_cuda"):
-        raise ValueError(f"INTERDIST_GPU_CLUSTER must be auto, dask-cuda or builtin, but is {choice!r}")
+        raise ValueError(
+            f"interdist.gpu.cluster (INTERDIST_GPU_CLUSTER) must be auto, dask-cuda or builtin, but is {choice!r}"
+        )
     try:
         import dask_cuda  # noqa: F401 - optional, GPU only
     except Exception as e:
         if choice != "auto":
             raise NoGPUError(
-                f"INTERDIST_GPU_CLUSTER={choice} but dask-cuda cannot be imported: {type(e).__name__}: {e}"
+                f"interdist.gpu.cluster is {choice} but dask-cuda cannot be imported: {type(e).__name__}: {e}"
             ) from e
         logging.getLogger("interdist").info("dask-cuda not usable (%s); starting GPU workers without it", e)
         return False

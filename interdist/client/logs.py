@@ -31,11 +31,11 @@ while the root logger has no handlers, which otherwise get the line (it propagat
 Neither handler is a ``logging.StreamHandler``: Dask's ``silence_logs`` sets the level of every
 ``StreamHandler`` of ``distributed`` while a cluster lives and sets it back when that cluster closes,
 and two clusters nested that way unsilenced a live one (the INFO lines of the report).
-``INTERDIST_WORKER_LOG=-`` leaves everything on the process's streams, as before.
+``interdist.cluster.worker-log: "-"`` leaves everything on the process's streams, as before.
 
 >>> from interdist.client import logs
 >>> path = logs.install()  # as cluster.acquire does, before a cluster starts
->>> path == logs.log_path()  # None with INTERDIST_WORKER_LOG=-
+>>> path == logs.log_path()  # None with interdist.cluster.worker-log "-"
 True
 """
 
@@ -48,6 +48,8 @@ import tempfile
 import threading
 from typing import Any
 
+from interdist import config
+
 #: Loggers whose lines go to the file: Dask's and those of the libraries it logs through, interdist's,
 #: and asyncio's (an event loop's errors: "Task exception was never retrieved").
 DASK_LOGGERS = ("distributed", "tornado", "bokeh")
@@ -58,10 +60,10 @@ _file: _FileHandler | None = None
 
 
 def log_path() -> str | None:
-    """The embedded cluster's log file of this process: ``INTERDIST_WORKER_LOG``, else
-    ``$TMPDIR/interdist-<uid>/workers-<pid>.log``; None with ``INTERDIST_WORKER_LOG=-`` (the process's
+    """The embedded cluster's log file of this process: ``interdist.cluster.worker-log``, else
+    ``$TMPDIR/interdist-<uid>/workers-<pid>.log``; None when that key is ``"-"`` (the process's
     streams) or where it cannot be created."""
-    path = os.environ.get("INTERDIST_WORKER_LOG", "")
+    path = config.get("cluster.worker-log") or ""
     if path == "-":
         return None
     try:
@@ -86,7 +88,7 @@ def install() -> str | None:
 
     with _lock:
         if _file is not None:
-            _file.path = path  # INTERDIST_WORKER_LOG changed: the next lines go to the new file
+            _file.path = path  # interdist.cluster.worker-log changed: the next lines go to the new file
             return path
         _file = _FileHandler(path)
         _file.setFormatter(

@@ -10,16 +10,18 @@ chief, else ``worker:0`` (TF's rule for who acts as chief).
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from interdist import config
 from interdist.client.connect import connect
 from interdist.cluster_resolver import DaskClusterResolver
 
-#: Seconds to wait for a scheduler or a task's worker when none is configured.
-DEFAULT_CONNECT_TIMEOUT = float(os.environ.get("INTERDIST_CONNECT_TIMEOUT", "30"))
+
+def default_connect_timeout() -> float:
+    """Seconds to wait for a scheduler or a task's worker when none is given: ``interdist.cluster.connect-timeout``."""
+    return float(config.get("cluster.connect-timeout"))
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,13 @@ casts across replicas, it fails.
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import numpy as np
 
+from interdist import config
 from interdist._gpu import any_cupy, to_device, to_host
 from interdist._reduction import check_dtypes, check_shapes, mean_of_sum, reduce_arrays
 from interdist.collectives import cost_model
@@ -61,20 +61,15 @@ from interdist.reduce_op import ReduceOp
 # hosts reduce-scatter + all-gather for large batches, all-gather-reduce for small ones.
 #
 # The thresholds AUTO used before, in elements (all arrays together), stay as overrides: when any of
-# these is set (by its environment variable, or assigned here), AUTO goes by the thresholds, those
-# left unset taking their former values (below). Reduce-scatter when the batch has RS_MIN_ELEMENTS
+# these is set (by its key, ``interdist.collectives.rs-min-elements`` and the two after it, read when
+# this module is imported; or assigned here), AUTO goes by the thresholds, those left unset taking
+# their former values (below). Reduce-scatter when the batch has RS_MIN_ELEMENTS
 # and either spans hosts or has RS_MIN_ELEMENTS_ONE_HOST; else reduce-broadcast from 3 replicas on
 # one host with RB_MIN_ELEMENTS_ONE_HOST; else all-gather-reduce.
-RS_MIN_ELEMENTS: int | None = None
-RS_MIN_ELEMENTS_ONE_HOST: int | None = None
-RB_MIN_ELEMENTS_ONE_HOST: int | None = None
+RS_MIN_ELEMENTS: int | None = config.get("collectives.rs-min-elements")
+RS_MIN_ELEMENTS_ONE_HOST: int | None = config.get("collectives.rs-min-elements-one-host")
+RB_MIN_ELEMENTS_ONE_HOST: int | None = config.get("collectives.rb-min-elements-one-host")
 _FORMER_THRESHOLDS = (1 << 18, 1 << 62, 1 << 18)  # RS_MIN_ELEMENTS, RS_MIN_ELEMENTS_ONE_HOST, RB_MIN_ELEMENTS_ONE_HOST
-if os.environ.get("INTERDIST_RS_MIN_ELEMENTS"):
-    RS_MIN_ELEMENTS = int(os.environ["INTERDIST_RS_MIN_ELEMENTS"])
-if os.environ.get("INTERDIST_RS_MIN_ELEMENTS_ONE_HOST"):
-    RS_MIN_ELEMENTS_ONE_HOST = int(os.environ["INTERDIST_RS_MIN_ELEMENTS_ONE_HOST"])
-if os.environ.get("INTERDIST_RB_MIN_ELEMENTS_ONE_HOST"):
-    RB_MIN_ELEMENTS_ONE_HOST = int(os.environ["INTERDIST_RB_MIN_ELEMENTS_ONE_HOST"])
 
 
 def auto_algorithm(elements: int, world_size: int, spans_hosts: bool) -> str:

@@ -275,7 +275,7 @@ class Transport(ABC):
         """The transport of rank ``rank`` whose peers are the Dask workers at ``peers`` (``worker`` is this one)."""
         raise ValueError(
             f"the {cls.name!r} collectives backend cannot connect replicas on Dask workers; use 'dask' "
-            "(interdist.config.settings.collectives_backend, or INTERDIST_COLLECTIVES_BACKEND)"
+            "(the Dask config key interdist.collectives.backend)"
         )
 
     def __init__(self, rank: int, world_size: int, mailbox: Mailbox) -> None:

@@ -45,7 +45,7 @@ Algorithms, for ``n`` replicas of ``b`` bytes each on ``h`` hosts (``g = ceil(n 
 
 The parameters of this kind of machine (``PRESETS["shm"]`` and ``PRESETS["tcp"]``) were fitted
 by ``benchmarks/bench_cost_model.py`` (figures in ``docs/performance.md``); ``PRESETS["nccl"]``
-comes from published figures (see its ``source``). ``INTERDIST_COST_MODEL`` may name a JSON
+comes from published figures (see its ``source``). ``interdist.collectives.cost-model`` may name a JSON
 file written by the benchmark (``--save``): its parameter sets replace the presets of the same
 name, so ``AUTO`` then chooses by what was measured on the machine at hand.
 """
@@ -56,12 +56,13 @@ import dataclasses
 import functools
 import json
 import math
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from interdist import config
 
 # The names ``algorithms.py`` uses for its all_reduce algorithms (kept equal to its constants;
 # this module imports nothing from there, which imports from here).
@@ -183,7 +184,7 @@ _BUILTIN: dict[str, Params] = {p.name: p for p in (_SHM, _TCP, _NCCL)}
 
 def _load_presets() -> dict[str, Params]:
     presets = dict(_BUILTIN)
-    path = os.environ.get("INTERDIST_COST_MODEL")
+    path = config.get("collectives.cost-model")  # read once, when this module is imported
     if path:
         presets.update(load(path))
     return presets
@@ -199,7 +200,7 @@ def load(path: str) -> dict[str, Params]:
 
 
 def save(path: str, params: Iterable[Params]) -> None:
-    """Write parameter sets as JSON (read back by :func:`load` and ``INTERDIST_COST_MODEL``)."""
+    """Write parameter sets as JSON (read back by :func:`load` and ``interdist.collectives.cost-model``)."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump([p.to_json() for p in params], f, indent=1)
         f.write("\n")

@@ -2,7 +2,7 @@
 
 The ``dask`` collectives backend (the default). ``make_transport`` (its
 ``DaskTransport.for_worker``) is what a worker uses: Dask comms, with packets of at least
-``SHM_THRESHOLD`` bytes to peers on the same host going through shared memory
+``interdist.collectives.shm-threshold`` bytes to peers on the same host going through shared memory
 (``collectives/shared_memory.py``). Whether a peer shares this host is probed
 once, on the first large packet to it: the peer must be able to open a segment
 this process created (a container with its own /dev/shm cannot).

@@ -31,8 +31,8 @@ class LocalTransport(Transport):
         if len(peers) != 1:
             raise ValueError(
                 f"the 'local' collectives backend connects ranks inside one process, but this group has "
-                f"{len(peers)} replicas on Dask workers; use 'dask' (interdist.config.settings.collectives_backend, "
-                "or INTERDIST_COLLECTIVES_BACKEND)"
+                f"{len(peers)} replicas on Dask workers; use 'dask' (the Dask config key "
+                "interdist.collectives.backend)"
             )
         return cls(0, 1, [mailbox])
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from interdist import config
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError, ReplicaMismatchError
 
 Tag = tuple[int, int]  # (step, seq)
@@ -102,8 +103,8 @@ ABORT_GRACE = 0.25
 
 def _spin_seconds() -> float:
     try:
-        return max(0.0, float(os.environ.get("INTERDIST_SPIN_US", "50"))) / 1e6
-    except ValueError:
+        return max(0.0, float(config.get("collectives.spin-us"))) / 1e6
+    except (TypeError, ValueError):
         return 50e-6
 
 
@@ -113,7 +114,8 @@ def _spin_seconds() -> float:
 #: and the kernel's) was ~60 us of a 150 us 4 KB all_reduce between 2 replicas; spinning, 90 us.
 #: It spins only when its last wait was short (``SPIN_IF_WAITED_BELOW``: a collective loop, not a
 #: peer still computing) and when the group's replicas on this host are no more than its cores (a
-#: spinning replica would take the core of the peer it waits for). ``INTERDIST_SPIN_US=0`` turns it off.
+#: spinning replica would take the core of the peer it waits for). ``interdist.collectives.spin-us: 0``
+#: turns it off (read when this module is imported: in a worker, when its process starts).
 SPIN_S = _spin_seconds()
 SPIN_IF_WAITED_BELOW = 4 * SPIN_S
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from interdist import config
 from interdist.collectives.base import Packet, Transport
 from interdist.collectives.mailbox import Mailbox
 
@@ -64,16 +65,16 @@ _ALIGN = 64
 # on 2 workers (2 busy cores, interleaved A/B, median of 20), shared memory vs Dask comms:
 # 16 KB 0.65 vs 1.13 ms, 64 KB 1.5 vs 2.3 ms, 1 MB 3.0 vs 4.3 ms, 4 MB 5.9 vs 20.9 ms,
 # 16 MB 14.3 vs 34.5 ms; 4 workers 64 KB 7.8 vs 16.0 ms, 16 MB 86 vs 182 ms. It wins from
-# the smallest out-of-band buffer up, so the threshold is that size.
-SHM_THRESHOLD = int(os.environ.get("INTERDIST_SHM_THRESHOLD", str(16 << 10)))
+# the smallest out-of-band buffer up, so the threshold is that size: ``interdist.collectives.shm-threshold``
+# (16 KiB, interdist.yaml), read when a transport is made.
 # A packet for one peer only goes through shared memory from this size: since packets to same-host
 # peers are read straight off a socket by the waiting replica (mailbox channels), writing the bytes
 # there costs less than a segment's copy-in, map and release up to ~256 KB. Measured with
 # benchmarks/bench_collective_paths.py (2 replicas, all_reduce, shm vs socket, medians, load ~3 on
 # 2 cores): 16 KB 0.25 vs 0.18 ms, 64 KB 0.24 vs 0.19 ms, 256 KB 0.23 vs 0.22 ms, 1 MB 0.55 vs
 # 1.19 ms. With several local peers one segment serves them all and wins from 16 KB (4 replicas:
-# 16 KB 1.20 vs 1.55 ms, 64 KB 1.10 vs 1.63 ms), so SHM_THRESHOLD stays the limit there.
-SHM_THRESHOLD_ONE_PEER = int(os.environ.get("INTERDIST_SHM_THRESHOLD_ONE_PEER", str(128 << 10)))
+# 16 KB 1.20 vs 1.55 ms, 64 KB 1.10 vs 1.63 ms), so shm-threshold stays the limit there. The key:
+# ``interdist.collectives.shm-threshold-one-peer`` (128 KiB).
 _tokens = itertools.count(1)
 
 
@@ -207,7 +208,7 @@ class SharedMemoryTransport(Transport):
         raise ValueError(
             "the 'shm' collectives backend wraps another transport (it carries the control messages); "
             "on Dask workers use 'dask', which already sends large packets to peers on the same host "
-            "through shared memory (interdist.config.settings.collectives_backend, or INTERDIST_COLLECTIVES_BACKEND)"
+            "through shared memory (the Dask config key interdist.collectives.backend)"
         )
 
     def __init__(
@@ -216,9 +217,11 @@ class SharedMemoryTransport(Transport):
         super().__init__(inner.rank, inner.world_size, inner.mailbox)
         self.inner = inner
         self.is_local = is_local or (lambda dst: True)
-        self.threshold = SHM_THRESHOLD if threshold is None else threshold
+        self.threshold = config.get("collectives.shm-threshold") if threshold is None else threshold
         # (A threshold given explicitly, as in tests and benchmarks, holds for one peer too.)
-        self.threshold_one_peer = max(self.threshold, SHM_THRESHOLD_ONE_PEER) if threshold is None else threshold
+        self.threshold_one_peer = (
+            max(self.threshold, config.get("collectives.shm-threshold-one-peer")) if threshold is None else threshold
+        )
         self._slots: dict[tuple[int, ...], list[_Slot]] = {}  # by the local ranks that read them
         self._slot_peer: dict[tuple[int, ...], tuple[str, ...]] = {}  # who the slots were mapped by
         self._mapped: dict[str, tuple[shared_memory.SharedMemory, np.ndarray]] = {}

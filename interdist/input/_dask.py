@@ -34,7 +34,6 @@ A pipeline of another shape over a Dask source (a ``filter``, a ``map`` after
 from __future__ import annotations
 
 import builtins
-import os
 import threading
 import time
 import warnings
@@ -44,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from interdist import _nest
+from interdist import _nest, config
 from interdist.input import _direct, _values
 from interdist.input._values import is_dask_collection
 from interdist.input.dataset import Dataset, register_node
@@ -57,8 +56,8 @@ WINDOW_ROWS = 16384
 # Windows read ahead of the replica by its background thread.
 PREFETCH_WINDOWS = 2
 # Rows of persisted chunks on this host are read from their holder's memory (``_direct.py``);
-# INTERDIST_DIRECT_READS=0 reads every row through Dask.
-_direct_reads = os.environ.get("INTERDIST_DIRECT_READS", "1") != "0"
+# ``interdist.input.direct-reads: false`` reads every row through Dask. True or False here overrides the key.
+_direct_reads: bool | None = None
 
 
 def _as_row_arrays(structure: Any) -> Any:
@@ -227,7 +226,8 @@ def _read_rows(leaves: list[Any], rows: np.ndarray, client: Any) -> list[np.ndar
     """The given rows (sorted) of every leaf; a contiguous run is read as a slice."""
     if len(rows) == 0:
         return [np.empty((0, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]
-    if _worker is not None and client in _readers and _direct_reads:
+    direct_reads = config.get("input.direct-reads") if _direct_reads is None else _direct_reads
+    if _worker is not None and client in _readers and direct_reads:
         direct = _direct.read_rows(_worker, leaves, rows, client)
         if direct is not None:
             return direct

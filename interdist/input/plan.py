@@ -331,8 +331,8 @@ class PrefetchingReader:
                     continue
                 raise TimeoutError(
                     f"no batch from this replica's Dask read for {settings.input_timeout:g} s (its read is still "
-                    "running: is a worker holding the data gone?); interdist.config.settings.input_timeout on the "
-                    "workers, or INTERDIST_INPUT_TIMEOUT, sets the limit"
+                    "running: is a worker holding the data gone?); the Dask config key interdist.input.timeout, set "
+                    "in the notebook before the strategy is made, sets the limit"
                 ) from None
         if kind == "ok":
             return value

@@ -2,8 +2,8 @@
 
 Each embedded cluster interdist starts is written as ``<pid>-<id>.json`` in a
 per-user directory (``jupyter_runtime_dir()/interdist``, or
-``~/.cache/interdist/runtime`` without jupyter_core; ``INTERDIST_REGISTRY_DIR``
-overrides both) and removed when the cluster closes. The Jupyter server
+``~/.cache/interdist/runtime`` without jupyter_core; the Dask config key
+``interdist.lab.registry-dir`` overrides both) and removed when the cluster closes. The Jupyter server
 extension lists them for the JupyterLab sidebar. The file of a notebook that
 died without closing its cluster (killed, its kernel restarted) names a process
 that is gone, or a process id since reused by a process started after the file
@@ -29,9 +29,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from interdist import config
+
 logger = logging.getLogger("interdist")
 
-ENV_DIR = "INTERDIST_REGISTRY_DIR"
+ENV_DIR = "INTERDIST_REGISTRY_DIR"  # the variable of earlier versions (deprecated): interdist.lab.registry-dir
 FIELDS: dict[str, type | tuple[type, ...]] = {
     "id": str,
     "pid": int,
@@ -67,7 +69,7 @@ def kernel_identity() -> tuple[str | None, str | None]:
 
 def registry_dir() -> Path:
     """The directory of the registration files (not created here)."""
-    env = os.environ.get(ENV_DIR)
+    env = config.get("lab.registry-dir")
     if env:
         return Path(env)
     try:
@@ -117,7 +119,7 @@ def register(
 def _private(directory: Path) -> None:
     """Make ``directory`` 0700 when this user owns it and others can get in: its files hold dashboard links
     with their tokens (each file is 0600 too). A directory of another owner, or a sticky one (a shared
-    ``INTERDIST_REGISTRY_DIR``, as ``/tmp`` is shared), is left as it is."""
+    ``interdist.lab.registry-dir``, as ``/tmp`` is shared), is left as it is."""
     if not hasattr(os, "getuid"):
         return
     st = directory.stat()
@@ -188,7 +190,7 @@ def live_clusters(directory: Path | None = None) -> list[dict[str, Any]]:
     for path in files:
         try:
             if not _own(path):
-                continue  # another user's file (a shared INTERDIST_REGISTRY_DIR): neither listed nor removed
+                continue  # another user's file (a shared interdist.lab.registry-dir): neither listed nor removed
             with open(path, encoding="utf-8") as f:
                 record = json.loads(f.read(65536))
         except (OSError, ValueError):

@@ -7,7 +7,7 @@ an all-gather puts (N-1) copies of each argument on every replica, where what
 ``batch_reduce_to(SUM, grads_and_vars)``) needs one all-reduce.
 
 So large arrays among the arguments stay where they are. Each replica exchanges a
-skeleton of its arguments: the arrays of at least ``LAZY_MIN_BYTES`` are replaced by
+skeleton of its arguments: the arrays of at least ``interdist.replica.lazy-merge-min-bytes`` are replaced by
 a ``Held`` (their index, shape and dtype), everything else travels as before. Each
 such leaf becomes a ``LazyPerReplica``:
 
@@ -33,13 +33,12 @@ from other replicas exist only while ``merge_fn`` runs: a held value kept and re
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from interdist import _gpu
+from interdist import _gpu, config
 from interdist.collectives.algorithms import COLLECTIVE_DTYPES
 from interdist.reduce_op import ReduceOp
 from interdist.replica import faults
@@ -49,8 +48,8 @@ if TYPE_CHECKING:
     from interdist.replica.replica import Replica
 
 # Arrays at least this big are held back; smaller ones travel with the skeleton (one exchange
-# then does it all, where a held value costs a second collective).
-LAZY_MIN_BYTES = int(os.environ.get("INTERDIST_LAZY_MERGE_MIN_BYTES", str(1 << 16)))
+# then does it all, where a held value costs a second collective): ``interdist.replica.lazy-merge-min-bytes``
+# (64 KiB), read at each merge_call.
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ class HeldArgs:
         self.local: list[Any] = []
         self._gathered: list[list[Any]] | None = None
         self.open = True  # merge_fn is running: the peers are at the same merge_call
-        self.min_bytes = 0 if faults.holds_back(replica) else LAZY_MIN_BYTES
+        self.min_bytes: int = 0 if faults.holds_back(replica) else config.get("replica.lazy-merge-min-bytes")
 
     def hold(self, x: Any) -> Any:
         """``x`` itself, or a ``Held`` standing for it when it is a large array."""

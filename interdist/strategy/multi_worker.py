@@ -27,7 +27,18 @@ from interdist.strategy.mirrored import resolve_devices
 
 
 class CommunicationImplementation(enum.Enum):
-    """``tf.distribute.experimental.CommunicationImplementation``: how collectives travel."""
+    """``tf.distribute.experimental.CommunicationImplementation``: how collectives travel.
+
+    ``CollectiveCommunication`` is the same enum (TF's deprecated name for it).
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> idist.experimental.CommunicationImplementation("RING")
+    <CommunicationImplementation.RING: 'RING'>
+    >>> idist.experimental.CollectiveCommunication is idist.experimental.CommunicationImplementation
+    True
+    """
 
     AUTO = "AUTO"
     RING = "RING"
@@ -49,6 +60,16 @@ class CommunicationOptions:
         strategy waits for the cluster's workers when it starts.
     implementation : CommunicationImplementation or str
         ``AUTO``, ``RING`` (worker-to-worker over Dask comms) or ``NCCL`` (GPU workers).
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> options = idist.experimental.CommunicationOptions(timeout_seconds=30, implementation="ring")
+    >>> options
+    CommunicationOptions(bytes_per_pack=0, timeout_seconds=30, implementation=CommunicationImplementation.RING)
+    >>> with idist.MultiWorkerMirroredStrategy(communication_options=options) as s:  # no TF_CONFIG: this machine
+    ...     s.num_replicas_in_sync
+    1
     """
 
     def __init__(
@@ -122,7 +143,7 @@ class MultiWorkerMirroredStrategy(Strategy):
                 f"but got {type(options).__name__}"
             )
         self._communication_options = options
-        timeout = options.timeout_seconds or roles.DEFAULT_CONNECT_TIMEOUT
+        timeout = options.timeout_seconds or roles.default_connect_timeout()
         self._planned_lease: cluster_lib.Lease | None = None
         resolver = cluster_resolver
         if resolver is None:
@@ -182,7 +203,19 @@ def _replica_tasks(spec: Any, from_dask: bool) -> list[tuple[str, int]]:
 
 
 class ExperimentalMultiWorkerMirroredStrategy(MultiWorkerMirroredStrategy):
-    """``tf.distribute.experimental.MultiWorkerMirroredStrategy`` (its ``communication`` argument first)."""
+    """``tf.distribute.experimental.MultiWorkerMirroredStrategy`` (its ``communication`` argument first).
+
+    TF's deprecated alias: a subclass of ``interdist.MultiWorkerMirroredStrategy`` whose first argument
+    is the ``CommunicationImplementation``.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> ring = idist.experimental.CommunicationImplementation.RING
+    >>> with idist.experimental.MultiWorkerMirroredStrategy(ring) as s:  # no TF_CONFIG: this machine only
+    ...     isinstance(s, idist.MultiWorkerMirroredStrategy), s.num_replicas_in_sync
+    (True, 1)
+    """
 
     def __init__(
         self,

@@ -16,7 +16,7 @@ from typing import Any
 import cloudpickle
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from interdist import _gpu, events
+from interdist import _gpu, config, events
 from interdist import control as local_control
 from interdist.collectives.dask_comms import accept_channel, answer_probe, packet_from_payload
 from interdist.collectives.mailbox import Mailbox
@@ -134,6 +134,7 @@ class ReplicaRuntime(WorkerPlugin):
         if group in self.left:
             return "LEFT"  # left before this worker joined it: its strategy was not made (nobody waits for this)
         spec_d: GroupSpec = cloudpickle.loads(spec)
+        config.apply(spec_d.get("config"))  # the notebook's settings, read here from now on
         old = self.replicas.get(group)
         if old is not None:
             _close_transport(old)

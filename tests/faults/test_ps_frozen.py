@@ -33,16 +33,11 @@ FROZEN_AFTER = 2.0
 
 @pytest.fixture(scope="module")
 def ps() -> Iterator[tuple[ParameterServerStrategy, ClusterCoordinator]]:
-    before, env = settings.frozen_after, os.environ.get("INTERDIST_FROZEN_AFTER")
+    before = settings.frozen_after
+    # interdist.liveness.frozen-after in Dask's config: the workers get it too (they watch the ps): from the
+    # nannies' config when they start, and from the strategy's when their replicas join it
     settings.frozen_after = FROZEN_AFTER
-    os.environ["INTERDIST_FROZEN_AFTER"] = str(FROZEN_AFTER)  # the workers' own (they watch the ps too)
-    try:
-        cluster = _Nannies(["ps-0", "worker-0", "worker-1"])
-    finally:
-        if env is None:
-            os.environ.pop("INTERDIST_FROZEN_AFTER", None)
-        else:
-            os.environ["INTERDIST_FROZEN_AFTER"] = env
+    cluster = _Nannies(["ps-0", "worker-0", "worker-1"])
     try:
         s = ParameterServerStrategy(cluster=cluster.address)
         coord = ClusterCoordinator(s)
