@@ -21,6 +21,15 @@ How the pieces fit:
 Core layer: NumPy and, imported at the first tape, autograd (a pure-Python package, ~35 ms, ~9 MB).
 A GPU replica's copies are CuPy arrays, which autograd cannot differentiate: reading one on a tape
 raises ``NotImplementedError`` saying so (docs/autodiff.md).
+
+Examples
+--------
+>>> import numpy as np, interdist as idist
+>>> w = idist.Variable(np.float32(2.0))
+>>> with idist.autodiff.GradientTape() as tape:
+...     loss = np.mean((w * np.array([1.0, 2.0], np.float32) - 1.0) ** 2)
+>>> float(loss), float(tape.gradient(loss, w))
+(5.0, 7.0)
 """
 
 from __future__ import annotations
@@ -39,7 +48,19 @@ __all__ = ["Differentiable", "GradientTape", "Traced", "UnconnectedGradients", "
 
 
 class UnconnectedGradients(enum.Enum):
-    """What ``gradient`` gives for a source the target does not depend on (TF's enum)."""
+    """What ``gradient`` gives for a source the target does not depend on (TF's enum).
+
+    ``NONE`` (the default) gives ``None``, ``ZERO`` zeros of the source's shape and dtype.
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> w, unused = idist.Variable(np.float32(3.0)), idist.Variable(np.float32(1.0))
+    >>> with idist.GradientTape(persistent=True) as tape:
+    ...     y = w * 2.0
+    >>> tape.gradient(y, unused), tape.gradient(y, unused, unconnected_gradients=idist.UnconnectedGradients.ZERO)
+    (None, array(0., dtype=float32))
+    """
 
     NONE = "none"
     ZERO = "zero"
@@ -209,7 +230,20 @@ _TRACED_METHODS: dict[str, Any] = {
 
 
 class Traced:
-    """A value recorded by a tape (replaced by autograd's box class at the first tape; see the module)."""
+    """A value recorded by a tape (replaced by autograd's box class at the first tape; see the module).
+
+    What NumPy code on a watched variable gives inside a recording tape; ``np.asarray`` of it is its
+    value, detached.
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> w = idist.Variable(np.float32(3.0))
+    >>> with idist.GradientTape():
+    ...     y = w * 2.0
+    >>> isinstance(y, idist.autodiff.Traced), y, np.asarray(y)
+    (True, <Traced array(6., dtype=float32)>, array(6., dtype=float32))
+    """
 
 
 def is_traced(x: Any) -> bool:
@@ -217,7 +251,17 @@ def is_traced(x: Any) -> bool:
 
 
 def stop_gradient(x: Any) -> Any:
-    """``tf.stop_gradient``: the value, with no path back to the variables it came from."""
+    """``tf.stop_gradient``: the value, with no path back to the variables it came from.
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> w = idist.Variable(np.float32(3.0))
+    >>> with idist.GradientTape() as tape:
+    ...     y = idist.stop_gradient(w * w) + w  # only the last w carries a gradient
+    >>> float(y), float(tape.gradient(y, w))
+    (12.0, 1.0)
+    """
     return _AG.getval(x) if is_traced(x) else x
 
 
@@ -235,7 +279,19 @@ class Differentiable:
     """Mixed into every variable and tensor class: NumPy functions on one of them read it as the tape
     sees it (a box while a tape watches it, its value otherwise). Subclasses give ``_tape_value()``,
     the plain value a tape boxes, and ``_tape_key()``, one key for every object standing for the
-    same variable in this process."""
+    same variable in this process.
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> w = idist.Variable(np.float32(2.0))
+    >>> isinstance(w, idist.autodiff.Differentiable), isinstance(idist.Tensor(1.0), idist.autodiff.Differentiable)
+    (True, True)
+    >>> with idist.GradientTape() as tape:
+    ...     y = np.square(w)  # a NumPy function on a variable: recorded
+    >>> float(tape.gradient(y, w))
+    4.0
+    """
 
     __slots__ = ()
     _tape_auto_watch = True  # variables are watched when read; tensors only through watch()

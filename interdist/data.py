@@ -29,7 +29,12 @@ experimental = types.SimpleNamespace(
     INFINITE_CARDINALITY=INFINITE_CARDINALITY,
     UNKNOWN_CARDINALITY=UNKNOWN_CARDINALITY,
 )
-"""``tf.data.experimental``: the names of it that interdist provides."""
+"""``tf.data.experimental``: the names of it that interdist provides.
+
+>>> from interdist import data
+>>> data.experimental.AutoShardPolicy.DATA, data.experimental.AUTOTUNE == data.AUTOTUNE
+(<AutoShardPolicy.DATA: 2>, True)
+"""
 
 __all__ = [
     "AUTOTUNE",

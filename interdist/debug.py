@@ -1,5 +1,13 @@
 """Looking at replicas from the notebook: each copy of a variable, how far they drift apart, and what a
-replica prints."""
+replica prints.
+
+>>> import interdist as idist, numpy as np
+>>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+...     with s.scope():
+...         w = idist.Variable(np.float32(1.0), name="w")
+...     idist.debug.replica_values(s, w), idist.debug.replica_divergence(s)["w"].diverged
+([array(1., dtype=float32), array(1., dtype=float32)], False)
+"""
 
 from __future__ import annotations
 
@@ -22,7 +30,16 @@ from interdist.values import ps_variable
 class Divergence:
     """How far the copies of one variable disagree (0.0 when they are equal), and whether that is a
     divergence: a sync-on-read variable's copies are each replica's own (a metric's count), meant to
-    differ and aggregated on read, so they never diverge (as the dashboard shows them: "per replica")."""
+    differ and aggregated on read, so they never diverge (as the dashboard shows them: "per replica").
+
+    ``replica_divergence`` gives one per variable.
+
+    >>> from interdist.debug import Divergence
+    >>> Divergence("w", max_abs_diff=0.5, copies=2).diverged
+    True
+    >>> Divergence("count", max_abs_diff=3.0, copies=2, synchronization="ON_READ").diverged
+    False
+    """
 
     name: str
     max_abs_diff: float
@@ -36,7 +53,15 @@ class Divergence:
 
 
 def replica_values(strategy: Any, variable: Any) -> list[np.ndarray]:
-    """Every replica's copy of ``variable``, read from its worker now."""
+    """Every replica's copy of ``variable``, read from its worker now.
+
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     with s.scope():
+    ...         w = idist.Variable([1.0, 2.0])
+    ...     idist.debug.replica_values(s, w)
+    [array([1., 2.], dtype=float32), array([1., 2.], dtype=float32)]
+    """
     return [np.asarray(c) for c in strategy.experimental_local_results(variable)]
 
 

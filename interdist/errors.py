@@ -11,11 +11,32 @@ from typing import Any
 
 
 class InterdistError(RuntimeError):
-    """Base class of the engine's own failures."""
+    """Base class of the engine's own failures.
+
+    A ``RuntimeError``, as TF's errors for a failed runtime are; ``except idist.InterdistError`` catches
+    every failure of interdist's own (a lost worker, a collective that timed out), and none of a replica
+    function's own exceptions, which reach the notebook as themselves.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> issubclass(idist.WorkerLostError, idist.InterdistError), issubclass(idist.InterdistError, RuntimeError)
+    (True, True)
+    """
 
 
 class ReplicaError(InterdistError):
-    """A replica failed in a way that cannot be re-raised as its own exception."""
+    """A replica failed in a way that cannot be re-raised as its own exception.
+
+    ``replica`` and ``step`` say which replica failed and at which step, where known.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> e = idist.ReplicaError("replica 1 stopped", replica=1, step=3)
+    >>> e.replica, e.step, isinstance(e, idist.InterdistError)
+    (1, 3, True)
+    """
 
     def __init__(self, message: str, replica: int | None = None, step: int | None = None) -> None:
         super().__init__(message)
@@ -45,6 +66,13 @@ class IteratorLostError(InterdistError):
     were used is unknown. ``delivered`` is the number of global batches it handed out; the message says
     which were not and how to go on (a new iterator). An ``InterdistError`` (a ``RuntimeError``, as TF's
     errors for a failed runtime), not a ``WorkerLostError``: retrying ``next`` does not help.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> e = idist.IteratorLostError("batches from 4 on were not delivered", delivered=4)
+    >>> e.delivered, issubclass(idist.IteratorLostError, idist.WorkerLostError)
+    (4, False)
     """
 
     def __init__(self, message: str, delivered: int = 0) -> None:
@@ -56,15 +84,45 @@ class IteratorLostError(InterdistError):
 
 
 class CollectiveTimeoutError(InterdistError, TimeoutError):
-    """A collective waited longer than its timeout for some replicas."""
+    """A collective waited longer than its timeout for some replicas.
+
+    The timeout is ``idist.config.set_collective_timeout`` (60 s unless set). Also a ``TimeoutError``,
+    so ``except TimeoutError`` catches it.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> issubclass(idist.CollectiveTimeoutError, TimeoutError), issubclass(idist.CollectiveTimeoutError, RuntimeError)
+    (True, True)
+    """
 
 
 class CollectiveAbortedError(InterdistError):
-    """A collective was released because a peer replica failed or left."""
+    """A collective was released because a peer replica failed or left.
+
+    The replicas that waited for the failed one raise it, so that none hangs; the notebook reports the
+    failed replica's own error first.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> issubclass(idist.CollectiveAbortedError, idist.InterdistError)
+    True
+    """
 
 
 class WorkerLostError(InterdistError):
-    """The Dask worker that ran a replica is gone."""
+    """The Dask worker that ran a replica is gone.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> try:
+    ...     raise idist.WorkerLostError("the worker of replica 1 is gone")
+    ... except idist.InterdistError as e:
+    ...     print(type(e).__name__, e)
+    WorkerLostError the worker of replica 1 is gone
+    """
 
 
 class OutOfRangeError(Exception):
@@ -85,7 +143,14 @@ class NotADatasetError(TypeError, AttributeError):
 
 
 class NoGPUError(InterdistError):
-    """GPU devices were asked for on a machine where none can be used."""
+    """GPU devices were asked for on a machine where none can be used.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> issubclass(idist.NoGPUError, idist.InterdistError)
+    True
+    """
 
 
 class CancelledError(InterdistError):

@@ -1,4 +1,9 @@
-"""The ``tf.distribute.experimental`` namespace (re-exports only)."""
+"""The ``tf.distribute.experimental`` namespace (re-exports only).
+
+>>> import interdist as idist
+>>> idist.experimental.partitioners.FixedShardsPartitioner(2)((4, 3), "float32")
+[2, 1]
+"""
 
 from interdist import partitioners
 from interdist.input.input_context import InputContext, InputOptions, InputReplicationMode

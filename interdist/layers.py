@@ -12,6 +12,16 @@ its variables on one replica only, so that raises a ``RuntimeError`` saying so.
 
 Weights are in Keras' order (``get_weights``/``set_weights``), and their names are Keras 3's paths
 (``sequential/dense/kernel``), so a TF model's weights load as they are.
+
+Examples
+--------
+>>> import interdist as idist, numpy as np
+>>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+...     with s.scope():  # built here: its variables are mirrored
+...         model = idist.layers.Sequential([idist.layers.Input(shape=(3,)), idist.layers.Dense(1, "relu")])
+...     out = s.run(model, args=(np.ones((2, 3), np.float32),))
+...     type(model.weights[0]).__name__, [np.shape(x) for x in s.experimental_local_results(out)]
+('MirroredVariable', [(2, 1), (2, 1)])
 """
 
 from __future__ import annotations
@@ -38,7 +48,18 @@ def _unique(base: str) -> str:
 
 
 def clear_session() -> None:
-    """Start layer names afresh (``keras.backend.clear_session``): the next Dense is "dense" again."""
+    """Start layer names afresh (``keras.backend.clear_session``): the next Dense is "dense" again.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> idist.layers.clear_session()
+    >>> idist.layers.Dense(1).name, idist.layers.Dense(1).name
+    ('dense', 'dense_1')
+    >>> idist.layers.clear_session()
+    >>> idist.layers.Dense(1).name
+    'dense'
+    """
     _COUNTERS.clear()
 
 
@@ -83,7 +104,19 @@ def _inputs(x: Any) -> Any:
 
 
 class Input:
-    """The shape of a model's inputs, without the batch axis (``keras.Input``)."""
+    """The shape of a model's inputs, without the batch axis (``keras.Input``).
+
+    As a ``Sequential``'s first entry it builds the model at once.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> idist.layers.Input(shape=(3,)).shape
+    (None, 3)
+    >>> model = idist.layers.Sequential([idist.layers.Input(shape=(3,)), idist.layers.Dense(4)])
+    >>> model.built, model.count_params()
+    (True, 16)
+    """
 
     def __init__(self, shape: Sequence[int | None], name: str | None = None) -> None:
         self.shape = (None, *tuple(shape))
@@ -92,7 +125,20 @@ class Input:
 
 class Layer:
     """Base class: subclasses give ``build(input_shape)`` (making weights with ``add_weight``) and
-    ``call(inputs)``; ``__call__`` builds on the first call."""
+    ``call(inputs)``; ``__call__`` builds on the first call.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> class Scale(idist.layers.Layer):
+    ...     def build(self, input_shape):
+    ...         self.w = self.add_weight("w", (), initializer="ones")
+    ...     def call(self, inputs):
+    ...         return inputs * self.w
+    >>> layer = Scale(name="scale")
+    >>> layer(np.array([1.0, 2.0], np.float32)), [v.name for v in layer.weights]
+    (array([1., 2.], dtype=float32), ['scale/w:0'])
+    """
 
     def __init__(self, name: str | None = None, trainable: bool = True, dtype: Any = "float32") -> None:
         self.name = name or _unique(_snake(type(self).__name__))
@@ -258,7 +304,15 @@ class _Affine(Layer):
 
 
 class Dense(_Affine):
-    """``activation(inputs @ kernel + bias)``; kernel (input_dim, units)."""
+    """``activation(inputs @ kernel + bias)``; kernel (input_dim, units).
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> layer = idist.layers.Dense(2, activation="relu", kernel_initializer="ones")
+    >>> layer(np.array([[1.0, -3.0]], np.float32)), [w.shape for w in layer.weights]
+    (array([[0., 0.]], dtype=float32), [(2, 2), (2,)])
+    """
 
     def __init__(
         self,
@@ -291,7 +345,17 @@ class Dense(_Affine):
 
 
 class Conv2D(_Affine):
-    """A 2-D convolution over NHWC inputs; kernel (kh, kw, in_channels, filters)."""
+    """A 2-D convolution over NHWC inputs; kernel (kh, kw, in_channels, filters).
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> layer = idist.layers.Conv2D(1, 2, kernel_initializer="ones")  # one 2x2 filter
+    >>> layer(np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1))[0, :, :, 0]
+    array([[10., 14., 18.],
+           [26., 30., 34.],
+           [42., 46., 50.]], dtype=float32)
+    """
 
     def __init__(
         self,
@@ -331,7 +395,15 @@ class Conv2D(_Affine):
 
 
 class MaxPooling2D(Layer):
-    """Max pooling over NHWC inputs (Keras' defaults: 2x2 windows, strides = pool size, valid padding)."""
+    """Max pooling over NHWC inputs (Keras' defaults: 2x2 windows, strides = pool size, valid padding).
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> idist.layers.MaxPooling2D()(np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1))[0, :, :, 0]
+    array([[ 5.,  7.],
+           [13., 15.]], dtype=float32)
+    """
 
     def __init__(
         self,
@@ -356,7 +428,14 @@ class MaxPooling2D(Layer):
 
 
 class Flatten(Layer):
-    """Every axis but the batch axis in one."""
+    """Every axis but the batch axis in one.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> idist.layers.Flatten()(np.ones((2, 3, 4))).shape
+    (2, 12)
+    """
 
     def compute_output_shape(self, input_shape: Any) -> tuple[Any, ...]:
         rest = input_shape[1:]
@@ -368,7 +447,17 @@ class Flatten(Layer):
 
 
 class Dropout(Layer):
-    """Zero a ``rate`` fraction of the inputs in training (scaling the rest by ``1/(1-rate)``), NumPy's draws."""
+    """Zero a ``rate`` fraction of the inputs in training (scaling the rest by ``1/(1-rate)``), NumPy's draws.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> layer = idist.layers.Dropout(0.5, seed=0)
+    >>> layer(np.ones((1, 4), np.float32))  # not training: unchanged
+    array([[1., 1., 1., 1.]], dtype=float32)
+    >>> sorted(set(layer(np.ones((1, 100), np.float32), training=True).ravel().tolist()))
+    [0.0, 2.0]
+    """
 
     def __init__(self, rate: float, seed: int | None = None, name: str | None = None) -> None:
         super().__init__(name)
@@ -389,7 +478,17 @@ class Dropout(Layer):
 
 
 class Sequential(Layer):
-    """Layers called one after the other (``keras.Sequential``)."""
+    """Layers called one after the other (``keras.Sequential``).
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> model = idist.layers.Sequential(
+    ...     [idist.layers.Input(shape=(3,)), idist.layers.Dense(4, activation="relu"), idist.layers.Dense(1)]
+    ... )
+    >>> model.count_params(), model(np.ones((2, 3), np.float32)).shape
+    (21, (2, 1))
+    """
 
     def __init__(self, layers: Iterable[Any] | None = None, name: str | None = None) -> None:
         super().__init__(name or _unique("sequential"))

@@ -126,14 +126,28 @@ def _reduce_to_samplewise_values(
 
 # -- the per-sample functions (keras.metrics.accuracy, ...) -------------------------------------------------
 def accuracy(y_true: Any, y_pred: Any) -> Any:
-    """1.0 where the prediction equals the label (``keras.metrics.Accuracy``'s function)."""
+    """1.0 where the prediction equals the label (``keras.metrics.Accuracy``'s function).
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> idist.metrics.accuracy([1, 2, 3], [1, 0, 3])
+    array([1., 0., 1.], dtype=float32)
+    """
     y_true, y_pred = _tensors(y_true, y_pred, cast=True)
     y_true, y_pred = _squeeze_or_expand_to_same_rank(y_true, y_pred)
     return xp_of(y_pred).equal(y_true, y_pred).astype(np.float32)
 
 
 def binary_accuracy(y_true: Any, y_pred: Any, threshold: float = 0.5) -> Any:
-    """1.0 where ``y_pred > threshold`` equals the binary label."""
+    """1.0 where ``y_pred > threshold`` equals the binary label.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> idist.metrics.binary_accuracy([1, 0, 0], [0.7, 0.6, 0.2])
+    array([1., 0., 1.], dtype=float32)
+    """
     y_true, y_pred = _tensors(y_true, y_pred)
     y_true, y_pred = _squeeze_or_expand_to_same_rank(y_true, y_pred)
     y_pred = (y_pred > np.float32(threshold)).astype(y_true.dtype)
@@ -141,7 +155,14 @@ def binary_accuracy(y_true: Any, y_pred: Any, threshold: float = 0.5) -> Any:
 
 
 def categorical_accuracy(y_true: Any, y_pred: Any) -> Any:
-    """1.0 where the argmax of the predictions is the argmax of the one-hot labels."""
+    """1.0 where the argmax of the predictions is the argmax of the one-hot labels.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> idist.metrics.categorical_accuracy([[0, 1], [1, 0]], [[0.2, 0.8], [0.3, 0.7]])
+    array([1., 0.], dtype=float32)
+    """
     y_true, y_pred = _tensors(y_true, y_pred)
     xp = xp_of(y_true, y_pred)
     y_true = xp.argmax(y_true, axis=-1).astype(y_pred.dtype)
@@ -155,7 +176,14 @@ def categorical_accuracy(y_true: Any, y_pred: Any) -> Any:
 
 
 def sparse_categorical_accuracy(y_true: Any, y_pred: Any) -> Any:
-    """1.0 where the argmax of the predictions is the integer label (labels ``(N,)`` or ``(N, 1)``)."""
+    """1.0 where the argmax of the predictions is the integer label (labels ``(N,)`` or ``(N, 1)``).
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> idist.metrics.sparse_categorical_accuracy([1, 0], [[0.2, 0.8], [0.3, 0.7]])
+    array([1., 0.], dtype=float32)
+    """
     y_true, y_pred = _tensors(y_true, y_pred, cast=True)
     xp = xp_of(y_true, y_pred)
     original_shape = y_true.shape
@@ -172,7 +200,14 @@ def sparse_categorical_accuracy(y_true: Any, y_pred: Any) -> Any:
 
 
 def mean_squared_error(y_true: Any, y_pred: Any) -> Any:
-    """``mean(square(y_true - y_pred), axis=-1)``."""
+    """``mean(square(y_true - y_pred), axis=-1)``.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> idist.metrics.mean_squared_error([[0.0, 1.0], [1.0, 1.0]], [[1.0, 1.0], [1.0, 3.0]])
+    array([0.5, 2. ], dtype=float32)
+    """
     y_true, y_pred = _tensors(y_true, y_pred, cast=True)
     y_true, y_pred = _squeeze_or_expand_to_same_rank(y_true, y_pred)
     return xp_of(y_pred).mean(xp_of(y_pred).square(y_true - y_pred), axis=-1)
@@ -187,7 +222,14 @@ def _log_softmax(logits: Any, axis: int) -> Any:
 def categorical_crossentropy(
     y_true: Any, y_pred: Any, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1
 ) -> Any:
-    """``-sum(y_true * log(y_pred), axis)``; probabilities are renormalized then clipped, logits log-softmaxed."""
+    """``-sum(y_true * log(y_pred), axis)``; probabilities are renormalized then clipped, logits log-softmaxed.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> idist.metrics.categorical_crossentropy([[0.0, 1.0], [1.0, 0.0]], [[0.25, 0.75], [0.5, 0.5]]).round(4)
+    array([0.2877, 0.6931], dtype=float32)
+    """
     if isinstance(axis, bool):
         raise ValueError(f"`axis` must be of type `int`. Received: axis={axis} of type {type(axis)}")
     y_true, y_pred = _tensors(y_true, y_pred)
@@ -264,7 +306,14 @@ def _sparse_categorical_crossentropy(
 def sparse_categorical_crossentropy(
     y_true: Any, y_pred: Any, from_logits: bool = False, ignore_class: int | None = None, axis: int = -1
 ) -> Any:
-    """``-log(y_pred[y_true])`` per sample; probabilities are clipped to [1e-7, 1 - 1e-7] (then renormalized)."""
+    """``-log(y_pred[y_true])`` per sample; probabilities are clipped to [1e-7, 1 - 1e-7] (then renormalized).
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> idist.metrics.sparse_categorical_crossentropy([1, 0], [[0.25, 0.75], [0.5, 0.5]]).round(4)
+    array([0.2877, 0.6931], dtype=float32)
+    """
     return _sparse_categorical_crossentropy(y_true, y_pred, from_logits, ignore_class, axis)[0]
 
 
@@ -284,6 +333,26 @@ class Metric:
 
     A subclass makes its state with ``add_variable`` (or ``add_weight``) and implements
     ``update_state`` and ``result``.
+
+    Examples
+    --------
+    A metric that counts the values it saw, on every replica:
+
+    >>> import interdist as idist, numpy as np
+    >>> class Count(idist.metrics.Metric):
+    ...     def __init__(self, name=None):
+    ...         super().__init__(name=name)
+    ...         self.count = self.add_variable((), "zeros", name="count")  # sync-on-read, SUM
+    ...     def update_state(self, values):
+    ...         self.count.assign_add(np.float32(np.size(values)))
+    ...     def result(self):
+    ...         return self.count.read_value()
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     with s.scope():
+    ...         seen = Count()
+    ...     _ = s.run(lambda: seen.update_state(np.ones(idist.get_replica_context().replica_id_in_sync_group + 1)))
+    ...     seen, float(seen.result())  # 1 value on replica 0, 2 on replica 1
+    (<Count name=count>, 3.0)
     """
 
     def __init__(self, dtype: Any = None, name: str | None = None) -> None:

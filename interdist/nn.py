@@ -10,6 +10,15 @@ The semantics of :func:`compute_average_loss` and :func:`scale_regularization_lo
 against TF 2.21 (tests/training/test_nn.py): in replica context the average is over the *global*
 batch, ``per-replica batch x num_replicas_in_sync`` unless ``global_batch_size`` is given, so that
 summing the replicas' gradients (what ``apply_gradients`` does) gives the gradient of the mean.
+
+Examples
+--------
+>>> import numpy as np, interdist as idist
+>>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+...     def step():  # each replica has 2 examples: the global batch is 4
+...         return idist.nn.compute_average_loss(np.array([1.0, 3.0], np.float32))
+...     [float(x) for x in s.experimental_local_results(s.run(step))]
+[1.0, 1.0]
 """
 
 from __future__ import annotations
@@ -100,7 +109,18 @@ def compute_average_loss(per_example_loss: Any, sample_weight: Any = None, globa
 
 def scale_regularization_loss(regularization_loss: Any) -> Any:
     """The sum of ``regularization_loss`` divided by the number of replicas (``tf.nn``'s), so that the
-    replicas' summed gradients count it once."""
+    replicas' summed gradients count it once.
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> idist.nn.scale_regularization_loss(np.array([1.0, 3.0], np.float32))  # one replica
+    np.float32(4.0)
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     out = s.run(lambda: idist.nn.scale_regularization_loss(np.float32(4.0)))
+    ...     [float(x) for x in s.experimental_local_results(out)]
+    [2.0, 2.0]
+    """
     replicas = _replicas_for("scale_regularization_loss")
     loss = regularization_loss if autodiff.is_traced(regularization_loss) else np.asarray(regularization_loss)
     total = np.sum(loss)
@@ -108,7 +128,14 @@ def scale_regularization_loss(regularization_loss: Any) -> Any:
 
 
 def add_n(inputs: Any) -> Any:
-    """The element-wise sum of a list of arrays (``tf.add_n``)."""
+    """The element-wise sum of a list of arrays (``tf.add_n``).
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> idist.add_n([np.array([1, 2]), np.array([10, 20]), np.array([100, 200])])
+    array([111, 222])
+    """
     items = list(inputs)
     if not items:
         raise ValueError("inputs must be a list of at least one Tensor/IndexedSlices with the same dtype and shape.")
@@ -127,30 +154,66 @@ def _relu_vjp(ans: Any, x: Any) -> Any:
 
 
 def relu(features: Any) -> Any:
-    """``max(features, 0)``; its gradient is 0 where ``features <= 0`` (as TF)."""
+    """``max(features, 0)``; its gradient is 0 where ``features <= 0`` (as TF).
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> idist.nn.relu(np.array([-1.0, 0.0, 2.0], np.float32))
+    array([0., 0., 2.], dtype=float32)
+    """
     return _primitives().relu(_operand(features))
 
 
 def sigmoid(x: Any) -> Any:
-    """``1 / (1 + exp(-x))``."""
+    """``1 / (1 + exp(-x))``.
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> idist.nn.sigmoid(np.array([0.0], np.float32))
+    array([0.5], dtype=float32)
+    """
     return 1 / (1 + np.exp(-x))
 
 
 def softmax(logits: Any, axis: int = -1) -> Any:
-    """``exp(logits) / sum(exp(logits))`` along ``axis``, computed stably."""
+    """``exp(logits) / sum(exp(logits))`` along ``axis``, computed stably.
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> idist.nn.softmax(np.log(np.array([1.0, 3.0], np.float32)))
+    array([0.25, 0.75], dtype=float32)
+    """
     z = logits - autodiff.stop_gradient(np.max(_value(logits), axis=axis, keepdims=True))
     e = np.exp(z)
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
 def log_softmax(logits: Any, axis: int = -1) -> Any:
-    """``logits - log(sum(exp(logits)))`` along ``axis``, computed stably."""
+    """``logits - log(sum(exp(logits)))`` along ``axis``, computed stably.
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> np.exp(idist.nn.log_softmax(np.log(np.array([1.0, 3.0], np.float32))))
+    array([0.25, 0.75], dtype=float32)
+    """
     z = logits - autodiff.stop_gradient(np.max(_value(logits), axis=axis, keepdims=True))
     return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
 
 
 def sparse_softmax_cross_entropy_with_logits(labels: Any, logits: Any) -> Any:
-    """Per example, ``-log(softmax(logits)[label])`` (``tf.nn``'s, labels as class indices)."""
+    """Per example, ``-log(softmax(logits)[label])`` (``tf.nn``'s, labels as class indices).
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> logits = np.log(np.array([[1.0, 3.0], [1.0, 1.0]], np.float32))  # softmax: [.25, .75], [.5, .5]
+    >>> np.exp(-idist.nn.sparse_softmax_cross_entropy_with_logits(np.array([1, 0]), logits))
+    array([0.75, 0.5 ], dtype=float32)
+    """
     labels = np.asarray(labels)
     if labels.dtype.kind not in "iu":
         labels = labels.astype(np.int64)
@@ -169,12 +232,27 @@ def sparse_softmax_cross_entropy_with_logits(labels: Any, logits: Any) -> Any:
 
 
 def softmax_cross_entropy_with_logits(labels: Any, logits: Any, axis: int = -1) -> Any:
-    """Per example, ``-sum(labels * log_softmax(logits))`` (labels as probabilities)."""
+    """Per example, ``-sum(labels * log_softmax(logits))`` (labels as probabilities).
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> logits = np.log(np.array([[1.0, 3.0]], np.float32))  # softmax: [.25, .75]
+    >>> np.exp(-idist.nn.softmax_cross_entropy_with_logits(np.array([[0.0, 1.0]]), logits))
+    array([0.75], dtype=float32)
+    """
     return -np.sum(np.asarray(labels, _value(logits).dtype) * log_softmax(logits, axis=axis), axis=axis)
 
 
 def l2_loss(t: Any) -> Any:
-    """``sum(t ** 2) / 2`` (``tf.nn.l2_loss``)."""
+    """``sum(t ** 2) / 2`` (``tf.nn.l2_loss``).
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> idist.nn.l2_loss(np.array([1.0, 2.0], np.float32))
+    np.float32(2.5)
+    """
     return np.sum(t * t) / 2
 
 
@@ -353,6 +431,15 @@ def conv2d(input: Any, filters: Any, strides: Any = 1, padding: str = "VALID") -
 
 
 def max_pool2d(input: Any, ksize: Any, strides: Any, padding: str = "VALID") -> Any:
-    """Max pooling over (N, H, W, C) windows (``tf.nn.max_pool2d``)."""
+    """Max pooling over (N, H, W, C) windows (``tf.nn.max_pool2d``).
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    >>> idist.nn.max_pool2d(x, ksize=2, strides=2)[0, :, :, 0]
+    array([[ 5.,  7.],
+           [13., 15.]], dtype=float32)
+    """
     x = _nhwc(input, "input")
     return _primitives().max_pool(x, _pair(ksize, "ksize"), _pair(strides, "strides"), _padding(padding))

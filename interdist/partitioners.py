@@ -25,14 +25,35 @@ def _bytes_per_element(dtype: Any, bytes_per_string: int) -> int:
 
 
 class Partitioner:
-    """Base class: ``__call__(shape, dtype, axis=0)`` gives the number of partitions of each axis."""
+    """Base class: ``__call__(shape, dtype, axis=0)`` gives the number of partitions of each axis.
+
+    Any callable of ``(shape, dtype)`` serves as ``ParameterServerStrategy(variable_partitioner=...)``;
+    a subclass says it is one.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> class TwoShards(idist.experimental.partitioners.Partitioner):
+    ...     def __call__(self, shape, dtype, axis=0):
+    ...         return [2 if i == axis else 1 for i in range(len(shape))]
+    >>> TwoShards()((10, 4), "float32")
+    [2, 1]
+    """
 
     def __call__(self, shape: Any, dtype: Any, axis: int = 0) -> list[int]:
         raise NotImplementedError
 
 
 class FixedShardsPartitioner(Partitioner):
-    """``num_shards`` shards (fewer when axis 0 has fewer rows)."""
+    """``num_shards`` shards (fewer when axis 0 has fewer rows).
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> partitioner = idist.experimental.partitioners.FixedShardsPartitioner(num_shards=3)
+    >>> partitioner((10, 4), "float32"), partitioner((2, 4), "float32")
+    ([3, 1], [2, 1])
+    """
 
     def __init__(self, num_shards: int) -> None:
         if not isinstance(num_shards, int) or num_shards < 1:
@@ -46,7 +67,15 @@ class FixedShardsPartitioner(Partitioner):
 
 
 class MinSizePartitioner(Partitioner):
-    """As many shards as keep each at least ``min_shard_bytes``, at most ``max_shards``."""
+    """As many shards as keep each at least ``min_shard_bytes``, at most ``max_shards``.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> partitioner = idist.experimental.partitioners.MinSizePartitioner(min_shard_bytes=64, max_shards=4)
+    >>> partitioner((10, 4), "float32")  # 160 bytes: 3 shards of at least 64 bytes
+    [3, 1]
+    """
 
     def __init__(self, min_shard_bytes: int = 256 << 10, max_shards: int = 1, bytes_per_string: int = 16) -> None:
         if min_shard_bytes < 1 or max_shards < 1 or bytes_per_string < 1:
@@ -61,7 +90,15 @@ class MinSizePartitioner(Partitioner):
 
 
 class MaxSizePartitioner(Partitioner):
-    """Shards of at most ``max_shard_bytes`` (whole rows), at most ``max_shards`` of them."""
+    """Shards of at most ``max_shard_bytes`` (whole rows), at most ``max_shards`` of them.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> partitioner = idist.experimental.partitioners.MaxSizePartitioner(max_shard_bytes=48)
+    >>> partitioner((10, 4), "float32")  # rows of 16 bytes, 3 a shard: 4 shards
+    [4, 1]
+    """
 
     def __init__(self, max_shard_bytes: int, max_shards: int | None = None, bytes_per_string: int = 16) -> None:
         if max_shard_bytes < 1 or (max_shards is not None and max_shards < 1) or bytes_per_string < 1:

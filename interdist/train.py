@@ -31,6 +31,15 @@ def latest_checkpoint(checkpoint_dir: str | os.PathLike[str], latest_filename: s
     when there is none (or the directory does not exist, or that checkpoint was deleted since).
     ``latest_filename`` names the file that records it: interdist's is always ``checkpoint.json``
     (TF's ``checkpoint``), so any other name finds nothing, as TF with a state file that is not there.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np, tempfile
+    >>> with tempfile.TemporaryDirectory() as directory:
+    ...     before = idist.train.latest_checkpoint(directory)
+    ...     path = idist.train.Checkpoint(v=idist.Variable(np.float32(1.0))).save(directory + "/ckpt")
+    ...     before, idist.train.latest_checkpoint(directory) == path, path.endswith("ckpt-1")
+    (None, True, True)
     """
     if latest_filename is not None and latest_filename != STATE_FILE:
         return None

@@ -45,7 +45,19 @@ CPU_SHARE = 0.03
 
 
 class InlineDashboard:
-    """The model, the views, the controls and the pump thread of one strategy's dashboard."""
+    """The model, the views, the controls and the pump thread of one strategy's dashboard.
+
+    ``strategy.dashboard()`` makes one and shows its ``widget``; ``close()`` stops its thread.
+
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     board = idist.dashboard.InlineDashboard(s)
+    ...     _ = s.run(lambda: np.float32(1.0))
+    ...     _ = board.pump()  # the thread does it too, every ``interval`` seconds
+    ...     board.model.replicas, board.model.status(1).text
+    ...     board.close()
+    ([0, 1], 'done')
+    """
 
     def __init__(
         self,

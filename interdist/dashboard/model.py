@@ -460,7 +460,17 @@ MAX_FAULTS = 50
 
 
 class ModelHub:
-    """One model per replica group, for a scheduler that serves many strategies in turn."""
+    """One model per replica group, for a scheduler that serves many strategies in turn.
+
+    It keeps the ``keep`` groups heard from last; ``current()`` is the one that spoke last.
+
+    >>> from interdist import events
+    >>> hub = ModelHub()
+    >>> hub.feed(events.RunStarted("g1", 1, 0, 10.0, "step", "run"))
+    >>> hub.feed(events.RunStarted("g2", 1, 0, 11.0, "train", "run"))
+    >>> sorted(hub.models), hub.latest, hub.current().status(0).text
+    (['g1', 'g2'], 'g2', 'running train')
+    """
 
     def __init__(self, keep: int = 8) -> None:
         self.keep = keep

@@ -262,6 +262,16 @@ class TextLineDataset(Dataset):
         Only uncompressed files are supported.
     buffer_size, num_parallel_reads, name
         Accepted for TF compatibility; ignored.
+
+    Examples
+    --------
+    >>> import interdist as idist, os, tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = os.path.join(d, "lines.txt")
+    ...     with open(path, "w") as f:
+    ...         _ = f.write("first\\nsecond\\n")
+    ...     list(idist.data.TextLineDataset(path).as_numpy_iterator())
+    [np.str_('first'), np.str_('second')]
     """
 
     def __init__(

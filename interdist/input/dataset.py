@@ -26,13 +26,28 @@ from interdist.input import _values
 from interdist.input.options import Options
 
 INFINITE_CARDINALITY = -1
-"""``cardinality()`` of a dataset that never ends (``tf.data.INFINITE_CARDINALITY``)."""
+"""``cardinality()`` of a dataset that never ends (``tf.data.INFINITE_CARDINALITY``).
+
+>>> import interdist as idist
+>>> idist.data.Dataset.range(3).repeat().cardinality() == idist.data.INFINITE_CARDINALITY
+True
+"""
 
 UNKNOWN_CARDINALITY = -2
-"""``cardinality()`` when the length cannot be known without iterating."""
+"""``cardinality()`` when the length cannot be known without iterating.
+
+>>> import interdist as idist
+>>> idist.data.Dataset.range(3).filter(lambda x: x > 0).cardinality() == idist.data.UNKNOWN_CARDINALITY
+True
+"""
 
 AUTOTUNE = -1
-"""``tf.data.AUTOTUNE``; accepted as a ``prefetch`` buffer size."""
+"""``tf.data.AUTOTUNE``; accepted as a ``prefetch`` buffer size.
+
+>>> import interdist as idist
+>>> list(idist.data.Dataset.range(3).prefetch(idist.data.AUTOTUNE).as_numpy_iterator())
+[np.int64(0), np.int64(1), np.int64(2)]
+"""
 
 
 # The node classes (``_sources``, ``_transforms``, ``_dask``) subclass Dataset and register themselves

@@ -95,7 +95,19 @@ class _NoTransformations:
 
 
 class DistributedDataset(_NoTransformations):
-    """Each global batch of ``dataset`` split into per-replica batches."""
+    """Each global batch of ``dataset`` split into per-replica batches.
+
+    What ``strategy.experimental_distribute_dataset`` and ``distribute_datasets_from_function`` return;
+    iterating it gives one ``PerReplica`` value per step.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     dist = s.experimental_distribute_dataset(idist.data.Dataset.range(8).batch(4))
+    ...     [[np.asarray(x).tolist() for x in s.experimental_local_results(batch)] for batch in dist]
+    [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
+    """
 
     def __init__(self, strategy: Any, dataset: Any, options: InputOptions | None = None) -> None:
         _check_open(strategy)
@@ -277,6 +289,18 @@ class DistributedIterator(_NoTransformations):
     frozen, the next ``next`` hands out that batch again (unless a later ``run`` used it: a retry), so
     that a loop such as ``for batch in it: try: strategy.run(step, args=(batch,)) except WorkerLostError:
     ...`` sees every batch once.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     it = iter(s.experimental_distribute_dataset(idist.data.Dataset.range(8).batch(4)))
+    ...     first = it.get_next()
+    ...     sums = s.run(np.sum, args=(next(it),))  # the second global batch: [4, 5] and [6, 7]
+    ...     [np.asarray(x).tolist() for x in s.experimental_local_results(first)]
+    ...     float(s.reduce("SUM", sums, axis=None))
+    [[0, 1], [2, 3]]
+    22.0
     """
 
     def __init__(self, strategy: Any, steps: Iterator[Any], element_spec: Any) -> None:

@@ -111,6 +111,19 @@ class InputReplicationMode(enum.Enum):
 
     * ``PER_WORKER``: once per worker; the worker's replicas share the dataset.
     * ``PER_REPLICA``: once per replica, each replica with its own dataset.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> opts = idist.InputOptions(
+    ...     experimental_replication_mode=idist.InputReplicationMode.PER_REPLICA, experimental_fetch_to_device=False
+    ... )
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     def dataset_fn(ctx):  # called once per replica: ctx.input_pipeline_id is the replica's
+    ...         return idist.data.Dataset.from_tensors(np.int64(ctx.input_pipeline_id))
+    ...     dist = s.distribute_datasets_from_function(dataset_fn, options=opts)
+    ...     [[int(x) for x in s.experimental_local_results(batch)] for batch in dist]
+    [[0, 1]]
     """
 
     PER_WORKER = "PER_WORKER"
@@ -138,6 +151,13 @@ class InputOptions:
         Build the dataset on the device; needs ``PER_REPLICA``.
     experimental_per_replica_buffer_size : int
         Prefetch depth per replica (0 disables prefetching).
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> opts = idist.InputOptions(experimental_fetch_to_device=False)
+    >>> opts.experimental_fetch_to_device, opts.experimental_replication_mode
+    (False, <InputReplicationMode.PER_WORKER: 'PER_WORKER'>)
     """
 
     experimental_fetch_to_device: bool | None = None

@@ -27,6 +27,14 @@ class AutoShardPolicy(enum.IntEnum):
       ``num_workers``-th element.
     * ``HINT``: TF replaces ``shard(SHARD_HINT, SHARD_HINT)`` placeholders;
       interdist has no placeholders, so this shards nothing.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> opts = idist.data.Options()
+    >>> opts.experimental_distribute.auto_shard_policy = idist.data.experimental.AutoShardPolicy.OFF
+    >>> idist.data.Dataset.range(4).with_options(opts).options().experimental_distribute.auto_shard_policy
+    <AutoShardPolicy.OFF: -1>
     """
 
     OFF = -1
@@ -95,6 +103,15 @@ class DistributeOptions(_OptionsBase):
         Default ``AutoShardPolicy.AUTO``.
     num_devices : int or None
         Number of devices attached to this input pipeline (informational).
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> opts = idist.data.Options()
+    >>> isinstance(opts.experimental_distribute, idist.data.experimental.DistributeOptions)
+    True
+    >>> opts.experimental_distribute.auto_shard_policy
+    <AutoShardPolicy.AUTO: 0>
     """
 
     _fields: ClassVar[dict[str, tuple[tuple[type, ...], Any]]] = {

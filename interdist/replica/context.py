@@ -47,6 +47,18 @@ class ReplicaContext:
     replica_id_in_sync_group)`` makes one in the notebook, as TF allows: it knows its strategy and
     id, and ``with ctx:`` makes it the current replica context of ``strategy`` (``merge_call`` then
     runs ``merge_fn`` on the arguments as they are; ``all_reduce`` reduces them as one value).
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     def step():
+    ...         ctx = idist.get_replica_context()
+    ...         return ctx.all_reduce("SUM", np.float32(ctx.replica_id_in_sync_group + 1))
+    ...     [float(x) for x in s.experimental_local_results(s.run(step))]
+    ...     idist.ReplicaContext(s, 1)
+    [3.0, 3.0]
+    ReplicaContext(replica_id_in_sync_group=1)
     """
 
     _replica: Replica | None

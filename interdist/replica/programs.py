@@ -24,7 +24,23 @@ if TYPE_CHECKING:
 
 
 class ValueContext:
-    """``tf.distribute.experimental.ValueContext``: what ``value_fn`` learns about its replica."""
+    """``tf.distribute.experimental.ValueContext``: what ``value_fn`` learns about its replica.
+
+    ``strategy.experimental_distribute_values_from_function(value_fn)`` calls ``value_fn`` with one
+    per replica.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> idist.ValueContext(replica_id_in_sync_group=1, num_replicas_in_sync=2)
+    tf.distribute.ValueContext(replica id 1,  total replicas in sync: 2)
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     v = s.experimental_distribute_values_from_function(
+    ...         lambda ctx: np.float32(10 * ctx.replica_id_in_sync_group)
+    ...     )
+    ...     [float(x) for x in s.experimental_local_results(v)]
+    [0.0, 10.0]
+    """
 
     def __init__(self, replica_id_in_sync_group: int = 0, num_replicas_in_sync: int = 1) -> None:
         self._replica_id = replica_id_in_sync_group

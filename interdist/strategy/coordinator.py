@@ -26,8 +26,15 @@ of an unresponsive worker. ``RemoteValue`` and
 ``PerWorkerValues`` live in ``coordinator_values.py``; this module re-exports them, as TF's
 ``tf.distribute.experimental.coordinator`` does.
 
->>> # coordinator = ClusterCoordinator(strategy)
->>> # rv = coordinator.schedule(step_fn, args=(x,)); coordinator.join(); rv.fetch()
+Examples
+--------
+(Skipped: it needs a Dask cluster with ps and worker tasks, a few seconds to start;
+``ParameterServerStrategy``'s example runs these steps on one.)
+
+>>> coordinator = idist.coordinator.ClusterCoordinator(strategy)  # doctest: +SKIP
+>>> result = coordinator.schedule(step_fn, args=(x,))  # doctest: +SKIP
+>>> coordinator.join()  # doctest: +SKIP
+>>> result.fetch()  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -71,7 +78,22 @@ class _Closure:
 
 
 class ClusterCoordinator(PerWorkerResources):
-    """Schedules steps on the workers of a ``ParameterServerStrategy`` and collects their results."""
+    """Schedules steps on the workers of a ``ParameterServerStrategy`` and collects their results.
+
+    One thread per worker task takes the next queued step; ``schedule`` returns a ``RemoteValue`` at
+    once, ``join`` waits for every step (see the module for errors and lost workers).
+
+    Examples
+    --------
+    (Skipped: it needs a Dask cluster with ps and worker tasks; ``ParameterServerStrategy``'s example
+    runs these steps on one.)
+
+    >>> coordinator = idist.experimental.coordinator.ClusterCoordinator(strategy)  # doctest: +SKIP
+    >>> results = [coordinator.schedule(lambda: np.float32(1.0)) for _ in range(3)]  # doctest: +SKIP
+    >>> coordinator.join()  # doctest: +SKIP
+    >>> [float(r.fetch()) for r in results]  # doctest: +SKIP
+    [1.0, 1.0, 1.0]
+    """
 
     def __init__(self, strategy: Any) -> None:
 

@@ -154,7 +154,18 @@ class _ResourceError(Exception):
 
 
 class PerWorkerDataset:
-    """A dataset made on each worker (``ClusterCoordinator.create_per_worker_dataset``)."""
+    """A dataset made on each worker (``ClusterCoordinator.create_per_worker_dataset``).
+
+    Examples
+    --------
+    (Skipped: it needs a Dask cluster with ps and worker tasks; ``ParameterServerStrategy``'s example
+    runs these steps on one.)
+
+    >>> dataset = coordinator.create_per_worker_dataset(lambda: idist.data.Dataset.range(4))  # doctest: +SKIP
+    >>> iterator = iter(dataset)  # one iterator per worker  # doctest: +SKIP
+    >>> float(coordinator.schedule(lambda it: np.float32(next(it)), args=(iterator,)).fetch())  # doctest: +SKIP
+    0.0
+    """
 
     def __init__(self, coordinator: ClusterCoordinator, recipe: bytes) -> None:
         self._coordinator = coordinator
@@ -181,6 +192,16 @@ class PerWorkerIterator(PerWorkerValues):
     """One iterator per worker; in a scheduled step it is the iterator of the step's worker.
 
     ``next()`` of it in the notebook raises ``NotImplementedError`` (as TF's).
+
+    Examples
+    --------
+    (Skipped: it needs a Dask cluster with ps and worker tasks; ``ParameterServerStrategy``'s example
+    runs these steps on one.)
+
+    >>> iterator = iter(coordinator.create_per_worker_dataset(lambda: idist.data.Dataset.range(4)))  # doctest: +SKIP
+    >>> rvs = [coordinator.schedule(lambda it: next(it), args=(iterator,)) for _ in range(2)]  # doctest: +SKIP
+    >>> sorted(int(rv.fetch()) for rv in rvs)  # with one worker: its first two elements  # doctest: +SKIP
+    [0, 1]
     """
 
     def __init__(self, dataset: PerWorkerDataset) -> None:

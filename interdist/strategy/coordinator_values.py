@@ -14,7 +14,24 @@ import cloudpickle
 
 
 class RemoteValue:
-    """The future result of a scheduled step (``tf.distribute.experimental.coordinator.RemoteValue``)."""
+    """The future result of a scheduled step (``tf.distribute.experimental.coordinator.RemoteValue``).
+
+    ``ClusterCoordinator.schedule`` returns one at once; ``fetch`` waits for the step's result.
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> rv = idist.experimental.coordinator.RemoteValue("step-0")  # as a step just scheduled has
+    >>> rv, rv.done()
+    (<RemoteValue step-0 pending>, False)
+
+    With a coordinator (skipped: it needs a Dask cluster with ps and worker tasks;
+    ``ParameterServerStrategy``'s example runs it):
+
+    >>> rv = coordinator.schedule(lambda: np.float32(2.0))  # doctest: +SKIP
+    >>> float(rv.fetch()), rv.done()  # doctest: +SKIP
+    (2.0, True)
+    """
 
     def __init__(self, step_id: str) -> None:
         self.step_id = step_id
@@ -48,7 +65,17 @@ class RemoteValue:
 
 
 class PerWorkerValues:
-    """One value per worker (``tf.distribute.experimental.coordinator.PerWorkerValues``)."""
+    """One value per worker (``tf.distribute.experimental.coordinator.PerWorkerValues``).
+
+    A step given one as an argument gets the value of the worker that runs it (as a
+    ``PerWorkerIterator``, a subclass, gives each step its worker's iterator).
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> idist.experimental.coordinator.PerWorkerValues((1.0, 2.0))
+    PerWorkerValues((1.0, 2.0))
+    """
 
     def __init__(self, values: tuple[Any, ...]) -> None:
         self._values = tuple(values)

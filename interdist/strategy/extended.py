@@ -32,7 +32,22 @@ if TYPE_CHECKING:
 
 
 class StrategyExtended:
-    """Additional APIs for algorithms that need to be distribution-aware."""
+    """Additional APIs for algorithms that need to be distribution-aware.
+
+    A strategy's ``extended`` attribute: devices, ``reduce_to``, ``broadcast_to``, ``update`` and
+    their batched forms, as ``tf.distribute.StrategyExtended``.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     per_replica = s.experimental_distribute_values_from_function(
+    ...         lambda ctx: np.float32(ctx.replica_id_in_sync_group + 1)
+    ...     )
+    ...     summed = s.extended.reduce_to("SUM", per_replica, "CPU:0")
+    ...     isinstance(s.extended, idist.StrategyExtended), s.extended.worker_devices[1], float(summed)
+    (True, '/job:localhost/replica:0/task:0/device:CPU:1', 3.0)
+    """
 
     def __init__(self, strategy: Strategy) -> None:
         self._container_strategy_weakref = weakref.ref(strategy)

@@ -52,6 +52,19 @@ class OneDeviceStrategy(Strategy):
     by ``cluster`` (an address or a cluster object); with no ``cluster``, the embedded cluster speaks
     TLS with these credentials instead of ones made for it alone, so that other clients holding them
     (and only those) can reach it.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> with idist.OneDeviceStrategy("CPU:0") as s:
+    ...     with s.scope():
+    ...         w = idist.Variable(np.float32(1.0))
+    ...     s.num_replicas_in_sync
+    ...     s.run(lambda: w + 1.0)  # a plain value, not a PerReplica
+    ...     w  # a regular variable, not a MirroredVariable
+    1
+    <interdist.Tensor: shape=(), dtype=float32, numpy=2.0>
+    <interdist.Variable 'Variable:0' shape=() dtype=float32, numpy=1.0>
     """
 
     _variable_class = OneDeviceVariable  # type: ignore[assignment]  # a regular variable, not a DistributedVariable

@@ -12,6 +12,17 @@ class TPUStrategy(Strategy):
 
     The name exists so that code written for TF imports, and ``isinstance(s, TPUStrategy)`` checks
     work (they are False for every strategy interdist makes).
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> try:
+    ...     idist.TPUStrategy()
+    ... except NotImplementedError as e:
+    ...     print(str(e).split(":")[0])
+    interdist has no TPU support
+    >>> isinstance(idist.get_strategy(), idist.TPUStrategy)
+    False
     """
 
     _kind = "tpu"

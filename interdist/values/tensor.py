@@ -147,6 +147,17 @@ class RemoteValue(ArrayValue):
     """A handle to a value that lives in a replica's worker; fetched on demand, then cached.
 
     Small values come back with the reply of ``run`` and need no fetch.
+
+    Examples
+    --------
+    A result larger than ``inline_bytes`` (4 KiB) stays on its worker until it is read:
+
+    >>> import interdist as idist, numpy as np
+    >>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+    ...     big = s.run(lambda: np.ones(2048, np.float32))
+    ...     r = s.experimental_local_results(big)[1]
+    ...     type(r).__name__, r.device, r.shape, float(np.asarray(r).sum())
+    ('RemoteValue', '/job:localhost/replica:0/task:0/device:CPU:1', (2048,), 2048.0)
     """
 
     def __init__(

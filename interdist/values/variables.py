@@ -36,7 +36,19 @@ def _maybe(read_value: bool, variable: Any) -> Any:
 
 
 class VariableSynchronization(enum.Enum):
-    """When a distributed variable is aggregated: on write (mirrored) or on read."""
+    """When a distributed variable is aggregated: on write (mirrored) or on read.
+
+    ``AUTO`` and ``ON_WRITE`` give a ``MirroredVariable`` in a ``MirroredStrategy``'s scope, ``ON_READ``
+    a ``SyncOnReadVariable``; ``NONE`` only a non-trainable variable there (as in TF).
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> idist.VariableSynchronization.ON_READ
+    <VariableSynchronization.ON_READ: 3>
+    >>> idist.Variable(1.0).synchronization
+    <VariableSynchronization.AUTO: 0>
+    """
 
     AUTO = 0
     NONE = 1
@@ -45,7 +57,20 @@ class VariableSynchronization(enum.Enum):
 
 
 class VariableAggregation(enum.Enum):
-    """How replica-context updates to a distributed variable are combined."""
+    """How replica-context updates to a distributed variable are combined.
+
+    ``SUM`` and ``MEAN`` reduce the replicas' updates, ``ONLY_FIRST_REPLICA`` takes replica 0's, and
+    ``NONE`` (the default) applies each replica's update to its own copy only, so the copies of a
+    mirrored variable updated in replica context may drift apart (a warning says so, as TF lets them).
+
+    Examples
+    --------
+    >>> import interdist as idist
+    >>> idist.VariableAggregation.MEAN
+    <VariableAggregation.MEAN: 2>
+    >>> idist.Variable(1.0, aggregation=idist.VariableAggregation.SUM).aggregation
+    <VariableAggregation.SUM: 1>
+    """
 
     NONE = 0
     SUM = 1
