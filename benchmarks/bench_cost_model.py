@@ -17,7 +17,7 @@
 
 Every figure is one line: predicted, measured and the ratio predicted / measured (the baseline is
 the measurement). ``--save PATH`` writes the fitted parameter sets as JSON, which
-``INTERDIST_COST_MODEL=PATH`` makes the ones ``AUTO`` uses. ``--quick``: fewer repeats.
+``interdist.collectives.cost-model: PATH`` (``DASK_INTERDIST__COLLECTIVES__COST_MODEL``) makes the ones ``AUTO`` uses. ``--quick``: fewer repeats.
 
     python benchmarks/bench_cost_model.py [--quick] [--two-hosts] [--save params.json]
 """

@@ -79,7 +79,7 @@ def running_lab(tmp: Path, registry_dir: Path, timeout: float = 60.0) -> Iterato
     token = secrets.token_hex(16)
     port = free_port()
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp / "config"), "JUPYTER_DATA_DIR": str(tmp / "data"),
-           "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), "INTERDIST_REGISTRY_DIR": str(registry_dir),
+           "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), "DASK_INTERDIST__LAB__REGISTRY_DIR": str(registry_dir),
            "JUPYTER_PLATFORM_DIRS": "1"}
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",

@@ -37,7 +37,7 @@ def lab_and_strategy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     try:
         registered = s._lease.registry_file
         assert registered is not None and registered.exists(), "the embedded cluster did not register itself"
-        # the server reads the registry this process writes to (the user's runtime dir, or INTERDIST_REGISTRY_DIR)
+        # the server reads the registry this process writes to (the user's runtime dir, or interdist.lab.registry-dir)
         with running_lab(tmp_path_factory.mktemp("lab"), registered.parent) as lab:
             yield lab, s
     finally:
