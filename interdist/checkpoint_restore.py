@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from interdist import _context, _gpu
-from interdist.optimizers import _store_key, _system_values, _write_slots_program
+from interdist.optimizers.slots import _store_key, _system_values, _write_slots_program
 from interdist.replica import faults
 from interdist.strategy.variables import VariablesMixin
 from interdist.values.variables import VariableAggregation, VariableSynchronization
@@ -27,7 +27,7 @@ RESTORE_POINT = "checkpoint_restore"
 class _SlotRef:
     """One optimizer slot of one variable (Adam's ``momentum`` of ``model/0``...), as the save and
     restore loops see a variable: it has the variable's shape and dtype, and is kept by the optimizer
-    where the variable is (``interdist/optimizers.py``)."""
+    where the variable is (``interdist/optimizers/slots.py``)."""
 
     synchronization = VariableSynchronization.ON_WRITE
     aggregation = VariableAggregation.NONE

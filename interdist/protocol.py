@@ -27,12 +27,9 @@ import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, Protocol, TypedDict
 
 import cloudpickle
-
-if TYPE_CHECKING:
-    from interdist.replica.replica import Replica
 
 
 class GroupSpec(TypedDict, total=False):
@@ -172,17 +169,28 @@ def frozen_reply(rank: int, step: int, why: str) -> Reply:
     )
 
 
+class ResolvingReplica(Protocol):
+    """What resolution needs of the replica unpickling a payload: a ``replica.Replica``, named by what it has
+    (this module imports nothing of interdist)."""
+
+    group_id: str
+    rank: int
+    view: Any  # the strategy as the replica's own code sees it (replica/view.py)
+    variables: dict[int, Any]  # var_id -> this replica's variable
+    plain_proxies: dict[int, Any]  # the running program's proxies of plain variables (values/variables.py)
+
+
 # The replica whose payload is being unpickled, so that handles inside it
 # (variables, strategies, stored values) resolve to this replica's objects.
 _resolving = threading.local()
 
 
-def current_resolving() -> Replica | None:
+def current_resolving() -> ResolvingReplica | None:
     return getattr(_resolving, "replica", None)
 
 
 @contextmanager
-def resolving(replica: Replica) -> Iterator[None]:
+def resolving(replica: ResolvingReplica) -> Iterator[None]:
     prev = getattr(_resolving, "replica", None)
     _resolving.replica = replica
     try:

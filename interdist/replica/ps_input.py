@@ -20,7 +20,7 @@ happens here (checked with an in-process TF cluster of 2 workers and 1 ps):
 Worker side: each worker keeps, per strategy, the datasets and iterators that
 the coordinator asked for (``sync_resources``, run by the ``interdist_ps_input``
 handler of ``ps_store.PSRuntime``), built with the helpers of
-``interdist.input.distributed_dataset``. A step's per-worker iterator argument
+``interdist.input.replica_side``. A step's per-worker iterator argument
 pickles as a key and becomes that worker's iterator when the step unpickles it
 (``worker_iterator``); batches never pass through the notebook.
 """
@@ -37,7 +37,9 @@ from interdist import _context
 from interdist.errors import InterdistError, NotADatasetError
 from interdist.input import distributed_dataset as _dd
 from interdist.input.dataset import Dataset
+from interdist.input.distributed_iterator import _NoTransformations
 from interdist.input.input_context import InputContext, InputOptions, check_options_for_datasets_from_function
+from interdist.input.replica_side import _make_dataset, _next_batch, _start_iterator
 from interdist.protocol import dump_exception
 from interdist.replica import ps_step
 
@@ -52,7 +54,7 @@ _NO_SPEC = (
 )
 
 
-class _SpecOnceBuilt(_dd._NoTransformations):
+class _SpecOnceBuilt(_NoTransformations):
     """No ``element_spec`` before ``create_per_worker_dataset`` (an ``AttributeError``, as in TF).
 
     Based on ``_NoTransformations`` (whose ``__getattr__`` answers the other names), as both
@@ -170,7 +172,7 @@ class WorkerIterator:
         return self
 
     def __next__(self) -> Any:
-        value = _dd._next_batch(self._slot, self._key)
+        value = _next_batch(self._slot, self._key)
         if value is None:
             # TF raises OutOfRangeError ("End of sequence") from the step; ``join`` re-raises it.
             raise StopIteration(f"the per-worker iterator on {self._device} is exhausted (End of sequence)")
@@ -186,7 +188,7 @@ class WorkerIterator:
 def _as_dataset(obj: Any, slot: _Slot, key: str) -> Any:
     """Make the dataset ``obj`` describes in ``slot.store[key]``; its element_spec."""
     if isinstance(obj, DistributedDatasetsFromFunction):
-        return _dd._make_dataset(slot, key, obj._dataset_fn, False)  # InputContext(1, 0, 1), as TF 2
+        return _make_dataset(slot, key, obj._dataset_fn, False)  # InputContext(1, 0, 1), as TF 2
     if isinstance(obj, DistributedDataset):
         obj = obj._dataset  # the whole dataset on every worker: TF 2 does not shard it
         if not isinstance(obj, Dataset):
@@ -245,7 +247,7 @@ def sync_resources(
                     else:
                         if payload not in slot.store:
                             raise MissingResourceError(f"dataset {payload} is not on this worker")
-                        _dd._start_iterator(slot, payload, key)
+                        _start_iterator(slot, payload, key)
                         slot.specs[key] = slot.specs.get(payload)
                         slot.iterators[key] = WorkerIterator(slot, key, slot.specs[key], device)
                 except BaseException as exc:  # noqa: BLE001 - the coordinator re-raises it in the notebook

@@ -9,7 +9,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,8 +27,26 @@ from interdist.values.variables import (
     Variable,
 )
 
-if TYPE_CHECKING:
-    from interdist.strategy.base import Strategy
+
+class _ContainerStrategy(Protocol):
+    """What ``StrategyExtended`` uses of its strategy: a ``strategy.base.Strategy``, named by what it has
+    (that module imports this one, so this one names nothing of it)."""
+
+    _devices: list[str]
+    _kind: str
+    _colocate_with: Any
+
+    @property
+    def num_replicas_in_sync(self) -> int: ...
+    def _parameter_devices(self) -> list[str]: ...
+    def _require_cross_replica(self, what: str) -> None: ...
+    def _check_usable(self) -> None: ...
+    def _update(
+        self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], group: bool
+    ) -> Any: ...
+    def run(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, options: Any = None) -> Any: ...
+    def reduce(self, reduce_op: Any, value: Any, axis: Any = None) -> Any: ...
+    def experimental_local_results(self, value: Any) -> tuple[Any, ...]: ...
 
 
 class StrategyExtended:
@@ -49,11 +67,11 @@ class StrategyExtended:
     (True, '/job:localhost/replica:0/task:0/device:CPU:1', 3.0)
     """
 
-    def __init__(self, strategy: Strategy) -> None:
+    def __init__(self, strategy: _ContainerStrategy) -> None:
         self._container_strategy_weakref = weakref.ref(strategy)
 
     @property
-    def _strategy(self) -> Strategy:
+    def _strategy(self) -> _ContainerStrategy:
         s = self._container_strategy_weakref()
         assert s is not None
         return s

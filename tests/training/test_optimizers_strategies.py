@@ -207,7 +207,7 @@ def test_a_slot_found_missing_by_two_steps_is_made_once(monkeypatch: pytest.Monk
     it, then B makes it: B must keep A's update (create-if-absent) and read it back, not reset it."""
     import cloudpickle
 
-    from interdist import optimizers
+    from interdist.optimizers import slots as slots_lib
     from interdist.values.ps_variable import PSVariable
     from interdist.worker.ps_store import ShardStore
 
@@ -240,12 +240,12 @@ def test_a_slot_found_missing_by_two_steps_is_made_once(monkeypatch: pytest.Monk
         def register(self, v: Any) -> None:
             pass
 
-    monkeypatch.setattr(optimizers, "_probe_ps_slots", lambda conn, st, hs: {h._var_id: None for h in hs})
+    monkeypatch.setattr(slots_lib, "_probe_ps_slots", lambda conn, st, hs: {h._var_id: None for h in hs})
     a, b = Ctx(), Ctx()
-    optimizers._ensure_ps_slots(a, [(slot, 0.25)])  # A makes it...
+    slots_lib._ensure_ps_slots(a, [(slot, 0.25)])  # A makes it...
     store.apply("step-a", [(-7, "assign_add", np.array([1.0, 1.0], np.float32))], None)  # ...and updates it
-    optimizers._KNOWN_PS_SLOTS.discard(("s", -7))
-    optimizers._ensure_ps_slots(b, [(slot, 0.25)])  # B found it missing before A made it
+    slots_lib._KNOWN_PS_SLOTS.discard(("s", -7))
+    slots_lib._ensure_ps_slots(b, [(slot, 0.25)])  # B found it missing before A made it
     assert store.read([-7])[0][0].tolist() == [1.25, 1.25]
     assert b.values[-7].tolist() == [1.25, 1.25]
 

@@ -1,0 +1,222 @@
+"""The optimizers: ``SGD``, ``Adam``, ``RMSprop`` and ``Adagrad``, each Keras 3's ``update_step``.
+
+Operation for operation in the variable's dtype (the same ``assign``/``assign_add``/``assign_sub`` of the
+same float32 values), so that their results equal TF 2.21's eager ones. Part of ``interdist.optimizers``,
+which re-exports its public names.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any
+
+import numpy as np
+
+from interdist import _gpu
+from interdist.optimizers.base import Optimizer
+
+
+class SGD(Optimizer):
+    """Gradient descent with optional momentum, Keras 3's rule: ``m = m*momentum - g*lr``; ``v += m``
+    (nesterov: ``v += m*momentum - g*lr``, with the new ``m``); without momentum ``v -= g*lr``.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> w = idist.Variable(np.float32(1.0))
+    >>> opt = idist.optimizers.SGD(learning_rate=0.1, momentum=0.9)
+    >>> for _ in range(2):
+    ...     opt.apply_gradients([(np.float32(0.5), w)])  # m: -0.05, then -0.095
+    >>> round(float(w.numpy()), 4)
+    0.855
+    """
+
+    def __init__(
+        self, learning_rate: float = 0.01, momentum: float = 0.0, nesterov: bool = False, name: str | None = None
+    ) -> None:
+        super().__init__(learning_rate, name)
+        if not 0 <= momentum <= 1:
+            raise ValueError(f"`momentum` must be between [0, 1], but got {momentum!r}")
+        self.momentum = float(momentum)
+        self.nesterov = nesterov
+        self._has_slots = self.momentum != 0
+
+    def _slot_specs(self) -> dict[str, float]:
+        return {"momentum": 0.0} if self.momentum != 0 else {}
+
+    def _apply_dense(self, var: Any, grad: Any, slots: Any, step: int) -> Any:
+        t = grad.dtype.type
+        lr = t(self.learning_rate)
+        if self.momentum == 0:
+            return var.assign_sub(grad * lr)
+        momentum = t(self.momentum)
+        m = slots.read("momentum", grad)
+        slots.assign("momentum", m * momentum - grad * lr)
+        m = slots.read("momentum", grad)
+        if self.nesterov:
+            return var.assign_add(m * momentum - grad * lr)
+        return var.assign_add(m)
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba), Keras 3's rule: ``alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)``,
+    ``m += (g - m) * (1 - beta_1)``, ``v += (g^2 - v) * (1 - beta_2)``, ``var -= m*alpha / (sqrt(v) + eps)``.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> w = idist.Variable(np.float32(1.0))
+    >>> opt = idist.optimizers.Adam(learning_rate=0.1)
+    >>> for _ in range(2):
+    ...     opt.apply_gradients([(np.float32(0.5), w)])  # a steady gradient: about lr per step
+    >>> round(float(w.numpy()), 4)
+    0.8
+    """
+
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-7,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(learning_rate, name)
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self._has_slots = True
+
+    def _slot_specs(self) -> dict[str, float]:
+        return {"momentum": 0.0, "velocity": 0.0}
+
+    def _apply_dense(self, var: Any, grad: Any, slots: Any, step: int) -> Any:
+        t = grad.dtype.type
+        xp = _gpu.xp_of(grad)
+        beta_1_power = _power(t(self.beta_1), step)
+        beta_2_power = _power(t(self.beta_2), step)
+        alpha = t(self.learning_rate) * np.sqrt(t(1) - beta_2_power) / (t(1) - beta_1_power)
+        m = slots.read("momentum", grad)
+        slots.assign_add("momentum", (grad - m) * t(1 - self.beta_1))
+        v = slots.read("velocity", grad)
+        slots.assign_add("velocity", (grad * grad - v) * t(1 - self.beta_2))
+        m, v = slots.read("momentum", grad), slots.read("velocity", grad)
+        return var.assign_sub((m * alpha) / (xp.sqrt(v) + t(self.epsilon)))
+
+
+class RMSprop(Optimizer):
+    """RMSprop, Keras 3's rule: ``velocity = rho*velocity + (1 - rho)*g^2``; centered: also
+    ``average_gradient = rho*average_gradient + (1 - rho)*g`` and the denominator
+    ``velocity - average_gradient^2 + eps`` (else ``velocity + eps``); ``increment = lr*g / sqrt(denominator)``;
+    with momentum ``m = momentum*m + increment; var -= m``, else ``var -= increment``.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> w = idist.Variable(np.float32(1.0))
+    >>> opt = idist.optimizers.RMSprop(learning_rate=0.1)
+    >>> opt.apply_gradients([(np.float32(0.5), w)])  # velocity 0.1 * 0.25: a step of 0.1 * 0.5 / sqrt(0.025)
+    >>> round(float(w.numpy()), 4)
+    0.6838
+    """
+
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        rho: float = 0.9,
+        momentum: float = 0.0,
+        epsilon: float = 1e-7,
+        centered: bool = False,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(learning_rate, name)
+        self.rho, self.momentum, self.epsilon = float(rho), float(momentum), float(epsilon)
+        self.centered = bool(centered)
+        self._has_slots = True
+
+    def _slot_specs(self) -> dict[str, float]:
+        specs = {"velocity": 0.0}
+        if self.momentum > 0:
+            specs["momentum"] = 0.0
+        if self.centered:
+            specs["average_gradient"] = 0.0
+        return specs
+
+    def _apply_dense(self, var: Any, grad: Any, slots: Any, step: int) -> Any:
+        t = grad.dtype.type
+        xp = _gpu.xp_of(grad)
+        lr, rho, rest = t(self.learning_rate), t(self.rho), t(1 - self.rho)
+        velocity = slots.read("velocity", grad)
+        slots.assign("velocity", rho * velocity + rest * (grad * grad))
+        velocity = slots.read("velocity", grad)
+        if self.centered:
+            average = slots.read("average_gradient", grad)
+            slots.assign("average_gradient", rho * average + rest * grad)
+            average = slots.read("average_gradient", grad)
+            denominator = velocity - average * average + t(self.epsilon)
+        else:
+            denominator = velocity + t(self.epsilon)
+        increment = (lr * grad) / xp.sqrt(denominator)
+        if self.momentum > 0:
+            m = slots.read("momentum", grad)
+            slots.assign("momentum", t(self.momentum) * m + increment)
+            return var.assign_sub(slots.read("momentum", grad))
+        return var.assign_sub(increment)
+
+
+class Adagrad(Optimizer):
+    """Adagrad, Keras 3's rule: ``accumulator += g^2``; ``var -= lr*g / sqrt(accumulator + eps)``, the
+    accumulators starting at ``initial_accumulator_value``.
+
+    Examples
+    --------
+    >>> import interdist as idist, numpy as np
+    >>> w = idist.Variable(np.float32(1.0))
+    >>> opt = idist.optimizers.Adagrad(learning_rate=0.1, initial_accumulator_value=0.0)
+    >>> opt.apply_gradients([(np.float32(0.5), w)])  # 0.1 * 0.5 / sqrt(0.25)
+    >>> round(float(w.numpy()), 4)
+    0.9
+    """
+
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        initial_accumulator_value: float = 0.1,
+        epsilon: float = 1e-7,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(learning_rate, name)
+        self.initial_accumulator_value, self.epsilon = float(initial_accumulator_value), float(epsilon)
+        self._has_slots = True
+
+    def _slot_specs(self) -> dict[str, float]:
+        return {"accumulator": self.initial_accumulator_value}
+
+    def _apply_dense(self, var: Any, grad: Any, slots: Any, step: int) -> Any:
+        t = grad.dtype.type
+        xp = _gpu.xp_of(grad)
+        slots.assign_add("accumulator", grad * grad)
+        accumulator = slots.read("accumulator", grad)
+        return var.assign_sub((t(self.learning_rate) * grad) / xp.sqrt(accumulator + t(self.epsilon)))
+
+
+def _power(base: np.floating[Any], step: int) -> Any:
+    """``base ** step`` in ``base``'s dtype, as TF's scalar ``pow`` on CPU computes it: for float32,
+    the C library's ``powf`` (TF calls it; NumPy's float32 power differs from it by an ulp at times,
+    e.g. 0.9**4), else the power in double precision rounded to the dtype."""
+    t = type(base)
+    if t is np.float32:
+        powf = _c_powf()
+        if powf is not None:
+            return t(powf(float(base), float(step)))
+    return t(float(base) ** step)
+
+
+@functools.cache
+def _c_powf() -> Any:
+    try:
+        powf = ctypes.CDLL(None).powf  # the C library this process uses (libm's powf on Linux and macOS)
+    except (OSError, AttributeError, TypeError):
+        return None  # pragma: no cover - Windows: the double power, rounded (within an ulp of it)
+    powf.restype = ctypes.c_float
+    powf.argtypes = [ctypes.c_float, ctypes.c_float]
+    return powf
