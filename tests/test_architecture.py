@@ -230,7 +230,6 @@ OVERSIZE: dict[str, int] = {
     "interdist/client/cluster.py": 507,
     "interdist/client/group.py": 731,
     "interdist/client/worker_process.py": 446,
-    "interdist/client/zygote.py": 406,
     "interdist/collectives/algorithms.py": 510,
     "interdist/collectives/cost_model.py": 524,
     "interdist/collectives/mailbox.py": 455,
