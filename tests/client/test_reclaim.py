@@ -151,6 +151,8 @@ def test_many_open_strategies_warn_once_with_the_count(monkeypatch: pytest.Monke
 def test_dropped_strategies_are_not_counted_as_open(monkeypatch: pytest.MonkeyPatch, thread_cluster: Any) -> None:
     monkeypatch.setattr(cluster, "OPEN_WARN_AT", len(cluster.open_leases()) + 2)
     monkeypatch.setattr(cluster, "_warned", False)
+    # the assertion is the warning filter: counting a dropped strategy as open would reach OPEN_WARN_AT and
+    # its "strategies are open" warning would raise here
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for _ in range(6):  # never more than one alive: the collected ones are reclaimed before counting
