@@ -71,6 +71,7 @@ KEYS: dict[str, tuple[type, tuple[str, ...]]] = {
     "cluster.embedded-tls": (bool, ("INTERDIST_EMBEDDED_TLS",)),
     "cluster.local-control": (bool, ("INTERDIST_LOCAL_CONTROL",)),
     "cluster.worker-log": (str, ("INTERDIST_WORKER_LOG",)),
+    "cluster.fork-workers": (bool, ()),
     "replica.inline-bytes": (int, ()),
     "replica.lazy-merge-min-bytes": (int, ("INTERDIST_LAZY_MERGE_MIN_BYTES",)),
     "gpu.cluster": (str, ("INTERDIST_GPU_CLUSTER",)),
@@ -245,6 +246,9 @@ class _Settings:
     # so no other client on the host (another account on a shared server) can use their workers.
     # False gives plain TCP on 127.0.0.1, as before.
     embedded_tls = _Key[bool]("cluster.embedded-tls")
+    # Embedded clusters' CPU workers and interdist.Server's are forked from a process that imported them
+    # once (client/zygote.py); False starts each worker as a fresh ``python``.
+    fork_workers = _Key[bool]("cluster.fork-workers")
 
 
 settings = _Settings()

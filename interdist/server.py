@@ -36,6 +36,7 @@ from typing import Any
 from interdist.client import roles
 from interdist.client.worker_process import WorkerProcess
 from interdist.cluster_resolver import ClusterSpec, TFConfigClusterResolver
+from interdist.config import settings
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -205,7 +206,8 @@ class Server:
                 security=self.security,
                 death_timeout=self.timeout,
                 restart_clean_exits=False,  # closed by its scheduler (shut down): ended, as a nanny's worker
-                preforked=True,  # forked from a process that imported the worker's modules once (client/zygote.py)
+                # forked from a process that imported the worker's modules once (client/zygote.py)
+                preforked=settings.fork_workers,
                 silence_logs=logging.ERROR,
                 env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
             )

@@ -3,7 +3,8 @@
 ``cluster.py`` starts (or adopts) the Dask cluster and pools embedded ones; ``worker_process.py``
 starts and watches an embedded cluster's worker processes (in sessions of their own, without
 ``multiprocessing``, gone with the notebook), forked from a ``zygote.py`` that imported them once where
-asked (``interdist.Server``); ``reclaim.py`` closes strategies the garbage collector finds unclosed;
+it can (``interdist.Server``, and embedded CPU clusters unless ``interdist.cluster.fork-workers`` is
+false); ``reclaim.py`` closes strategies the garbage collector finds unclosed;
 ``gpus.py`` finds the
 machine's GPUs and starts and checks a worker per GPU; ``group.py`` sends programs to a group's
 replicas and gathers their replies (``protocol.Reply``); ``replies.py`` turns a step's replies into

@@ -170,7 +170,17 @@ def _local_cluster(n: int, LocalCluster: Any, security: Any = None, dashboard_to
         raise
 
 
+#: Every embedded CPU worker's own environment variables. Workers run interdist programs from their own
+#: thread pool; Dask's task threads stay free for data work (Dask arrays read by replicas).
+_WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def _new_local_cluster(n: int, LocalCluster: Any, security: Any, dashboard_token: str | None) -> Any:  # noqa: N803 - the class, imported lazily
+    # Workers forked from a zygote that imported what a worker needs once (client/zygote.py), not n fresh
+    # ``python``s importing it side by side; started now, it imports while the scheduler starts.
+    fork = settings.fork_workers
+    if fork:
+        WorkerProcess("", env=_WORKER_ENV, preforked=True).prewarm()
     return LocalCluster(
         n_workers=n,
         threads_per_worker=1,
@@ -184,9 +194,8 @@ def _new_local_cluster(n: int, LocalCluster: Any, security: Any, dashboard_token
         scheduler_kwargs={"dashboard_token": dashboard_token} if dashboard_token else None,
         silence_logs=logging.ERROR,
         memory_limit=0,
-        # Workers run interdist programs from their own thread pool; Dask's task
-        # threads stay free for data work (Dask arrays read by replicas).
-        env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+        env=_WORKER_ENV,
+        preforked=fork,  # a worker option (WorkerProcess); restarts of a killed worker are forked too
     )
 
 
@@ -495,4 +504,4 @@ def shutdown_all() -> None:
         _idle.clear()
     for lease in _all_embedded[:]:  # a copy: _shutdown removes each from the list (every other one was skipped)
         _shutdown(lease)
-    zygote.close_all()  # the processes Server workers are forked from (they would end with this process)
+    zygote.close_all()  # the processes workers are forked from (they would end with this process)

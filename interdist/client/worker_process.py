@@ -10,7 +10,7 @@ where a notebook or a script needs it to:
   from inside its own workers and dies in hundreds of lines of "Nanny failed to start". A
   ``WorkerProcess`` runs ``python -c`` with ``interdist.worker.process`` and nothing of the
   parent's main module, so scripts work with or without the guard, and so do ``python - < file``
-  and ``python -c``.
+  and ``python -c`` (``preforked``: forked from a "zygote" started so, ``zygote.py``).
 - **A session of its own** (``start_new_session``). Jupyter's Kernel > Interrupt signals the
   kernel's whole process group, and a terminal's Ctrl-C its foreground group: workers in that group
   died with it, and every replica's state with them. Now only the kernel gets the SIGINT; the

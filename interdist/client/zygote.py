@@ -20,6 +20,11 @@ but for the worker's name in its log format, set in the child; it forks only whi
 Anything else, or a zygote that fails, and the worker is started as before. The zygote ends when this
 process closes its control socket or dies (however it dies); the workers it forked end with their
 own socket pairs, as every worker does.
+
+Embedded CPU clusters use it too (``interdist.cluster.fork-workers: false``: not even ``Server``). A worker
+is forked in this process's working directory of the moment; past ``MAX_ZYGOTES`` environments, the least
+recently used zygote without live workers is closed. A forked worker is a grandchild with the zygote's
+command line: it is told from the zygote (``idist-zygote`` in ``ps``) by its name, ``idist-worker``.
 """
 
 from __future__ import annotations
@@ -32,23 +37,32 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 logger = logging.getLogger("interdist")
 
-#: Variables a forked worker sets for itself: they are read after the imports (the worker's log format).
-LATE_ENV = frozenset({"DASK_DISTRIBUTED__ADMIN__LOG_FORMAT"})
+#: Variables a forked worker sets for itself: read after the imports (the worker's log format), or never
+#: (pytest's name of the test: new at every test, a zygote for each otherwise).
+LATE_ENV = frozenset({"DASK_DISTRIBUTED__ADMIN__LOG_FORMAT", "PYTEST_CURRENT_TEST"})
 #: The most zygotes (one per distinct worker environment) this process keeps.
 MAX_ZYGOTES = 3
 #: Seconds to wait for a zygote's imports, and for its answer to a fork.
 READY_TIMEOUT = 60.0
 FORK_TIMEOUT = 10.0
+#: Seconds after ``for_env`` handed a zygote out during which it is not retired for another (a fork follows).
+HANDED_OUT_GRACE = 5.0
 
 # The zygote: its first packet carries the import path and the workers' boot code; it imports, says it
 # is ready, then forks one child per request and reports each child's exit. A child runs the worker's boot
 # code (``worker_process._BOOT``) on the socket it was given, as a fresh worker process would.
 _ZYGOTE = """\
 import json, os, select, signal, socket, sys, traceback
+try:
+    with open('/proc/self/comm', 'w') as f:
+        f.write('idist-zygote')  # as ps and top show it, and never mistaken for a worker (idist-worker)
+except OSError:
+    pass
 ctl = socket.socket(fileno=int(sys.argv[1]))
 first = json.loads(ctl.recv(1 << 20))
 sys.path[:] = first['sys_path']
@@ -76,6 +90,11 @@ def child(req, fds):
     os.close(wake_w)
     ctl.close()
     os.setsid()
+    if req.get('cwd'):
+        try:
+            os.chdir(req['cwd'])  # the parent's, now: a fresh worker would start there
+        except OSError:
+            pass
     sock = fds[0]
     if len(fds) > 1:
         os.dup2(fds[1], 1)
@@ -173,6 +192,14 @@ class Forked:
         return self.returncode
 
 
+def _cwd() -> str | None:
+    """This process's working directory, where a fresh worker would start (None: it was removed)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -217,13 +244,25 @@ class Zygote:
         self._children: dict[int, Forked] = {}
         self._early_exits: dict[int, int] = {}
         self._next = 0
+        self._forking = 0  # forks under way (their children not yet in ``_children``)
+        self._retired = False  # taken out of use (``retire``): it forks no more
+        self.handed_out = time.monotonic()  # when ``for_env`` last returned it: a fork may follow
         self._gone = False
         self._reader = threading.Thread(target=self._read, name="interdist-zygote", daemon=True)
         self._reader.start()
 
     @property
     def usable(self) -> bool:
-        return self._ready is not False and not self._gone and self.process.poll() is None
+        return self._ready is not False and not self._gone and not self._retired and self.process.poll() is None
+
+    def retire(self) -> bool:
+        """Take it out of use if no worker it forked is alive and no fork is under way (closing it then
+        leaves no worker without the exit code it reports); whether it was."""
+        with self._state:
+            if self._children or self._forking or self._retired:
+                return False
+            self._retired = True
+            return True
 
     def _read(self) -> None:
         while True:
@@ -262,11 +301,23 @@ class Zygote:
         with self._state:
             if not self._state.wait_for(lambda: self._ready is not None, READY_TIMEOUT) or not self._ready:
                 raise RuntimeError(f"the zygote could not start: {self.error or 'no answer'}")
+        with self._state:
+            if self._retired:
+                raise RuntimeError("the zygote was retired")
+            self._forking += 1
+        try:
+            return self._fork(sock, log, late_env)
+        finally:
+            with self._state:
+                self._forking -= 1
+
+    def _fork(self, sock: socket.socket, log: int | None, late_env: dict[str, str]) -> Forked:
         fds = [sock.fileno()] + ([log] if log is not None else [])
         with self._lock:
             self._next += 1
             req = self._next
-            socket.send_fds(self._sock, [json.dumps({"req": req, "env": late_env}).encode()], fds)
+            msg = {"req": req, "env": late_env, "cwd": _cwd()}
+            socket.send_fds(self._sock, [json.dumps(msg).encode()], fds)
         with self._state:
             if not self._state.wait_for(lambda: req in self._answers or not self.usable, FORK_TIMEOUT):
                 raise RuntimeError("the zygote did not answer a fork")
@@ -300,21 +351,23 @@ def split_env(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
 
 def for_env(env: dict[str, str], flags: list[str], boot: str, log: int | None) -> Zygote | None:
     """The zygote for workers with ``env`` (started now if there is none yet), or None when there are
-    ``MAX_ZYGOTES`` already, or this platform cannot pass descriptors."""
+    ``MAX_ZYGOTES`` already, each with live workers, or this platform cannot pass descriptors."""
     if not hasattr(socket, "send_fds") or not hasattr(os, "fork") or not os.path.isdir("/proc/self/task"):
         return None
     early, _ = split_env(env)
     # Not keyed by ``sys.path``: Dask puts a scheduler's scratch folder on it while the scheduler runs; each
     # worker takes the path of its spec, and the zygote's imports (Dask, interdist) do not depend on it.
-    key = (tuple(flags), tuple(sorted(early.items())), boot)
+    # Keyed by whether there is a log file: a zygote started without one writes to this process's streams.
+    key = (tuple(flags), tuple(sorted(early.items())), boot, log is None)
     with _zygotes_lock:
         zygote = _zygotes.get(key)
         if zygote is not None and zygote.usable:
+            zygote.handed_out = time.monotonic()
             return zygote
         if zygote is not None:
             zygote.close()
             del _zygotes[key]
-        if len(_zygotes) >= MAX_ZYGOTES:
+        if len(_zygotes) >= MAX_ZYGOTES and not _retire_one():
             return None
         try:
             zygote = Zygote(early, flags, boot, log)
@@ -323,6 +376,19 @@ def for_env(env: dict[str, str], flags: list[str], boot: str, log: int | None) -
             return None
         _zygotes[key] = zygote
         return zygote
+
+
+def _retire_one() -> bool:
+    """Close the least recently used zygote that has no live worker (a changed environment or Dask config
+    asks for a zygote of its own: the test suite's many configs, a notebook's ``os.environ`` edits);
+    whether there was one. Called with ``_zygotes_lock`` held."""
+    now = time.monotonic()
+    for key, zygote in sorted(_zygotes.items(), key=lambda kv: kv[1].handed_out):
+        if now - zygote.handed_out > HANDED_OUT_GRACE and zygote.retire():
+            del _zygotes[key]
+            zygote.close()
+            return True
+    return False
 
 
 def close_all() -> None:

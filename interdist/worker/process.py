@@ -48,6 +48,7 @@ _RESUME_WAIT = 5.0  # at most this long for the control connections to hand over
 
 def main(spec: dict[str, Any]) -> None:
     """Run the worker described by ``spec`` (see ``client/worker_process.py``) until it closes."""
+    _name_process()
     sock = socket.socket(fileno=int(spec["fd"]))
     sock.set_inheritable(False)
     if spec.get("credentials"):
@@ -70,6 +71,16 @@ def main(spec: dict[str, Any]) -> None:
     thread.serve_main_thread()  # until the worker closes (stop_main_thread)
     loop_thread.join(_EXIT_GRACE)
     _exit(code[0])
+
+
+#: This process's name (``/proc/PID/comm``: what ``ps``, ``top`` and ``psutil``'s ``name()`` show), fresh or forked
+#: from a zygote (``idist-zygote``, ``client/zygote.py``), whose command line a forked worker keeps.
+PROCESS_NAME = "idist-worker"
+
+
+def _name_process() -> None:
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:
+        f.write(PROCESS_NAME)
 
 
 def _settle() -> None:

@@ -23,16 +23,20 @@ import numpy as np
 import pytest
 
 import interdist as idist
-from interdist.client import cluster, reclaim
+from interdist.client import cluster, reclaim, zygote
 
 psutil = pytest.importorskip("psutil")
 
 
 def worker_processes() -> int:
-    """This process's live embedded worker processes (``client/worker_process.py``'s boot code)."""
+    """This process's live embedded worker processes (``client/worker_process.py``'s boot code): children
+    started fresh, and grandchildren forked from a zygote, which has their command line but is no worker."""
+    zygotes = {z.process.pid for z in zygote._zygotes.values()}
     count = 0
     for child in psutil.Process().children(recursive=True):
         try:
+            if child.pid in zygotes or child.name() == "idist-zygote":
+                continue
             if child.status() != psutil.STATUS_ZOMBIE and "interdist.worker.process" in " ".join(child.cmdline()):
                 count += 1
         except psutil.Error:

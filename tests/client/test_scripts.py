@@ -83,8 +83,11 @@ HOLDER = textwrap.dedent("""
     import time, psutil
     import interdist as idist
     strategy = idist.MirroredStrategy(["CPU:0", "CPU:1"])
-    kids = [p.pid for p in psutil.Process().children() if "interdist.worker.process" in " ".join(p.cmdline())]
-    print("workers", *kids, flush=True)
+    # the pids interdist knows: a worker forked from a zygote (client/zygote.py) is a grandchild with the
+    # zygote's command line; the zygote's own are "zygotes" (none when workers start fresh)
+    kids = [w.pid for w in strategy._lease.cluster.workers.values()]
+    zygotes = [z.process.pid for z in idist.client.zygote._zygotes.values()]
+    print("workers", *kids, "zygotes", *zygotes, flush=True)
     time.sleep(120)
 """)
 
@@ -98,8 +101,13 @@ def test_workers_end_with_a_killed_parent(sig: signal.Signals, tmp_path: Path) -
     try:
         assert parent.stdout is not None
         line = parent.stdout.readline()
-        workers = [int(p) for p in line.split()[1:]]
-        assert line.startswith("workers") and len(workers) == 2, line
+        assert line.startswith("workers") and " zygotes" in line, line
+        said, _, forked_from = line.partition(" zygotes")
+        workers = [int(p) for p in said.split()[1:]]
+        zygotes = [int(p) for p in forked_from.split()]
+        assert len(workers) == 2 and len(zygotes) <= 1, line
+        assert all(psutil.Process(w).name() == "idist-worker" for w in workers)
+        workers += zygotes  # the zygote, too, ends with the parent
         assert all(os.getsid(w) != os.getsid(parent.pid) for w in workers)  # sessions of their own
         parent.send_signal(sig)
         parent.wait(10)

@@ -1,8 +1,11 @@
-"""Worker processes forked from a zygote (``client/zygote.py``): what ``interdist.Server`` starts its workers with.
+"""Worker processes forked from a zygote (``client/zygote.py``): what ``interdist.Server`` and embedded CPU
+clusters start their workers with.
 
 A forked worker must be what a fresh one is: in its own session, restarted when it is killed (its exit
-code reported by the zygote), with its own random stream, its log lines labelled with its name, and gone
-with the process that made it however that process ends. Where no zygote can serve, workers start fresh.
+code reported by the zygote), with its own random stream, its log lines labelled with its name, in this
+process's working directory, and gone with the process that made it however that process ends. Where no
+zygote can serve, or ``interdist.cluster.fork-workers`` is false, workers start fresh. The zygote is told
+from its workers by its process name.
 """
 
 from __future__ import annotations
@@ -41,6 +44,17 @@ def wait_until(condition: Any, timeout: float = 30.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+@pytest.fixture(autouse=True)
+def _forking(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Workers forked (the default) even where the suite runs with ``interdist.cluster.fork-workers: false``;
+    its scripts too, through the environment."""
+    import dask
+
+    monkeypatch.setenv("DASK_INTERDIST__CLUSTER__FORK_WORKERS", "true")
+    with dask.config.set({"interdist.cluster.fork-workers": True}):
+        yield
 
 
 @pytest.fixture
@@ -136,3 +150,67 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _embedded(n: int, tag: str) -> Any:
+    """A lease of a new embedded CPU cluster of ``n`` workers (never one from the pool)."""
+    from interdist.client import cluster
+
+    return cluster._start_local_cpu(n, key=("CPU", n, tag))
+
+
+def test_embedded_workers_are_forked_named_and_told_from_their_zygote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from interdist.client import cluster
+
+    monkeypatch.chdir(tmp_path)
+    lease = _embedded(2, "forked")
+    try:
+        workers = list(lease.cluster.workers.values())
+        assert all(isinstance(w.process, zygote.Forked) for w in workers)
+        zygotes = {z.process.pid for z in zygote._zygotes.values()}
+        for w in workers:
+            p = psutil.Process(w.pid)
+            assert p.name() == "idist-worker" and p.ppid() in zygotes and w.pid not in zygotes
+            assert os.getsid(w.pid) == w.pid  # a session of its own, as a fresh worker's
+        assert all(psutil.Process(z).name() == "idist-zygote" for z in zygotes)
+        got = lease.client.run(os.getcwd)
+        assert set(got.values()) == {str(tmp_path)}  # this process's directory now, not the zygote's
+    finally:
+        cluster._shutdown(lease)
+
+
+def test_fork_workers_false_starts_each_worker_fresh() -> None:
+    import dask
+
+    from interdist.client import cluster
+
+    with dask.config.set({"interdist.cluster.fork-workers": False}):
+        lease = _embedded(1, "fresh")
+    try:
+        (w,) = lease.cluster.workers.values()
+        assert isinstance(w.process, subprocess.Popen) and psutil.Process(w.pid).ppid() == os.getpid()
+        assert psutil.Process(w.pid).name() == "idist-worker"
+    finally:
+        cluster._shutdown(lease)
+
+
+def test_a_zygote_without_live_workers_makes_room_for_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(zygote, "MAX_ZYGOTES", 1)
+    monkeypatch.setattr(zygote, "HANDED_OUT_GRACE", 0.0)
+    monkeypatch.setattr(zygote, "_zygotes", {})
+    flags, boot = worker_process._interpreter_flags(), worker_process._BOOT
+    env = dict(os.environ)
+    try:
+        first = zygote.for_env({**env, "IDIST_TEST_ZYGOTE": "1"}, flags, boot, None)
+        assert first is not None
+        first._children[1] = zygote.Forked(1)  # a live worker of its own: it stays
+        assert zygote.for_env({**env, "IDIST_TEST_ZYGOTE": "2"}, flags, boot, None) is None
+        first._children.clear()  # none: the least recently used makes room
+        second = zygote.for_env({**env, "IDIST_TEST_ZYGOTE": "2"}, flags, boot, None)
+        assert second is not None and second is not first
+        assert not first.usable and wait_until(lambda: first.process.poll() is not None, 10)
+        assert list(zygote._zygotes.values()) == [second]
+    finally:
+        zygote.close_all()

@@ -300,8 +300,13 @@ def test_run_steps_failing_in_the_function_goes_on_after_its_batches(strategy: i
 
 def _gated_block(block: np.ndarray, gate: str = "", block_info: dict[Any, Any] | None = None) -> np.ndarray:
     """The third chunk (rows 32..47) is read only once ``gate`` exists; ``gate + ".waiting"`` says a read of it
-    started."""
+    started. It waits out of its worker's one task thread (``secede``): a read of an earlier chunk that Dask
+    put on the same worker would otherwise wait behind it, and the steps before the gated chunk with it (seen
+    as a 120 s test on a cold cluster, with workers fresh or forked alike)."""
     if block_info and block_info[0]["chunk-location"] == (2,):
+        from distributed import secede
+
+        secede()
         Path(gate + ".waiting").touch()
         deadline = time.monotonic() + 120
         while not os.path.exists(gate) and time.monotonic() < deadline:
