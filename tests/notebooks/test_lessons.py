@@ -12,8 +12,6 @@ middle (the dashboard's chips right after a failure, say), the lesson keeps in a
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,41 +21,17 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
+from tests.notebooks._lesson_runs import _executed, executed, facts  # noqa: E402 - after the importorskips
+
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 ALL = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
 LESSONS = [f"{n:02d}" for n in range(1, 9)]  # the course: 01 ... 08
-_executed: dict[str, tuple[Any, float]] = {}
-
-
-def executed(name: str) -> Any:
-    """The notebook, run once per test session in a fresh kernel (its directory as the working directory)."""
-    if name not in _executed:
-        nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-        t0 = time.monotonic()
-        nbclient.NotebookClient(nb, timeout=150, kernel_name="python3",
-                                resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-        _executed[name] = (nb, time.monotonic() - t0)
-    return _executed[name][0]
 
 
 def lesson(number: str) -> Any:
     names = [n for n in ALL if n.startswith(number + "_")]
     assert len(names) == 1, f"one notebook {number}_*.ipynb expected, found {names}"
     return executed(names[0])
-
-
-def facts(nb: Any, tag: str) -> dict[str, Any]:
-    """The JSON lines printed by the cell tagged ``tag``, merged into one dict."""
-    cells = [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
-    assert len(cells) == 1, f"one cell tagged {tag!r} expected, found {len(cells)}"
-    out: dict[str, Any] = {}
-    for o in cells[0].get("outputs", []):
-        if o.get("output_type") == "stream" and o.get("name") == "stdout":
-            for line in o["text"].splitlines():
-                if line.startswith("{"):
-                    out.update(json.loads(line))
-    assert out, f"the cell tagged {tag!r} printed no JSON line"
-    return out
 
 
 def test_the_course_is_complete_and_saved_without_outputs() -> None:

@@ -1,4 +1,6 @@
-"""notebooks/09_scaling_model.ipynb runs (nbclient) and its ``check-scaling`` cell prints the model's key predictions.
+"""notebooks/09_scaling_model.ipynb runs and its ``check-scaling`` cell prints the model's key predictions.
+
+It runs once per session, shared with the other lesson tests (see _lesson_runs.py).
 
 The notebook starts no cluster (the model is pure arithmetic): ~5 s on a quiet machine (18 s at load 8),
 most of it the kernel start.
@@ -16,16 +18,18 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
+from tests.notebooks._lesson_runs import executed  # noqa: E402 - after the importorskips
+
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "09_scaling_model.ipynb"
 
 
 @pytest.fixture(scope="module")
 def facts() -> dict[str, Any]:
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
+    saved = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in saved.cells if c.cell_type == "code"]
     assert all(not c.outputs and c.execution_count is None for c in code), "saved with outputs"
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    nb = executed(NOTEBOOK.name)
+    code = [c for c in nb.cells if c.cell_type == "code"]
     errors = [o for c in code for o in c.outputs if o.get("output_type") == "error"]
     assert not errors, errors
     cells = [c for c in code if "check-scaling" in c.metadata.get("tags", [])]

@@ -20,7 +20,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-from tests.notebooks.test_lessons import _executed, executed, facts  # noqa: E402 - after the importorskips
+from tests.notebooks._lesson_runs import _executed, executed, facts  # noqa: E402 - after the importorskips
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "10_training_a_cnn.ipynb"
 REPLICAS, EPOCHS, STEPS = 4, 3, 3 * 1024 // 64
