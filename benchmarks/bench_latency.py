@@ -8,6 +8,7 @@ One line per figure, each with its baseline and the ratio:
   barrier, a 1-element all_reduce and a 4 KB all_reduce (against the pipe's one-way time);
 - a 4 KB all_reduce in ``run`` against TF's ``tf.function`` MirroredStrategy all_reduce on as
   many logical CPUs (when TF imports: ``INTERDIST_TF_SITE``, see _common.py);
+- a 4 MB all_reduce inside a run (mpi4py's figure on this machine beside it);
 - a 16 MB all_reduce (inside a run, and a run with one) as bus bandwidth 2(n-1)/n * bytes / t,
   against the memory-copy bandwidth.
 
@@ -29,6 +30,7 @@ import interdist as idist
 
 K = int(os.environ.get("BENCH_K", "200"))
 SMALL = 1024  # float32 elements: 4 KB
+MID = 1 << 20  # float32 elements: 4 MB
 LARGE = 4 << 20  # float32 elements: 16 MB
 
 
@@ -138,6 +140,9 @@ def main() -> None:
                 else "TF not importable (INTERDIST_TF_SITE)"
             )
             print(f"n={n} run with all_reduce 4 KB: {t_run * 1e3:.3f} ms; {base}")
+            mid = s.run(lambda: np.ones(MID, np.float32))
+            t_mid = per_collective(s, mid, "all_reduce", 30, repeat=3)
+            print(f"n={n} all_reduce 4 MB per collective inside run: {t_mid * 1e3:.2f} ms (mpi4py+MPICH, 2 ranks: ~1.9 ms)")
             nbytes, factor = LARGE * 4, 2 * (n - 1) / n
             t_in = per_collective(s, large, "all_reduce", 10, repeat=3)
             print(

@@ -37,7 +37,7 @@ import numpy as np
 
 from interdist import config
 from interdist._gpu import any_cupy, to_device, to_host
-from interdist._reduction import check_dtypes, check_shapes, mean_of_sum, reduce_arrays
+from interdist._reduction import check_dtypes, check_shapes, reduce_arrays
 from interdist.collectives import cost_model
 from interdist.collectives.base import (
     Packet,
@@ -50,6 +50,10 @@ from interdist.collectives.base import (
     unpack,
     unpack_arrays,
 )
+from interdist.collectives.reducing import _BLOCK as _BLOCK  # (this module's API too)
+from interdist.collectives.reducing import COLLECTIVE_DTYPES as COLLECTIVE_DTYPES
+from interdist.collectives.reducing import _check_collective_dtypes, _dtypes, _reduce_owned
+from interdist.collectives.small import small_all_reduce
 from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
@@ -118,10 +122,6 @@ def _bounds(size: int, n: int) -> list[int]:
     return [size * j // n for j in range(n + 1)]
 
 
-#: The dtypes TF's collective all-reduce accepts across replicas (bool is refused with its own message).
-COLLECTIVE_DTYPES = ("float16", "float32", "float64", "int32", "int64")
-
-
 class Collectives:
     """The ops a replica uses, on top of a transport. One instance per replica.
 
@@ -141,6 +141,8 @@ class Collectives:
         self.algorithm = algorithm
         self.root = root
         self.last_timing = Timing(0.0, 0.0, 0)
+        self.peers = [r for r in range(transport.world_size) if r != transport.rank]
+        self.plans: dict[Any, Any] = {}  # the small path's, by batch layout (small.py)
 
     @property
     def rank(self) -> int:
@@ -220,16 +222,27 @@ class Collectives:
     def all_reduce(self, step: int, seq: int, arrays: list[np.ndarray], op: ReduceOp, what: str) -> list[np.ndarray]:
         """Reduce a batch of arrays across ranks; every rank gets the same result.
 
-        CuPy arrays (GPU replicas) are staged through host memory: copied to the
-        host, reduced by the algorithms below exactly as NumPy arrays are (the same
-        bits on every rank, and as on CPU replicas), and the results copied back to
-        the device. One replica alone reduces on its device.
+        CuPy arrays (GPU replicas) stay on the device under a device backend (cuda_ipc, nccl, gpu:
+        ``device_all_reduce``, None when it stages through the host); otherwise they are copied to the
+        host, reduced by the algorithms below exactly as NumPy arrays are (the same bits on every rank,
+        and as on CPU replicas), and copied back. One replica alone reduces on its device.
         """
+        if self.world_size > 1:  # a small batch of NumPy arrays first (small.py): most of them are
+            try:
+                out = small_all_reduce(self, step, seq, arrays, op, what, self.algorithm)
+            except BaseException:
+                self.transport.forget()
+                raise
+            if out is not None:
+                return out
         if not any_cupy(arrays):
             return self._all_reduce_host(step, seq, arrays, op, what)
         if self.world_size == 1:
             self.last_timing = Timing(0.0, 0.0, 0, self._alone())
             return [reduce_arrays([a], op) for a in arrays]
+        device = getattr(self.transport, "device_all_reduce", None)
+        if device is not None and (on_device := device(self, step, seq, arrays, op, what)) is not None:
+            return list(on_device)
         out = self._all_reduce_host(step, seq, [to_host(a) for a in arrays], op, what)
         return [to_device(a) for a in out]
 
@@ -248,14 +261,25 @@ class Collectives:
             return self._reduce_scatter_all_gather(step, seq, arrays, shapes, op, what)
         if self.algorithm == AG:
             return self._all_gather_reduce(step, seq, arrays, shapes, op, what)
-        # AUTO. Shapes and topology only: the same choice on every rank. (Whether the group spans
-        # hosts is symmetric: if it does, every rank has a peer on another host.)
-        chosen = auto_algorithm(sum(a.size for a in arrays), self.world_size, self.transport.spans_hosts())
+        chosen = self.choose(sum(a.size for a in arrays))
         if chosen == RS:
             return self._reduce_scatter_all_gather(step, seq, arrays, shapes, op, what)
         if chosen == RB:
             return self._reduce_broadcast(step, seq, arrays, shapes, op, what)
         return self._all_gather_reduce(step, seq, arrays, shapes, op, what)
+
+    def choose(self, elements: int, cache: dict[Any, str] | None = None) -> str:
+        """``AUTO``'s algorithm for a batch of ``elements``: shapes and topology only, the same on every rank.
+        (Whether the group spans hosts is symmetric: if it does, every rank has a peer on another host.)
+        ``cache``: the choices made for this many elements, by topology and thresholds."""
+        spans = self.transport.spans_hosts()
+        if cache is None:
+            return auto_algorithm(elements, self.world_size, spans)
+        key = (spans, RS_MIN_ELEMENTS, RS_MIN_ELEMENTS_ONE_HOST, RB_MIN_ELEMENTS_ONE_HOST)
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = auto_algorithm(elements, self.world_size, spans)
+        return got
 
     def _alone(self) -> str:
         """The algorithm a group of one reports (nothing moves): the forced one, else all-gather-reduce."""
@@ -348,7 +372,7 @@ class Collectives:
             self.transport.send_packet([root], step, seq, packet)
             got, wait = self._take(step, _phase2(seq), [root], what)
             try:
-                kind, body = self._open(got[root])
+                kind, body = self._result(got[root])
             finally:
                 self._release(got)
             self.transport.flush(self.timeout())
@@ -372,13 +396,22 @@ class Collectives:
         finally:
             recv = parts = None  # views of the senders' segments: gone before they are released
             self._release(got)
-        packet = pack(("error", str(error)) if error is not None else ("ok", out))
+        packet = (None if error is not None else pack_arrays(out, op.value)) or pack(
+            ("error", str(error)) if error is not None else ("ok", out)
+        )  # the result as a raw frame when it can be one
         self.transport.send_packet(peers, step, _phase2(seq), packet)
         self.transport.flush(self.timeout())
         self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, packet.nbytes, RB)
         if error is not None:
             raise error
         return out
+
+    def _result(self, packet: Packet) -> tuple[str, Any]:
+        """A reduce-broadcast root's answer: ("ok", the arrays, the caller's own) or ("error", why)."""
+        if not is_frame(packet.header):
+            return self._open(packet)  # type: ignore[no-any-return]
+        _, arrays = unpack_arrays(packet.header, self.transport.view(packet))
+        return "ok", [np.array(a) for a in arrays]  # (copies: views of the root's packet)
 
     def _reduce_scatter_all_gather(
         self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]], op: ReduceOp, what: str
@@ -431,80 +464,3 @@ class Collectives:
         wait += wait2
         self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, sent, RS)
         return [o.reshape(s) for o, s in zip(outs, shapes, strict=True)]
-
-
-_ALLOWED_DTYPES: set[str] = set()  # dtype strings found acceptable (``_check_collective_dtypes``)
-
-
-def _check_collective_dtypes(dtypes: list[str], op: str) -> None:
-    """What ``Collectives._check`` says of dtypes that agree on every rank: TF's collective dtypes only."""
-    for d in dtypes:
-        if d in _ALLOWED_DTYPES:
-            continue
-        dtype = np.dtype(d)
-        if dtype.kind != "b" and dtype.name not in COLLECTIVE_DTYPES:
-            # TF 2.21's CollectiveReduceV2 takes these only: InvalidArgumentError ("Value for attr 'T' of
-            # uint8 is not in the list of allowed values") for int8/16, unsigned, complex, strings, objects.
-            raise ValueError(
-                f"all_reduce cannot {op} values of dtype {dtype.name}: TF's collective all-reduce takes "
-                f"{', '.join(COLLECTIVE_DTYPES)} only; cast them first (e.g. x.astype(np.int32))"
-            )
-        _ALLOWED_DTYPES.add(d)
-
-
-def _dtypes(arrays: list[np.ndarray]) -> list[str]:
-    """The dtypes a rank announces with its shapes (a few bytes in the first message)."""
-    return [a.dtype.str for a in arrays]
-
-
-def _reduce_owned(values: list[Any], op: ReduceOp) -> np.ndarray:
-    """``reduce_arrays`` with the same bits, adding in place into one fresh array.
-
-    ``reduce_arrays`` allocates a new array per addition; a fresh 16 MB array costs
-    ~3 ms of page faults here (2 cores), so the running total is reused. In-place
-    ``np.add`` runs the same elementwise loop on the same dtype as ``total + a``
-    (``total`` already has the result dtype), so every element is bitwise the same.
-    """
-    arrays = [np.asarray(v) for v in values]
-    dtype = np.result_type(*arrays)
-    if dtype.kind not in "biufc" or arrays[0].ndim == 0:
-        return reduce_arrays(arrays, op)
-    check_shapes([a.shape for a in arrays])
-    if len(arrays) > 2 and arrays[0].size >= _BLOCK and all(a.dtype == dtype and a.flags.c_contiguous for a in arrays):
-        total = _blocked_sum(arrays)
-    else:
-        if len(arrays) > 1 and arrays[0].dtype == dtype:
-            total = np.add(arrays[0], arrays[1])  # copy-then-add in one pass: same loop, same bits
-            rest = arrays[2:]
-        else:
-            total = np.array(arrays[0], dtype=dtype, copy=True)
-            rest = arrays[1:]
-        for a in rest:
-            np.add(total, a, out=total)
-    if op == ReduceOp.MEAN:
-        if dtype.kind in "fc":
-            np.true_divide(total, np.asarray(len(arrays), dtype=dtype), out=total)
-            return np.asarray(total)
-
-        return mean_of_sum(total, len(arrays))
-    return np.asarray(total)
-
-
-# Elements per block of a blocked sum: 256 KB of float32, which stays in a core's L2 cache.
-_BLOCK = 1 << 16
-
-
-def _blocked_sum(arrays: list[np.ndarray]) -> np.ndarray:
-    """``((a0 + a1) + a2) + ...`` a cache-sized block at a time: the same additions in the same
-    order for every element (so the same bits), but the running total of a block stays in cache
-    between additions instead of going to memory and back once per array (4 replicas, 16 MB:
-    a third of the memory traffic of whole-array passes)."""
-    total = np.empty_like(arrays[0])
-    out, flats = total.reshape(-1), [a.reshape(-1) for a in arrays]
-    for lo in range(0, out.size, _BLOCK):
-        hi = lo + _BLOCK
-        o = out[lo:hi]
-        np.add(flats[0][lo:hi], flats[1][lo:hi], out=o)
-        for f in flats[2:]:
-            np.add(o, f[lo:hi], out=o)
-    return total

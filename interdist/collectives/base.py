@@ -30,11 +30,12 @@ import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from interdist.collectives.mailbox import Mailbox
+if TYPE_CHECKING:
+    from interdist.collectives.mailbox import Mailbox
 
 
 class BackendUnavailableError(RuntimeError):
@@ -119,7 +120,21 @@ def _frameable(a: np.ndarray) -> bool:
 class _Layout:
     """What a frame of one batch layout (op, dtypes, shapes) looks like; built once per layout."""
 
-    __slots__ = ("description", "dtypes", "end", "inband", "offsets", "op", "pads", "prefix", "shapes", "sizes", "strs")
+    __slots__ = (
+        "description",
+        "dtypes",
+        "elements",
+        "end",
+        "inband",
+        "offsets",
+        "op",
+        "pads",
+        "prefix",
+        "shapes",
+        "sizes",
+        "small",
+        "strs",
+    )
 
     def __init__(self, op: str, dtypes: list[np.dtype[Any]], shapes: list[tuple[int, ...]]) -> None:
         self.op = op
@@ -150,6 +165,8 @@ class _Layout:
             self.offsets.append(at + pad)
             at += pad + size * d.itemsize
         self.end = at
+        self.small = all(self.inband)  # the whole batch in the header: no buffer of its own
+        self.elements = sum(self.sizes)
 
 
 _LAYOUTS: dict[Any, _Layout] = {}  # by (op, dtypes, shapes) on the sending side, by description on the receiving one
@@ -165,13 +182,21 @@ def _layout(key: Any, make: Any) -> _Layout:
     return got
 
 
-def pack_arrays(arrays: list[np.ndarray], op: str) -> Packet | None:
-    """``arrays`` (NumPy, numeric) as a raw frame with ``op``; ``None`` when one cannot be framed."""
+def frame_layout(arrays: list[np.ndarray], op: str) -> _Layout | None:
+    """The layout of ``arrays``' frame with ``op``; ``None`` when one cannot be framed."""
     for a in arrays:
         if not _frameable(a):
             return None
     key = (op, *[(a.dtype, a.shape) for a in arrays])
-    layout = _layout(key, lambda: _Layout(op, [a.dtype for a in arrays], [a.shape for a in arrays]))
+    return _layout(key, lambda: _Layout(op, [a.dtype for a in arrays], [a.shape for a in arrays]))
+
+
+def pack_arrays(arrays: list[np.ndarray], op: str, layout: _Layout | None = None) -> Packet | None:
+    """``arrays`` (NumPy, numeric) as a raw frame with ``op`` (whose ``layout`` may be given);
+    ``None`` when one cannot be framed."""
+    layout = frame_layout(arrays, op) if layout is None else layout
+    if layout is None:
+        return None
     parts: list[Any] = [layout.prefix]
     buffers: list[Any] = []
     pads = iter(layout.pads)
@@ -334,9 +359,11 @@ class Transport(ABC):
         """Release what the transport holds (connections, shared memory)."""
 
 
-@dataclass(frozen=True)
-class Timing:
-    """How long one collective took: waiting for peers versus moving data."""
+class Timing(NamedTuple):
+    """How long one collective took: waiting for peers versus moving data.
+
+    (Immutable; a named tuple rather than a frozen dataclass: made once per collective, and a
+    frozen dataclass costs ~1.5 us to make here against ~0.5 us.)"""
 
     wait_s: float
     transfer_s: float
@@ -352,6 +379,7 @@ __all__ = [
     "Timing",
     "Transport",
     "frame_description",
+    "frame_layout",
     "is_frame",
     "pack",
     "pack_arrays",

@@ -16,7 +16,10 @@ that come another way (Dask comms, the worker's control thread) and aborts wake 
 reader through a pipe (the doorbell). Nobody reads a channel while no one waits: packets
 wait in the kernel's socket buffer, and a sender whose peer's buffer is full reads its own
 channels while it waits (``wait_writable``), so two replicas sending each other large
-messages never wait on each other.
+messages never wait on each other. A channel's peer may offer a lane (``lanes.py``: small
+packets through shared memory, no system call on either side), which the same reader reads:
+while it spins it looks at its lanes and polls the sockets every 16 looks; before it blocks it
+tells the lanes' senders to nudge it through the socket (``channels.py``).
 """
 
 from __future__ import annotations
@@ -31,71 +34,11 @@ from collections.abc import Callable
 from typing import Any
 
 from interdist import config
+from interdist.collectives import lanes
+from interdist.collectives.channels import Channel, LanePacket, Parser
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError, ReplicaMismatchError
 
 Tag = tuple[int, int]  # (step, seq)
-
-#: A channel's parser: the packets at the start of a buffer, as (step, seq, src, payload), how many
-#: bytes they took, and how long the next packet is in all when its head has come (else 0).
-Parser = Callable[[Any], tuple[list[tuple[int, int, int, Any]], int, int]]
-
-_RECV_BYTES = 1 << 16
-
-
-class _Channel:
-    """One peer's stream of packets (a non-blocking socket) and the bytes of a packet read in part.
-
-    A packet longer than one read is received in place, into a buffer of its length (a 16 MB packet
-    read 64 KB at a time and joined as it grows would be copied ~250 times)."""
-
-    def __init__(self, sock: socket.socket, parse: Parser) -> None:
-        sock.setblocking(False)
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.parse = parse
-        self.pending = b""
-        self.big: bytearray | None = None  # a long packet being filled in place
-        self.got = 0
-
-    def read(self) -> list[tuple[int, int, int, Any]] | None:
-        """The whole packets that have come; ``None`` at end of stream (the peer closed or died)."""
-        out: list[tuple[int, int, int, Any]] = []
-        while True:
-            try:
-                if self.big is not None:
-                    n = self.sock.recv_into(memoryview(self.big)[self.got :])
-                    if n == 0:
-                        return None
-                    self.got += n
-                    if self.got == len(self.big):
-                        got, _, _ = self.parse(self.big)
-                        out += got
-                        self.big, self.got = None, 0
-                    continue
-                chunk = self.sock.recv(_RECV_BYTES)
-            except (BlockingIOError, InterruptedError):
-                return out
-            except OSError:
-                return None
-            if not chunk:
-                return None
-            data = self.pending + chunk if self.pending else chunk
-            got, used, need = self.parse(data)
-            out += got
-            rest = data[used:]
-            if need > _RECV_BYTES and need > len(rest):
-                self.big = bytearray(need)
-                self.big[: len(rest)] = rest
-                self.got, self.pending = len(rest), b""
-                continue
-            self.pending = rest
-            if len(chunk) < _RECV_BYTES:
-                return out  # the socket is drained (a further recv would say so with a syscall)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
-
 
 #: How long a collective of an aborted step still waits for messages already on their way (seconds).
 ABORT_GRACE = 0.25
@@ -116,8 +59,19 @@ def _spin_seconds() -> float:
 #: peer still computing) and when the group's replicas on this host are no more than its cores (a
 #: spinning replica would take the core of the peer it waits for). ``interdist.collectives.spin-us: 0``
 #: turns it off (read when this module is imported: in a worker, when its process starts).
+#: The spin grows with the last wait (1.5 times it, up to ``SPIN_MAX_S``): in a VM, waking a replica
+#: blocked in ``poll`` took ~300 us (the sender's ``sendmsg`` ~160 us of it), more than a 50 us spin
+#: covers, and two replicas that each block once stay out of step, each waiting for the other's
+#: wake-up every time (4 KB all_reduce, 2 replicas: ~300 us per collective). Spinning past one
+#: wake-up brings them back in step, where waits are a few us.
 SPIN_S = _spin_seconds()
-SPIN_IF_WAITED_BELOW = 4 * SPIN_S
+SPIN_MAX_S = 1e-3
+SPIN_IF_WAITED_BELOW = max(4 * SPIN_S, SPIN_MAX_S)
+#: While it spins, a waiter yields its core between looks (``sched_yield``: to a runnable process of
+#: that core, if any, else it goes on at once). On a busy machine the peer (or whoever holds the
+#: core) runs meanwhile: 4 KB all_reduce, 2 replicas, one other CPU-bound process: 172 us per
+#: collective against 267 us for a plain 50 us spin (interleaved runs, medians); alone, the same.
+SPIN_YIELD = True
 
 
 def _cores() -> int:
@@ -140,8 +94,8 @@ class Mailbox:
         # segment there, so an abandoned message never pins or leaks one.
         self.on_drop: Callable[[Any], None] | None = None
         self._floor = -(1 << 62)  # the step begun last: packets of earlier steps are dropped on arrival
-        self._channels: dict[int, _Channel] = {}  # by file descriptor
-        self._new_channels: list[_Channel] = []  # added while a reader polls: it registers them
+        self._channels: dict[int, Channel] = {}  # by file descriptor
+        self._new_channels: list[Channel] = []  # added while a reader polls: it registers them
         self._reading = False  # a thread polls the channels (one at a time)
         self._poller: Any = None
         self._doorbell: tuple[int, int] | None = None  # (read end, write end) of the wake-up pipe
@@ -191,9 +145,10 @@ class Mailbox:
         return why
 
     # -- channels ------------------------------------------------------------------
-    def add_channel(self, sock: socket.socket, parse: Parser) -> None:
-        """From now on, ``sock``'s packets are read by whoever waits in ``take`` (parsed by ``parse``)."""
-        channel = _Channel(sock, parse)
+    def add_channel(self, sock: socket.socket, parse: Parser, lane_packet: LanePacket | None = None) -> None:
+        """From now on, ``sock``'s packets are read by whoever waits in ``take`` (parsed by ``parse``),
+        and those of the lane its peer offers on it, if any (made payloads by ``lane_packet``)."""
+        channel = Channel(sock, parse, lane_packet)
         with self._cond:
             if self._closed:
                 channel.close()
@@ -229,12 +184,13 @@ class Mailbox:
                 os.write(self._doorbell[1], b"!")
 
     def _spin_budget(self) -> float:
-        """How long a waiter polls without sleeping before it blocks (``SPIN_S``), 0 for not at all."""
+        """How long a waiter polls without sleeping before it blocks (``SPIN_S``, more after a longer
+        wait: ``SPIN_MAX_S``), 0 for not at all."""
         if SPIN_S <= 0 or self._last_wait >= SPIN_IF_WAITED_BELOW:
             return 0.0
         if len(self._channels) + len(self._new_channels) + 1 > self._cores:
             return 0.0  # more of the group's replicas on this host than cores
-        return SPIN_S
+        return max(SPIN_S, min(SPIN_MAX_S, 1.5 * self._last_wait))
 
     def _read_channels(self, timeout: float, writable: socket.socket | None = None, spin: float = 0.0) -> None:
         """Wait up to ``timeout`` s for a packet, the doorbell or (``writable``) room to write; store
@@ -245,18 +201,18 @@ class Mailbox:
         out_fd = -1 if writable is None else writable.fileno()
         if out_fd >= 0:  # (one socket may be a channel too: then it is polled both ways meanwhile)
             poller.register(out_fd, select.POLLOUT | (select.POLLIN if out_fd in self._channels else 0))
+        ways = [c for c in self._channels.values() if c.lane is not None]  # channels with a lane
         self._cond.release()
         got: list[tuple[int, int, int, Any]] = []
-        gone: list[_Channel] = []
+        gone: list[Channel] = []
         try:
-            ready = []
-            if spin > 0:
-                end = time.perf_counter() + min(spin, timeout)
-                ready = poller.poll(0)
-                while not ready and time.perf_counter() < end:
-                    ready = poller.poll(0)
-            if not ready:
-                ready = poller.poll(max(0.0, timeout) * 1000)
+            ready: list[tuple[int, int]] = []
+            for c in ways:
+                got += c.read_lane()
+            if not got:
+                ready, came = self._spin(poller, ways, min(spin, timeout)) if spin > 0 else ([], False)
+                if not ready and not came:
+                    ready = self._block(poller, ways, timeout)
             for fd, _ in ready:
                 if self._doorbell is not None and fd == self._doorbell[0]:
                     with contextlib.suppress(BlockingIOError, OSError):
@@ -270,6 +226,8 @@ class Mailbox:
                     gone.append(channel)
                 else:
                     got += packets
+            for c in ways:  # (and a gone channel's last packets: sent before it went)
+                got += c.read_lane()
         finally:
             if out_fd >= 0:
                 with contextlib.suppress(KeyError, ValueError, OSError):
@@ -297,6 +255,49 @@ class Mailbox:
                 self._drop(dropped)
             finally:
                 self._cond.acquire()
+
+    @staticmethod
+    def _spin(poller: Any, ways: list[Channel], spin: float) -> tuple[list[tuple[int, int]], bool]:
+        """Look at the lanes, and poll the sockets every 16 looks (yielding the core between the others:
+        ``SPIN_YIELD``), for up to ``spin`` s without sleeping: what ``poll`` found, and whether a lane
+        has a packet."""
+        end = time.perf_counter() + spin
+        looks = 0
+        try:
+            while True:
+                for c in ways:
+                    if c.lane is not None and c.lane.ready():
+                        return [], True
+                if looks % 16 == 0:
+                    ready = poller.poll(0)
+                    if ready or time.perf_counter() >= end:
+                        return ready, False
+                elif SPIN_YIELD:
+                    os.sched_yield()  # a runnable process of this core (a peer) goes first
+                looks += 1
+        except (TypeError, ValueError):  # a lane closed meanwhile
+            return [], True
+
+    @staticmethod
+    def _block(poller: Any, ways: list[Channel], timeout: float) -> list[tuple[int, int]]:
+        """Block in ``poll`` (the lanes' senders told to nudge this reader) up to ``timeout`` s, or
+        ``lanes.RECHECK_S`` with lanes."""
+        if not ways or timeout <= 0:
+            return list(poller.poll(max(0.0, timeout) * 1000))
+        try:
+            for c in ways:
+                if c.lane is not None:
+                    c.lane.sleep(True)
+            lanes.fence()  # then look once more: a sender that published before it saw no sleeper
+            if any(c.lane is not None and c.lane.ready() for c in ways):
+                return []
+            return list(poller.poll(max(0.0, min(timeout, lanes.RECHECK_S)) * 1000))
+        except (TypeError, ValueError):  # a lane closed meanwhile
+            return []
+        finally:
+            for c in ways:
+                with contextlib.suppress(TypeError, ValueError, AttributeError):
+                    c.lane.sleep(False)  # type: ignore[union-attr]
 
     def _wait(self, timeout: float) -> None:
         """Under the lock: wait up to ``timeout`` s for a put, an abort or (read here) a packet."""
@@ -354,8 +355,7 @@ class Mailbox:
                 os.close(fd)
 
     def aborted(self, step: int) -> str | None:
-        with self._cond:
-            return self._aborted.get(step)
+        return self._aborted.get(step)  # (one dict read: atomic, no lock needed)
 
     def any_aborted(self) -> bool:
         """Whether some step not yet begun past was aborted (a wait outside ``take`` ends on it)."""

@@ -34,7 +34,7 @@ import os
 import secrets
 import threading
 from collections.abc import Callable
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
@@ -42,19 +42,11 @@ import numpy as np
 from interdist import config
 from interdist.collectives.base import Packet, Transport
 from interdist.collectives.mailbox import Mailbox
+from interdist.collectives.segments import PREFIX as PREFIX  # (this module's API too)
+from interdist.collectives.segments import _close, _unlink, _untracked
+from interdist.collectives.segments import shm_available as shm_available
+from interdist.collectives.segments import sweep_stale as sweep_stale
 
-try:  # POSIX: unlink a segment by name without the resource tracker (_untracked)
-    import _posixshmem
-except ImportError:  # Windows has no named POSIX segments: the fast path is off there (shm_available)
-    _posixshmem = None
-
-
-def shm_available() -> bool:
-    """Named POSIX shared memory, which the same-host fast path needs."""
-    return _posixshmem is not None
-
-
-PREFIX = "idist-"
 #: Segments up to this size are kept between collectives for reuse; larger ones are given back after
 #: each program (``SharedMemoryTransport.trim``).
 KEEP_BYTES = 64 << 20
@@ -76,60 +68,6 @@ _ALIGN = 64
 # 16 KB 1.20 vs 1.55 ms, 64 KB 1.10 vs 1.63 ms), so shm-threshold stays the limit there. The key:
 # ``interdist.collectives.shm-threshold-one-peer`` (128 KiB).
 _tokens = itertools.count(1)
-
-
-def _untracked(shm: shared_memory.SharedMemory) -> shared_memory.SharedMemory:
-    """Take a segment off the resource tracker: its lifetime is managed here.
-
-    Python 3.11 registers a segment on create and on open, and the worker processes
-    of one host share one tracker (a set of names), so a second registration and
-    two unregistrations would collide. Crashes are covered by ``sweep_stale``.
-    """
-    try:
-        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001, S110 - no tracker running: nothing to undo
-        pass
-    return shm
-
-
-def _unlink(shm: shared_memory.SharedMemory) -> None:
-    if _posixshmem is None:
-        return  # never reached: no segment is made where shm_available() is False
-    try:
-        _posixshmem.shm_unlink(shm._name)  # type: ignore[attr-defined]
-    except FileNotFoundError:  # already gone (the other side removed it)
-        pass
-
-
-def sweep_stale() -> None:
-    """Remove segments left by processes of this host that died between creating and handing one over."""
-    try:
-        names = os.listdir("/dev/shm")
-    except OSError:
-        return
-    for n in names:
-        if not n.startswith(PREFIX):
-            continue
-        try:
-            pid = int(n[len(PREFIX) :].split("-")[0])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            try:
-                os.unlink(os.path.join("/dev/shm", n))
-            except OSError:
-                pass
-        except (ValueError, PermissionError, OSError):
-            continue
-
-
-def _close(shm: shared_memory.SharedMemory) -> None:
-    try:
-        shm.close()
-    except BufferError:
-        # A view is still alive (an exception's traceback holding arrays read from the
-        # segment): drop our reference; the mapping goes when the last view does.
-        shm._mmap = None  # type: ignore[attr-defined]
-        shm.close()
 
 
 def _header_words(readers: int) -> int:
@@ -241,6 +179,9 @@ class SharedMemoryTransport(Transport):
         on_error: Callable[[BaseException], None] | None = None,
         detached: bool = False,
     ) -> None:
+        if not packet.buffers:  # (a small packet: all of it in its header)
+            self.inner.send_packet(dsts, step, seq, packet, on_error, detached)
+            return
         data = sum(memoryview(b).nbytes for b in packet.buffers)
         limit = self.threshold if len(dsts) > 1 else self.threshold_one_peer
         if data < limit or self.threshold < 0 or self._closed:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from interdist.replica.central import CentralState
 
 _T = TypeVar("_T")
+_ENTERED, _EXITED = events.CollectiveEntered.kind, events.CollectiveExited.kind
 
 
 class Replica:
@@ -136,26 +137,21 @@ class Replica:
             # A step aborted before this replica got here (a peer failed, the notebook was interrupted):
             # send nothing, so that no peer can complete this collective (and apply an update) without it.
             raise CollectiveAbortedError(f"{what} was aborted: {aborted}")
-        now = time.time()
-        self.emit(events.CollectiveEntered(self.group_id, self.step, self.rank, now, op, seq, nbytes))
+        # The events' wire forms (``CollectiveEntered(...).to_msg()``, ``CollectiveExited``), built as dicts:
+        # two frozen dataclasses and their ``to_msg`` cost ~5 us of a 4 KB all_reduce's ~40 us.
+        step = self.step
+        self.emit_msg(
+            {"group": self.group_id, "step": step, "replica": self.rank, "time": time.time(), "op": op, "seq": seq,
+             "nbytes": nbytes, "kind": _ENTERED}
+        )  # fmt: skip
         with resolving(self):  # handles in peers' payloads become this replica's objects
-            result = call(self.step, seq, what)
+            result = call(step, seq, what)
         t = self.collectives.last_timing
-        self.emit(
-            events.CollectiveExited(
-                self.group_id,
-                self.step,
-                self.rank,
-                time.time(),
-                op,
-                seq,
-                max(nbytes, t.nbytes),
-                t.algorithm or op,
-                self.transport.name,
-                t.wait_s,
-                t.transfer_s,
-            )
-        )
+        self.emit_msg(
+            {"group": self.group_id, "step": step, "replica": self.rank, "time": time.time(), "op": op, "seq": seq,
+             "nbytes": max(nbytes, t.nbytes), "algorithm": t.algorithm or op, "backend": self.transport.name,
+             "wait_s": t.wait_s, "transfer_s": t.transfer_s, "kind": _EXITED}
+        )  # fmt: skip
         self.in_collective = None
         return result
 

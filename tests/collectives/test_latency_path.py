@@ -245,7 +245,13 @@ def test_a_waiter_spins_only_after_short_waits_and_with_a_core_each(box_and_peer
     assert box._spin_budget() == 0.0  # no wait measured yet
     _send(peer, 1, 1, 0, b"already here")
     box.take(1, 1, [0], 5.0, "t")
-    assert box._spin_budget() == mailbox.SPIN_S > 0  # a collective loop: the next packet is near
+    assert box._last_wait < mailbox.SPIN_IF_WAITED_BELOW
+    # a collective loop: the next packet is near; spin at least SPIN_S, 1.5 times the last wait up to SPIN_MAX_S
+    assert box._spin_budget() == max(mailbox.SPIN_S, min(mailbox.SPIN_MAX_S, 1.5 * box._last_wait)) > 0
+    box._last_wait = 0.0
+    assert box._spin_budget() == mailbox.SPIN_S
+    box._last_wait = 0.9 * mailbox.SPIN_IF_WAITED_BELOW  # the peer came a wake-up later: spin past one
+    assert box._spin_budget() == mailbox.SPIN_MAX_S > mailbox.SPIN_S
     threading.Timer(0.05, _send, args=(peer, 1, 2, 0, b"late")).start()
     box.take(1, 2, [0], 5.0, "t")
     assert box._spin_budget() == 0.0  # the peer was computing: sleep at once

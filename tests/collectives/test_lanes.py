@@ -1,0 +1,345 @@
+"""Lanes (small packets through shared memory, ``lanes.py``) and the small all_reduce path (``small.py``).
+
+- A lane carries packets in order, refuses what it cannot take (not attached, full, too long), and
+  leaves no name in /dev/shm once its receiver mapped it.
+- Through a mailbox: the waiting thread reads a peer's lane; a reader blocked in ``poll`` is woken by
+  the sender's nudge (not by its periodic look), an abort or a put still release it at once, and
+  packets of a step gone are dropped.
+- Between Dask workers, small packets go through attached lanes and the sums are right.
+- The small path gives the general path's bits, and a mismatch still raises on every rank.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import interdist as idist
+from interdist.collectives import dask_comms, lanes, mailbox
+from interdist.collectives.algorithms import AG, RB, RS, Collectives
+from interdist.collectives.base import Packet, pack_arrays
+from interdist.collectives.local import local_group
+from interdist.collectives.mailbox import Mailbox
+from interdist.collectives.reducing import _reduce_owned
+from interdist.errors import CollectiveAbortedError, ReplicaMismatchError
+from interdist.reduce_op import ReduceOp
+
+from ._harness import run_threads
+
+needs_lanes = pytest.mark.skipif(not lanes.available(), reason="lanes need x86-64 and POSIX shared memory")
+
+
+# -- a lane alone -----------------------------------------------------------------------------------
+
+
+@needs_lanes
+def test_lane_carries_packets_in_order_and_refuses_what_it_cannot_take() -> None:
+    sender = lanes.Lane.create()
+    assert sender is not None
+    try:
+        assert not sender.put(1, 1, 0, b"early", b"")  # nobody attached yet
+        receiver = lanes.Lane.attach(sender.name)
+        assert receiver is not None
+        assert not os.path.exists(f"/dev/shm/{sender.name}")  # its name went when its reader mapped it
+        assert not receiver.ready() and receiver.take() == []
+        for i in range(lanes.SLOTS):
+            assert sender.put(1, i, 3, bytes([i]) * (i + 1), b"ref" if i % 2 else b"")
+        assert not sender.put(1, 99, 3, b"one too many", b"")  # full until the receiver takes
+        assert not sender.put(1, 99, 3, b"x" * lanes.SLOT_DATA, b"y")  # never fits a slot
+        assert receiver.ready()
+        got = receiver.take()
+        assert got == [(1, i, 3, bytes([i]) * (i + 1), b"ref" if i % 2 else b"") for i in range(lanes.SLOTS)]
+        assert sender.put(2, 0, 3, b"x" * lanes.SLOT_DATA, b"")  # room again; a slot's whole length
+        assert receiver.take() == [(2, 0, 3, b"x" * lanes.SLOT_DATA, b"")]
+        assert not sender.receiver_asleep()
+        receiver.sleep(True)
+        assert sender.receiver_asleep()
+        receiver.close()
+    finally:
+        sender.close()
+    assert not any(n == sender.name for n in os.listdir("/dev/shm"))
+
+
+def test_a_lane_that_cannot_be_mapped_is_none() -> None:
+    assert lanes.Lane.attach("idist-0-lane-nonexistent") is None
+
+
+# -- through a mailbox --------------------------------------------------------------------------------
+
+
+class _Conn:
+    """What ``DaskTransport._post`` and ``_put`` need of a connection."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.broken = False
+        self._write_lock = threading.Lock()
+
+
+@pytest.fixture
+def lane_pair() -> Any:
+    """A receiving mailbox, and a sending ``DaskTransport`` (rank 0) whose peer 1 is that mailbox's
+    replica over a socket channel with an attached lane."""
+    box = Mailbox()
+    mine, peer = socket.socketpair()
+    dask_comms.accept_channel(box, mine)
+    sender = dask_comms.DaskTransport.__new__(dask_comms.DaskTransport)
+    sender.rank, sender.mailbox = 0, Mailbox()
+    sender._peers, sender._sockets, sender._pending = ["me", "peer"], True, []
+    sender._nudge = dask_comms.channel_parts(lanes.NUDGE_STEP, 0, 0, Packet(b""))
+    conn = _Conn(peer)
+    sender._socks, sender._lanes = {"peer": conn}, {}
+    lane = lanes.Lane.create() if lanes.available() else None
+    if lane is not None:
+        sender._lanes["peer"] = lane
+        sender._post(conn, dask_comms.channel_parts(lanes.OFFER_STEP, 0, 0, Packet(lane.name.encode())))
+        box.begin_step(0)  # reads the offer: the lane is attached
+        assert lane.words[lanes._ATTACHED] == 1
+    yield box, sender, lane
+    box.drain()
+    peer.close()
+    if lane is not None:
+        lane.close()
+
+
+@needs_lanes
+def test_packets_take_the_lane_unless_the_reader_blocks(lane_pair: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    box, sender, lane = lane_pair
+    packet = Packet(b"hello", [], ["seg", 1, 7, [[64, 8]], 0])  # a control packet of a shared segment
+    sender.send_packet([1], 1, 1, packet)  # nobody waits yet: the lane
+    got = box.take(1, 1, [0], 5.0, "t")
+    assert got[0].header == b"hello" and got[0].buffers == [] and got[0].shm == ("seg", 1, 7, ((64, 8),), 0)
+    assert lane.count == 1  # it went through the lane, not the socket
+    sender.send_packet([1], 1, 2, Packet(b"big", [np.arange(8, dtype=np.uint8)]))  # buffers: the socket
+    assert bytes(box.take(1, 2, [0], 5.0, "t")[0].buffers[0]) == bytes(range(8)) and lane.count == 1
+    monkeypatch.setattr(mailbox, "SPIN_S", 0.0)
+    threading.Timer(0.1, sender.send_packet, args=([1], 1, 3, Packet(b"late"))).start()
+    assert box.take(1, 3, [0], 5.0, "t")[0].header == b"late"
+    assert lane.count == 1  # the reader blocked in poll: the socket's packet woke it
+
+
+@needs_lanes
+def test_a_blocked_reader_is_woken_by_the_nudge(lane_pair: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sender that published in the lane just as its reader went to block (it saw it awake) nudges it.
+    box, sender, lane = lane_pair
+    monkeypatch.setattr(lanes, "RECHECK_S", 10.0)  # only the nudge can wake it in time
+    monkeypatch.setattr(mailbox, "SPIN_S", 0.0)
+
+    def racing_sender() -> None:
+        while not lane.receiver_blocked():
+            time.sleep(0.001)
+        assert lane.put(1, 1, 0, b"late", b"") and lane.receiver_asleep()
+        sender._post(sender._socks["peer"], sender._nudge)
+
+    threading.Timer(0.1, racing_sender).start()
+    t0 = time.monotonic()
+    assert box.take(1, 1, [0], 5.0, "t")[0].header == b"late"
+    assert time.monotonic() - t0 < 1.0
+    assert lane.count == 1 and not lane.receiver_blocked()  # through the lane; awake again
+
+
+@needs_lanes
+@pytest.mark.parametrize("how", ["abort", "put"])
+def test_aborts_and_puts_still_release_a_reader_with_lanes(
+    lane_pair: Any, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    box, _, _ = lane_pair
+    monkeypatch.setattr(lanes, "RECHECK_S", 10.0)
+    if how == "abort":
+        threading.Timer(0.1, box.abort, args=(1, "replica 0 raised")).start()
+    else:
+        threading.Timer(0.1, box.put, args=(1, 1, 0, Packet(b"by dask comms"))).start()
+    t0 = time.monotonic()
+    if how == "abort":
+        with pytest.raises(CollectiveAbortedError, match="replica 0 raised"):
+            box.take(1, 1, [0], 5.0, "t")
+    else:
+        assert box.take(1, 1, [0], 5.0, "t")[0].header == b"by dask comms"
+    assert time.monotonic() - t0 < 1.0  # ABORT_GRACE included
+
+
+@needs_lanes
+def test_a_spinning_reader_gets_a_lane_packet(lane_pair: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    box, sender, lane = lane_pair
+    monkeypatch.setattr(mailbox, "SPIN_S", 1.0)
+    monkeypatch.setattr(mailbox, "SPIN_IF_WAITED_BELOW", 4.0)
+    box._cores, box._last_wait = 2, 0.0
+    threading.Timer(0.05, sender.send_packet, args=([1], 1, 1, Packet(b"while spinning"))).start()
+    t0 = time.monotonic()
+    assert box.take(1, 1, [0], 5.0, "t")[0].header == b"while spinning"
+    assert time.monotonic() - t0 < 0.8 and lane.count == 1  # seen while it spun, not after the 1 s
+
+
+@needs_lanes
+def test_lane_packets_of_a_step_gone_are_dropped(lane_pair: Any) -> None:
+    box, sender, _ = lane_pair
+    dropped: list[Any] = []
+    box.on_drop = dropped.append
+    sender.send_packet([1], 1, 1, Packet(b"old"))
+    sender.send_packet([1], 3, 1, Packet(b"ahead"))
+    box.begin_step(2)
+    assert [p.header for p in dropped] == [b"old"]
+    assert box.take(3, 1, [0], 5.0, "t")[0].header == b"ahead"
+
+
+@needs_lanes
+def test_a_full_lane_falls_back_to_the_socket(lane_pair: Any) -> None:
+    box, sender, lane = lane_pair
+    for seq in range(lanes.SLOTS + 3):  # nobody reads meanwhile: the last three take the socket
+        sender.send_packet([1], 1, seq, Packet(b"p%d" % seq))
+    got = [box.take(1, seq, [0], 5.0, "t")[0].header for seq in range(lanes.SLOTS + 3)]
+    assert got == [b"p%d" % seq for seq in range(lanes.SLOTS + 3)] and lane.count == lanes.SLOTS
+
+
+# -- between Dask workers ---------------------------------------------------------------------------
+
+
+def _through_lanes(v: Any) -> tuple[int, float, bytes]:
+    ctx = idist.get_replica_context()
+    rep = ctx._replica  # type: ignore[union-attr]
+    inner = rep.transport.inner
+    deadline = time.monotonic() + 10
+    total = ctx.all_reduce("sum", v)
+    while time.monotonic() < deadline and not all(lane.words[lanes._ATTACHED] for lane in inner._lanes.values()):
+        total = ctx.all_reduce("sum", v)  # connected and offered in the background
+    for _ in range(50):
+        total = ctx.all_reduce("sum", v)
+    before = sum(lane.count for lane in inner._lanes.values())
+    if rep.rank == 0:  # its peer is out of its last all_reduce and not waiting yet: the packet takes the lane
+        time.sleep(0.1)
+        rep.transport.send_packet([1], rep.step, 999, Packet(b"via the lane"))
+        got = b""
+    else:
+        time.sleep(0.3)
+        got = rep.transport.mailbox.take(rep.step, 999, [0], 10.0, "t")[0].header
+    return sum(lane.count for lane in inner._lanes.values()) - before, float(np.asarray(total)[0]), got
+
+
+@needs_lanes
+def test_workers_send_small_packets_through_lanes(mirrored2: Any) -> None:
+    s = mirrored2
+    dv = s.experimental_distribute_values_from_function(
+        lambda ctx: np.full(1024, ctx.replica_id_in_sync_group + 1, np.float32)
+    )
+    out = [tuple(o) for o in s.experimental_local_results(s.run(_through_lanes, args=(dv,)))]
+    assert out == [(1, 3.0, b""), (0, 3.0, b"via the lane")]
+
+
+# -- the small all_reduce path ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.MEAN])
+def test_small_path_gives_the_general_bits(world: int, op: ReduceOp) -> None:
+    def values(r: int) -> list[np.ndarray]:
+        rng = np.random.default_rng(r)
+        return [
+            (rng.normal(size=(7, 3)) * 1e3).astype(np.float32),
+            (rng.normal(size=5) * 1e6).astype(np.float64),
+            rng.integers(-1000, 1000, size=9).astype(np.int32),
+            np.asarray(np.float16(r + 0.3)),  # 0-d
+            (rng.normal(size=4)).astype(np.float16)[::2],  # non-contiguous
+        ]
+
+    def body(r: int, c: Collectives) -> Any:
+        out = c.all_reduce(1, 1, values(r), op, "t")
+        return out, c.last_timing.algorithm
+
+    got = run_threads(local_group(world), body)
+    want = [_reduce_owned([values(r)[i] for r in range(world)], op) for i in range(5)]
+    for out, algorithm in got:
+        assert algorithm == AG
+        for o, w in zip(out, want, strict=True):
+            assert o.dtype == w.dtype and o.shape == w.shape and o.tobytes() == w.tobytes()
+            assert o.flags.writeable
+
+
+@pytest.mark.parametrize("world, algorithm", [(4, "auto"), (3, RB)])  # AUTO: reduce-broadcast from 4 on one host
+@pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.MEAN])
+def test_small_reduce_broadcast_gives_the_general_bits(world: int, algorithm: str, op: ReduceOp) -> None:
+    def values(r: int) -> list[np.ndarray]:
+        rng = np.random.default_rng(r)
+        return [
+            (rng.normal(size=(40, 30)) * 1e3).astype(np.float32),
+            rng.integers(-1000, 1000, size=9).astype(np.int64),
+            np.asarray(np.float64(r + 0.3)),
+        ]
+
+    def body(r: int, c: Collectives) -> Any:
+        return c.all_reduce(1, 1, values(r), op, "t"), c.last_timing.algorithm
+
+    got = run_threads(local_group(world), body, algorithm=algorithm)
+    want = [_reduce_owned([values(r)[i] for r in range(world)], op) for i in range(3)]
+    for out, name in got:
+        assert name == RB
+        for o, w in zip(out, want, strict=True):
+            assert o.dtype == w.dtype and o.shape == w.shape and o.tobytes() == w.tobytes()
+            assert o.flags.writeable
+
+
+@pytest.mark.parametrize("world, algorithm", [(2, "auto"), (4, "auto"), (3, RB)])
+def test_small_and_large_frames_disagreeing_raise_on_every_rank(world: int, algorithm: str) -> None:
+    def body(r: int, c: Collectives) -> Any:
+        value = np.ones(8 if r != 1 else 8000, np.float32)  # rank 1's is not small (not in the header)
+        return c.all_reduce(1, 1, [value], ReduceOp.SUM, "t")
+
+    out = run_threads(local_group(world), body, algorithm=algorithm)
+    for o in out:
+        assert isinstance(o, ReplicaMismatchError) and "(8,)" in str(o) and "(8000,)" in str(o)
+
+
+def test_small_path_receives_a_general_packet_of_the_same_batch() -> None:
+    # A peer whose packet is the same batch as a pickle (the general path's fallback) is still summed.
+    boxes = local_group(2)
+    c = Collectives(boxes[0], lambda: 5.0)
+    mine = np.arange(4, dtype=np.float32)
+    meta = ([(4,)], ["<f4"], "SUM")
+    from interdist.collectives.base import pack
+
+    boxes[0].mailbox.put(1, 1, 1, pack((meta, [np.full(4, 10, np.float32)])))
+    out = c.all_reduce(1, 1, [mine], ReduceOp.SUM, "t")
+    assert out[0].tolist() == [10.0, 11.0, 12.0, 13.0]
+    sent = boxes[1].mailbox._messages[(1, 1, 0)]
+    assert sent.header == pack_arrays([mine], "SUM").header  # what it sent: the frame, as ever
+
+
+@pytest.mark.parametrize("algorithm", [RS, RB])
+def test_forced_algorithms_run_as_named(algorithm: str) -> None:
+    def body(r: int, c: Collectives) -> Any:
+        out = c.all_reduce(1, 1, [np.full(6, r + 1, np.float32)], ReduceOp.SUM, "t")
+        return out[0].tolist(), c.last_timing.algorithm
+
+    out = run_threads(local_group(3), body, algorithm=algorithm)
+    assert out == [([6.0] * 6, algorithm)] * 3
+
+
+def test_a_collectives_events_are_the_dataclasses_wire_forms() -> None:
+    # Replica.collective builds the two events' dicts itself: exactly what ``to_msg`` gives.
+    from interdist import events
+    from interdist.replica.replica import Replica
+
+    sink: list[dict[str, Any]] = []
+    spec: Any = {"world_size": 1, "devices": ["/job:localhost/replica:0/task:0/device:CPU:0"], "kind": "mirrored"}
+    rep = Replica("g", 0, spec, local_group(1)[0], sink.append, lambda s, r: None)
+    rep.step = 7
+    out = rep.collective(
+        "all_reduce", 12, lambda s, q, w: rep.collectives.all_reduce(s, q, [np.ones(3)], ReduceOp.SUM, w)
+    )
+    assert out[0].tolist() == [1.0, 1.0, 1.0]
+    entered, exited = sink
+    assert entered == events.CollectiveEntered("g", 7, 0, entered["time"], "all_reduce", 1, 12).to_msg()
+    t = rep.collectives.last_timing
+    assert (
+        exited
+        == events.CollectiveExited(
+            "g", 7, 0, exited["time"], "all_reduce", 1, 12, t.algorithm, "local", t.wait_s, t.transfer_s
+        ).to_msg()
+    )
+    assert events.from_msg(exited) == events.CollectiveExited(**{k: v for k, v in exited.items() if k != "kind"})
