@@ -1,22 +1,42 @@
-"""Host-staged all_reduce of CuPy arrays between two replicas that share GPU 0 (results: tests/gpu/gpu_run.md).
+"""All-reduce of CuPy arrays between GPU replicas: host-staged against device-resident (issue 27).
 
-    cd benchmarks && python bench_gpu_allreduce.py
+    cd benchmarks && python bench_gpu_allreduce.py [--quick]
 
-Prints the median time of one ``strategy.run`` whose replica function all-reduces
-a float32 CuPy array (SUM), for a few sizes, and the same for NumPy arrays on the
-same two workers, so the cost of staging through host memory shows. Without CuPy or
-a GPU it says so and exits 0 (``make bench`` runs it on CPU machines too).
+1. Host-staged (the ``dask`` backend): the median time of one float32 SUM all-reduce inside
+   ``strategy.run`` between two replicas sharing GPU 0, CuPy values against NumPy values on the
+   same workers (the first results are in tests/gpu/gpu_run.md).
+2. Device-resident on one GPU (``cuda_ipc``, 2 and 4 replicas sharing GPU 0): the all-reduce's bus
+   bandwidth (NCCL's convention: size / time x 2(n-1)/n) against a device-to-device ``cudaMemcpy``
+   of the same size on the same GPU, timed in the same worker.
+3. The 16 MB all-reduce: device-resident against host-staged, side by side.
+4. ``nccl`` between GPUs 0 and 1, where there are two.
+
+Every time is the slowest replica's, the GPU synchronized before and after. Without CuPy or a GPU
+it says so and exits 0 (``make bench`` runs it on CPU machines too). Where ``Collectives.all_reduce``
+has no device hook yet, the device paths are called through the replica's transport directly (the
+output says which).
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import statistics
+import sys
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 import interdist as idist
 from interdist.client.gpus import local_gpu_cluster
+from interdist.collectives.algorithms import Collectives
+from interdist.config import settings
+from interdist.reduce_op import ReduceOp
+
+MB = 1 << 20
+HOOKED = "device_all_reduce" in inspect.getsource(Collectives.all_reduce)
 
 
 def no_gpu_reason() -> str | None:
@@ -30,40 +50,121 @@ def no_gpu_reason() -> str | None:
     return None if count > 0 else "CUDA sees no GPU"
 
 
+def _step(kind: str, n: int, device: bool, direct: bool) -> float:
+    """In a replica: seconds of one SUM all-reduce of ``n`` float32 ones (CuPy or NumPy)."""
+    import cupy
+
+    xp = cupy if kind == "cupy" else np
+    x = xp.ones(n, dtype=xp.float32)
+    ctx = idist.get_replica_context()
+    replica = ctx._replica
+    cupy.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    if device and direct:
+        y = replica.collective("all_reduce", x.nbytes, lambda s, q, w: replica.transport.device_all_reduce(
+            replica.collectives, s, q, [x], ReduceOp.SUM, w))[0]
+    else:
+        y = ctx.all_reduce("sum", x)
+    cupy.cuda.Device().synchronize()
+    dt = time.perf_counter() - t0
+    world = int(ctx.num_replicas_in_sync)
+    assert float(y[0]) == world and float(y[-1]) == world
+    if device:
+        used = replica.collectives.last_timing.algorithm
+        assert used.startswith(("cuda-ipc", "nccl")), f"the device path was not taken ({used})"
+    return dt
+
+
+def _memcpy(nbytes: int) -> float:
+    """In a replica: seconds of one device-to-device copy of ``nbytes`` on its GPU (CUDA events)."""
+    import cupy
+
+    src = cupy.ones(nbytes // 4, dtype=cupy.float32)
+    dst = cupy.empty_like(src)
+    times = []
+    for _ in range(7):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        dst.data.copy_from_device_async(src.data, src.nbytes)
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+    return statistics.median(times[2:])
+
+
+def _median(s: Any, fn: Any, *args: Any, runs: int = 7) -> float:
+    times = []
+    for _ in range(runs):
+        out = s.run(fn, args=args)
+        times.append(max(float(np.asarray(v)) for v in s.experimental_local_results(out)))
+    return statistics.median(times[2:])
+
+
+@contextlib.contextmanager
+def _strategy(backend: str, gpus: list[int]) -> Iterator[Any]:
+    settings.collectives_backend = backend
+    with local_gpu_cluster(gpus) as cluster, \
+            idist.MirroredStrategy([f"GPU:{i}" for i in range(len(gpus))], cluster=cluster) as s:
+        yield s
+
+
+def host_staged(sizes: list[int]) -> dict[int, float]:
+    print("## host-staged (backend 'dask'), 2 replicas sharing GPU 0", flush=True)
+    out = {}
+    with _strategy("dask", [0, 0]) as s:
+        for mb in sizes:
+            n = mb * MB // 4
+            row = [f"{mb:>4} MB"]
+            for kind in ("cupy", "numpy"):
+                med = _median(s, _step, kind, n, False, False)
+                if kind == "cupy":
+                    out[mb] = med
+                row.append(f"{kind} {med * 1e3:8.2f} ms ({mb / 1024 / med:6.2f} GB/s)")
+            print(" | ".join(row), flush=True)
+    return out
+
+
+def device_resident(backend: str, gpus: list[int], sizes: list[int]) -> dict[int, float]:
+    n = len(gpus)
+    how = "ctx.all_reduce" if HOOKED else "the transport's device_all_reduce (no hook in Collectives yet)"
+    print(f"## device-resident (backend {backend!r}), {n} replicas on GPUs {gpus}, through {how}", flush=True)
+    out = {}
+    with _strategy(backend, gpus) as s:
+        for mb in sizes:
+            t = _median(s, _step, "cupy", mb * MB // 4, True, not HOOKED)
+            copy = _median(s, _memcpy, mb * MB, runs=3)
+            busbw = mb * MB / t * 2 * (n - 1) / n / 1e9
+            copy_bw = mb * MB / copy / 1e9
+            out[mb] = t
+            print(f"{mb:>4} MB | all-reduce {t * 1e3:8.3f} ms, bus bandwidth {busbw:8.1f} GB/s | "
+                  f"memcpy D2D {copy * 1e3:7.3f} ms, {copy_bw:8.1f} GB/s | bus/memcpy {busbw / copy_bw:5.2f}",
+                  flush=True)
+    return out
+
+
 def main() -> None:
     reason = no_gpu_reason()
     if reason is not None:
         print(f"bench_gpu_allreduce: skipped, needs CuPy and an NVIDIA GPU: {reason}", flush=True)
         return
-    with local_gpu_cluster([0, 0]) as cluster, \
-            idist.MirroredStrategy(["GPU:0", "GPU:1"], cluster=cluster) as s:
-        for mb in (1, 16, 64):
-            n = mb * (1 << 20) // 4
-            row = [f"{mb:>3} MB"]
-            for kind in ("cupy", "numpy"):
-                def step(kind: str = kind, n: int = n) -> float:
-                    import cupy
+    import cupy
 
-                    xp = cupy if kind == "cupy" else np
-                    x = xp.ones(n, dtype=xp.float32)
-                    ctx = idist.get_replica_context()
-                    if kind == "cupy":
-                        cupy.cuda.Device().synchronize()
-                    t0 = time.perf_counter()
-                    y = ctx.all_reduce("sum", x)
-                    if kind == "cupy":
-                        cupy.cuda.Device().synchronize()
-                    dt = time.perf_counter() - t0
-                    assert float(y[0]) == 2.0 and float(y[-1]) == 2.0
-                    return dt
-
-                times = []
-                for _ in range(7):
-                    out = s.run(step)
-                    times.append(max(float(np.asarray(v)) for v in s.experimental_local_results(out)))
-                med = statistics.median(times[2:])
-                row.append(f"{kind} {med * 1e3:7.2f} ms ({mb / 1024 / med:5.2f} GB/s)")
-            print(" | ".join(row), flush=True)
+    quick = "--quick" in sys.argv
+    before = settings.collectives_backend
+    try:
+        staged = host_staged([16] if quick else [1, 16, 64])
+        sizes = [16] if quick else [1, 16, 64, 256]
+        ipc2 = device_resident("cuda_ipc", [0, 0], sizes)
+        if not quick:
+            device_resident("cuda_ipc", [0, 0, 0, 0], sizes)
+        print(f"## 16 MB all-reduce, 2 replicas on one GPU: device-resident {ipc2[16] * 1e3:.3f} ms against "
+              f"host-staged {staged[16] * 1e3:.2f} ms ({staged[16] / ipc2[16]:.1f}x)", flush=True)
+        if int(cupy.cuda.runtime.getDeviceCount()) >= 2:
+            device_resident("nccl", [0, 1], sizes)
+        else:
+            print("## nccl: skipped, needs 2 GPUs (NCCL refuses two ranks on one GPU)", flush=True)
+    finally:
+        settings.collectives_backend = before
 
 
 if __name__ == "__main__":

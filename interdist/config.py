@@ -228,7 +228,8 @@ class _Settings:
     # Embedded clusters idle this long after their last strategy closed are shut down.
     cluster_idle_timeout = _Key[float]("cluster.idle-timeout")
     # Collectives backend between the replicas of a group on Dask workers, by its name in
-    # interdist.collectives.registry ("dask"; "local" serves one replica; "shm" and "nccl" cannot).
+    # interdist.collectives.registry ("dask"; "local" serves one replica; "shm" cannot;
+    # "cuda_ipc", "nccl" and "gpu" for GPU replicas).
     collectives_backend = _Key[str]("collectives.backend")
     # After a replica failed, how long the notebook waits for the others before reporting them stuck.
     stuck_grace = _Key[float]("liveness.stuck-grace")

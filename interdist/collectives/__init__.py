@@ -14,7 +14,10 @@ when a backend is asked for, so that importing the engine never imports Dask or 
 - ``shm``: large packets through POSIX shared memory, around an inner transport.
 - ``dask``: worker to worker over Dask comms, same-host packets over Unix control
   sockets and shared memory (what workers use by default).
-- ``nccl``: known, never available: NCCL collectives are not implemented.
+- ``cuda_ipc``, ``nccl``, ``gpu``: device-resident all-reduces of CuPy arrays between GPU replicas
+  (CUDA IPC between processes that share a GPU, NCCL between GPUs, ``gpu`` choosing between them and
+  host staging by the cost model), around ``dask``; registered in ``registry.DEVICE_BACKENDS``.
+  Not yet run on a GPU: see docs/gpu.md.
 """
 
 from __future__ import annotations

@@ -47,22 +47,36 @@ The parameters of this kind of machine (``PRESETS["shm"]`` and ``PRESETS["tcp"]`
 by ``benchmarks/bench_cost_model.py`` (figures in ``docs/performance.md``); ``PRESETS["nccl"]``
 comes from published figures (see its ``source``). ``interdist.collectives.cost-model`` may name a JSON
 file written by the benchmark (``--save``): its parameter sets replace the presets of the same
-name, so ``AUTO`` then chooses by what was measured on the machine at hand.
+name, so ``AUTO`` then chooses by what was measured on the machine at hand. The parameter sets
+themselves are in ``cost_params.py``.
+
+GPU replicas (CuPy arrays): :func:`device_choice` weighs host staging against the device paths
+(``cuda_ipc`` between replicas on one GPU, ``nccl`` between GPUs) with ``PRESETS["cuda_ipc"]`` and
+``PRESETS["nccl-device"]``, assumed figures until measured on a GPU (``cost_params.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from interdist import config
+from interdist.collectives.cost_params import (
+    _SHM,
+    PARAMETERS,
+    PRESETS,
+    STAGING_BYTES_PER_S,
+    STAGING_LATENCY_S,
+    Link,
+    Params,
+    load,
+    preset,
+    save,
+)
 
 # The names ``algorithms.py`` uses for its all_reduce algorithms (kept equal to its constants;
 # this module imports nothing from there, which imports from here).
@@ -76,139 +90,7 @@ HIERARCHICAL = "hierarchical"
 IMPLEMENTED = (AG, RS, RB)
 #: The algorithms the model knows: interdist's and, for predictions at scale, the textbook ones.
 MODELLED = (AG, RS, RB, RING, TREE, HIERARCHICAL)
-#: The order of the parameters in :meth:`Params.vector` (and of the columns :func:`fit` solves for).
-PARAMETERS = ("intra.alpha", "intra.overhead", "intra.beta", "inter.alpha", "inter.overhead", "inter.beta", "gamma")
-
-
-@dataclass(frozen=True)
-class Link:
-    """One kind of link between replicas."""
-
-    alpha: float  #: seconds of latency per round of messages on the critical path
-    overhead: float  #: seconds a replica spends per message it sends or receives
-    beta: float  #: seconds per byte a replica moves over the link (1 / bandwidth)
-
-
-@dataclass(frozen=True)
-class Params:
-    """One parameter set: a kind of machine and how its replicas talk (JSON: :meth:`to_json`)."""
-
-    name: str
-    intra: Link  #: between replicas on one host
-    inter: Link  #: between hosts
-    gamma: float  #: seconds per byte added into a running total
-    cores: float  #: replicas a host runs at once without sharing a core (``inf``: never shared)
-    shared: bool = True  #: one write per message to replicas of one host (shared memory), else one per peer
-    source: str = ""  #: where the figures come from
-
-    def vector(self) -> np.ndarray:
-        """The fitted parameters, in the order of ``PARAMETERS``."""
-        i, o = self.intra, self.inter
-        return np.array([i.alpha, i.overhead, i.beta, o.alpha, o.overhead, o.beta, self.gamma], dtype=np.float64)
-
-    def with_vector(self, v: Sequence[float] | np.ndarray, source: str | None = None) -> Params:
-        """A copy with the parameters of ``v`` (in the order of ``PARAMETERS``)."""
-        x = [float(a) for a in v]
-        if len(x) != len(PARAMETERS):
-            raise ValueError(f"expected {len(PARAMETERS)} parameters ({', '.join(PARAMETERS)}), got {len(x)}")
-        return dataclasses.replace(
-            self,
-            intra=Link(x[0], x[1], x[2]),
-            inter=Link(x[3], x[4], x[5]),
-            gamma=x[6],
-            source=self.source if source is None else source,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["cores"] = None if math.isinf(self.cores) else self.cores
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Params:
-        cores = d.get("cores")
-        return cls(
-            name=str(d["name"]),
-            intra=Link(**{k: float(v) for k, v in d["intra"].items()}),
-            inter=Link(**{k: float(v) for k, v in d["inter"].items()}),
-            gamma=float(d["gamma"]),
-            cores=math.inf if cores is None else float(cores),
-            shared=bool(d.get("shared", True)),
-            source=str(d.get("source", "")),
-        )
-
-
-# -- parameter sets -------------------------------------------------------------------------
-# "shm": this class of machine (2 cores, loopback), replicas on one host through shared memory,
-# between hosts through Dask comms over TCP. Fitted by benchmarks/bench_cost_model.py
-# (docs/performance.md has the run: predicted vs measured, load).
-_SHM = Params(
-    name="shm",
-    intra=Link(alpha=0.0, overhead=1.28e-4, beta=8.45e-11),
-    inter=Link(alpha=9.5e-5, overhead=1.17e-4, beta=3.29e-10),
-    gamma=2.01e-10,
-    cores=2.0,
-    source="fitted by benchmarks/bench_cost_model.py on a 2-core VM (docs/performance.md)",
-)
-# "tcp": every message over Dask comms, also between replicas of one host (no shared memory).
-_TCP = dataclasses.replace(
-    _SHM,
-    name="tcp",
-    intra=_SHM.inter,
-    shared=False,
-    source="fitted by benchmarks/bench_cost_model.py on a 2-core VM, Dask comms over loopback (docs/performance.md)",
-)
-# "nccl": GPUs, NVLink inside a host and InfiniBand between hosts. Published figures (``beta`` is
-# per byte sent *or* received, so a link of B bytes/s each way has beta = 1 / (2 B), and a ring's
-# time 2(n-1)/n b / busbw gives beta = 1 / (2 busbw)):
-# - NVLink: NCCL's all_reduce_perf reaches a bus bandwidth of ~230 GB/s on the 8 A100s of a DGX
-#   A100 (NVIDIA's NCCL tests and DGX A100 performance notes).
-# - InfiniBand: a DGX A100 has 8 x 200 Gb/s HDR adapters, 200 GB/s per host each way, which NCCL
-#   drives with several rings (channels) at once; ~190 GB/s bus bandwidth across nodes is reported.
-# - latency: a few microseconds per step inside a node, ~5-10 us across nodes (Jeaugey, "Massively
-#   scale your deep learning training with NCCL 2.4", NVIDIA blog, 2019: ring latency grows with n,
-#   tree latency with log2 n); here 5 us and 10 us per round, 1 us per message.
-# - gamma: a GPU adds at memory speed (~1.5 TB/s of HBM2e, 3 accesses per element added).
-_NCCL = Params(
-    name="nccl",
-    intra=Link(alpha=5e-6, overhead=1e-6, beta=1 / (2 * 230e9)),
-    inter=Link(alpha=1e-5, overhead=1e-6, beta=1 / (2 * 190e9)),
-    gamma=3 / 1.5e12,
-    cores=math.inf,
-    shared=False,
-    source="published figures: NCCL tests bus bandwidth on DGX A100 (NVLink ~230 GB/s, 8 x HDR InfiniBand "
-    "~190 GB/s), NCCL 2.4 latencies (Jeaugey 2019); see docs/performance.md",
-)
-_BUILTIN: dict[str, Params] = {p.name: p for p in (_SHM, _TCP, _NCCL)}
-
-
-def _load_presets() -> dict[str, Params]:
-    presets = dict(_BUILTIN)
-    path = config.get("collectives.cost-model")  # read once, when this module is imported
-    if path:
-        presets.update(load(path))
-    return presets
-
-
-def load(path: str) -> dict[str, Params]:
-    """Parameter sets from a JSON file written by :func:`save` (a list of :meth:`Params.to_json`)."""
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of parameter sets, got {type(data).__name__}")
-    return {p.name: p for p in (Params.from_json(d) for d in data)}
-
-
-def save(path: str, params: Iterable[Params]) -> None:
-    """Write parameter sets as JSON (read back by :func:`load` and ``interdist.collectives.cost-model``)."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump([p.to_json() for p in params], f, indent=1)
-        f.write("\n")
-
-
-#: The parameter sets by transport name: ``"shm"`` (interdist on this kind of machine: shared
-#: memory on a host, Dask comms between hosts), ``"tcp"`` (Dask comms everywhere), ``"nccl"``.
-PRESETS: dict[str, Params] = _load_presets()
+# The parameter sets (``Link``, ``Params``, ``PRESETS``, ``load``, ``save``) live in ``cost_params.py``.
 
 
 # -- the formulas -------------------------------------------------------------------------
@@ -320,13 +202,6 @@ def predict(
     return _cost(p, phases(algorithm, nbytes, world_size, hosts, p.shared))
 
 
-def preset(transport: str) -> Params:
-    try:
-        return PRESETS[transport]
-    except KeyError:
-        raise ValueError(f"no cost model parameters for transport {transport!r}; known: {', '.join(PRESETS)}") from None
-
-
 def best_algorithm(
     nbytes: float,
     world_size: int,
@@ -374,6 +249,51 @@ def auto_choice(elements: int, world_size: int, spans_hosts: bool) -> str:
     if spans_hosts:
         return best_algorithm(4 * elements, world_size, world_size, "shm", AUTO_CANDIDATES_HOSTS, margin=AUTO_MARGIN)
     return best_algorithm(4 * elements, world_size, 1, "shm", AUTO_CANDIDATES_ONE_HOST, margin=AUTO_MARGIN)
+
+
+# -- GPU replicas: where a batch of CuPy arrays is reduced ----------------------------------------
+#: The paths of a GPU replicas' all_reduce: through host memory (the host algorithms above), CUDA IPC
+#: between replicas that share one GPU, NCCL between replicas on distinct GPUs.
+HOST = "host"
+CUDA_IPC = "cuda_ipc"
+NCCL = "nccl"
+DEVICE_PATHS = (HOST, CUDA_IPC, NCCL)
+#: The parameter set and the algorithm (phases) of each device path (``cost_params.py``: assumed).
+DEVICE_MODEL = {CUDA_IPC: ("cuda_ipc", AG), NCCL: ("nccl-device", RS)}
+
+
+def device_path_time(path: str, nbytes: float, world_size: int, hosts: int = 1, shared_gpu: bool = True) -> float:
+    """Predicted seconds of one all_reduce of ``nbytes`` per GPU replica along ``path``.
+
+    ``host``: each replica copies its batch to the host and the result back (``STAGING_BYTES_PER_S``;
+    the replicas on one GPU, ``shared_gpu``, share its link), the host algorithm ``AUTO`` picks in
+    between (``PRESETS["shm"]``). ``cuda_ipc`` and ``nccl``: the phases of their algorithm with their
+    parameter set (``DEVICE_MODEL``)."""
+    if path == HOST:
+        copies = 2 * (world_size if shared_gpu else 1)
+        staged = copies * (nbytes / STAGING_BYTES_PER_S + STAGING_LATENCY_S)
+        host = auto_choice(max(1, int(nbytes) // 4), world_size, hosts > 1)
+        return staged + predict(host, nbytes, world_size, hosts, "shm")
+    try:
+        name, algorithm = DEVICE_MODEL[path]
+    except KeyError:
+        raise ValueError(f"unknown device path {path!r}; known: {', '.join(DEVICE_PATHS)}") from None
+    p = preset(name)
+    if not shared_gpu:
+        p = dataclasses.replace(p, cores=math.inf)  # each replica has a GPU of its own
+    return _cost(p, phases(algorithm, nbytes, world_size, hosts, p.shared))
+
+
+def device_choice(
+    nbytes: float, world_size: int, candidates: Sequence[str], hosts: int = 1, shared_gpu: bool = True
+) -> str:
+    """The fastest of ``candidates`` (paths of ``DEVICE_PATHS`` the group can take) by the model; exact
+    ties go to the earliest. A pure function of its arguments: every rank that passes the same (the
+    group's agreed topology, the batch's size in bytes) chooses the same."""
+    if not candidates:
+        raise ValueError("no candidate device paths")
+    t = {c: device_path_time(c, nbytes, world_size, hosts, shared_gpu) for c in candidates}
+    return min(candidates, key=lambda c: (t[c], list(candidates).index(c)))
 
 
 # -- scaling --------------------------------------------------------------------------------
@@ -497,20 +417,29 @@ __all__ = [
     "AUTO_CANDIDATES_HOSTS",
     "AUTO_CANDIDATES_ONE_HOST",
     "AUTO_MARGIN",
+    "CUDA_IPC",
+    "DEVICE_MODEL",
+    "DEVICE_PATHS",
     "HIERARCHICAL",
+    "HOST",
     "IMPLEMENTED",
     "MODELLED",
+    "NCCL",
     "PARAMETERS",
     "PRESETS",
     "RB",
     "RING",
     "RS",
+    "STAGING_BYTES_PER_S",
+    "STAGING_LATENCY_S",
     "TREE",
     "Link",
     "Measurement",
     "Params",
     "auto_choice",
     "best_algorithm",
+    "device_choice",
+    "device_path_time",
     "features",
     "fit",
     "load",

@@ -12,7 +12,8 @@ bits on every replica (``algorithms.py``), so the choice changes speed only.
 - ``ReductionToOneDevice``: reduce-broadcast at every size (one replica reduces,
   then sends the result to every replica).
 
-NCCL is never used: the ``nccl`` backend is registered but not implemented (``nccl.py``).
+The cross-device ops do not choose the transport: the collectives backend does (``interdist.collectives.backend``;
+the ``nccl``, ``cuda_ipc`` and ``gpu`` backends reduce GPU replicas' CuPy arrays on the device, docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -104,12 +105,12 @@ class HierarchicalCopyAllReduce(CrossDeviceOps):
 
 
 class NcclAllReduce(CrossDeviceOps):
-    """TF's NCCL all-reduce, accepted for compatibility: NCCL is not used.
+    """TF's NCCL all-reduce, accepted for compatibility: it does not select NCCL by itself.
 
     Here: the default choice by measured thresholds (as ``cross_device_ops=None``);
-    GPU replicas' arrays are staged through host memory (docs/gpu.md), and the
-    ``nccl`` collectives backend is not implemented. ``num_packs`` is kept, and as in
-    TF 2.21 a non-zero ``num_packs`` cannot all-reduce between CPU replicas in
+    GPU replicas' arrays are reduced on the device only under the ``nccl``, ``cuda_ipc`` or
+    ``gpu`` collectives backend, and staged through host memory otherwise (docs/gpu.md).
+    ``num_packs`` is kept, and as in TF 2.21 a non-zero ``num_packs`` cannot all-reduce between CPU replicas in
     replica context (``num_packs=0`` can).
 
     Examples

@@ -3,14 +3,16 @@
 A backend is a ``Transport`` class (``base.py`` lists the class methods it must
 have). Backends are registered as ``"module:Class"`` strings and imported on first
 use, so registering one costs nothing and importing the engine
-(``collectives.algorithms``) never imports Dask. The built-in ones are registered
-in ``collectives/__init__.py``.
+(``collectives.algorithms``) never imports Dask or CuPy. The built-in ones are registered
+in ``collectives/__init__.py``, the device-resident ones of GPU replicas below (``DEVICE_BACKENDS``).
 
 - ``get_backend(name)``: the class; ``ValueError`` listing the known names for an
   unknown one, the backend's ``unavailable_error`` (a ``RuntimeError``) for a known
   one that cannot run here.
 - ``worker_transport(name, ...)``: what a worker calls when a replica joins;
   ``name`` None means ``config.settings.collectives_backend``.
+- ``backend_for(devices)``: the backend a strategy over ``devices`` would use (``gpu`` for GPU
+  devices when the setting is the default).
 """
 
 from __future__ import annotations
@@ -19,11 +21,24 @@ import importlib
 import threading
 from typing import Any
 
+from interdist._gpu import is_gpu_device
 from interdist.collectives.base import BackendUnavailableError, Transport
 from interdist.collectives.mailbox import Mailbox
 from interdist.config import settings
 
-_BACKENDS: dict[str, str] = {}
+#: The device-resident backends of GPU replicas (docs/gpu.md): CuPy batches all-reduced on the GPUs,
+#: everything else through the ``dask`` backend's transport, which each of them wraps. ``cuda_ipc``
+#: and ``nccl`` are available where CuPy sees a GPU (and, for ``nccl``, finds NCCL); ``gpu`` everywhere.
+DEVICE_BACKENDS = {
+    "cuda_ipc": "interdist.collectives.cuda_ipc:CudaIpcTransport",
+    "nccl": "interdist.collectives.nccl:NcclTransport",
+    "gpu": "interdist.collectives.gpu_backend:GpuTransport",
+}
+#: The backend ``backend_for`` gives GPU devices in place of the default ``dask``.
+GPU_DEFAULT = "gpu"
+_DEFAULT = "dask"
+
+_BACKENDS: dict[str, str] = dict(DEVICE_BACKENDS)
 _loaded: dict[str, type[Transport]] = {}
 _lock = threading.Lock()
 
@@ -103,8 +118,24 @@ def worker_transport(
     return backend.for_worker(worker, group_id, rank, peers, mailbox, sockets)
 
 
+def backend_for(devices: list[str], configured: str | None = None) -> str:
+    """The backend of a strategy over ``devices``: ``configured`` when given (a strategy's own spec),
+    else the setting, except that the setting's default ``dask`` becomes ``gpu`` when every device is a
+    GPU and ``gpu`` is available here (CuPy installed: CuPy batches then go along the path the cost
+    model picks; everything else as on ``dask``)."""
+    if configured:
+        return configured
+    name = settings.collectives_backend
+    every_gpu = bool(devices) and all(is_gpu_device(d) for d in devices)
+    if name == _DEFAULT and every_gpu and load_backend(GPU_DEFAULT).is_available():
+        return GPU_DEFAULT
+    return name
+
+
 __all__ = [
+    "DEVICE_BACKENDS",
     "available_backends",
+    "backend_for",
     "backend_names",
     "get_backend",
     "load_backend",

@@ -24,7 +24,7 @@ import interdist as idist
 from interdist import events
 from interdist._reduction import reduce_arrays
 from interdist.collectives import algorithms
-from interdist.collectives.base import Transport
+from interdist.collectives.base import BackendUnavailableError, Transport
 from interdist.collectives.registry import available_backends, backend_names, get_backend, load_backend
 from interdist.collectives.shared_memory import PREFIX
 from interdist.config import settings
@@ -249,24 +249,31 @@ def test_every_registered_backend_is_reachable() -> None:
                 get_backend(name)
             assert reason in str(info.value) and repr(name) in str(info.value)
     assert available_backends() == [n for n in backend_names() if load_backend(n).is_available()]
-    assert {"local", "shm", "dask"} <= set(available_backends()) and "nccl" not in available_backends()
+    assert {"local", "shm", "dask"} <= set(available_backends())
+    try:
+        import cupy  # noqa: F401
+    except ImportError:  # without CuPy the device backends are known but cannot run
+        assert not {"nccl", "cuda_ipc", "gpu"} & set(available_backends())
 
 
 def test_unknown_backend_lists_known() -> None:
-    known = "unknown collectives backend 'carrier-pigeon'; known backends: dask, local, nccl, shm"
+    known = "unknown collectives backend 'carrier-pigeon'; known backends: cuda_ipc, dask, gpu, local, nccl, shm"
     with pytest.raises(ValueError, match=known):
         get_backend("carrier-pigeon")
 
 
-def test_nccl_is_registered_but_not_implemented() -> None:
-    cls = load_backend("nccl")
-    assert not cls.is_available()
-    with pytest.raises(NotImplementedError, match="NCCL collectives are not implemented yet") as info:
-        get_backend("nccl")
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        assert "pip install 'interdist[gpu]'" in str(info.value)
+def test_the_device_backends_say_what_they_need_where_they_cannot_run() -> None:
+    for name in ("nccl", "cuda_ipc", "gpu"):
+        cls = load_backend(name)
+        if cls.is_available():
+            continue  # a GPU machine with CuPy: tests/gpu covers them
+        why = f"collectives backend '{name}' is not available here: "
+        with pytest.raises(BackendUnavailableError, match=why) as info:
+            get_backend(name)
+        try:
+            import cupy  # noqa: F401
+        except ImportError:
+            assert "pip install 'interdist[gpu]'" in str(info.value)
 
 
 def test_reduce_arrays_rejects_shape_mismatch() -> None:
@@ -297,8 +304,9 @@ def test_workers_use_the_configured_backend(dask_groups: _DaskGroups, monkeypatc
     with pytest.raises(ValueError, match="'local' collectives backend connects ranks inside one process"):
         ReplicaGroup(client, 2)
     monkeypatch.setattr(settings, "collectives_backend", "nccl")
-    with pytest.raises(NotImplementedError, match="NCCL collectives are not implemented yet"):
-        idist.MirroredStrategy(["CPU:0", "CPU:1"], cluster=client)  # refused before any worker is taken
+    if not load_backend("nccl").is_available():
+        with pytest.raises(BackendUnavailableError, match="collectives backend 'nccl' is not available here: "):
+            idist.MirroredStrategy(["CPU:0", "CPU:1"], cluster=client)  # refused before any worker is taken
     monkeypatch.setattr(settings, "collectives_backend", "carrier-pigeon")
-    with pytest.raises(ValueError, match="known backends: dask, local, nccl, shm"):
+    with pytest.raises(ValueError, match="known backends: cuda_ipc, dask, gpu, local, nccl, shm"):
         idist.MirroredStrategy(["CPU:0", "CPU:1"], cluster=client)

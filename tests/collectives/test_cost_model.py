@@ -179,3 +179,47 @@ def test_environment_overrides(tmp_path: Path) -> None:
             "c.PRESETS['shm'].intra.beta, c.auto_choice(1 << 20, 4, False))")
     got = _child(code, INTERDIST_RB_MIN_ELEMENTS_ONE_HOST="1000", INTERDIST_COST_MODEL=str(path))
     assert got == f"{cm.AG} {cm.RB} None 1e-06 {cm.AG}"
+
+
+# -- GPU replicas' device paths (issue 27) ---------------------------------------------------------
+def test_the_parameter_sets_moved_to_cost_params_and_are_re_exported() -> None:
+    from interdist.collectives import cost_params
+
+    assert cm.Params is cost_params.Params and cm.Link is cost_params.Link and cm.PRESETS is cost_params.PRESETS
+    assert cm.load is cost_params.load and cm.save is cost_params.save and cm.preset is cost_params.preset
+    assert {"shm", "tcp", "nccl", "cuda_ipc", "nccl-device"} <= set(cm.PRESETS)
+
+
+def test_the_device_presets_say_they_are_assumptions(tmp_path: Path) -> None:
+    for name in ("cuda_ipc", "nccl-device"):
+        p = cm.preset(name)
+        assert p.source.startswith("ASSUMED (not measured)"), p.source
+        assert p.intra.beta > 0 and p.gamma > 0
+    assert cm.preset("cuda_ipc").cores == 1.0 and cm.preset("cuda_ipc").shared  # one GPU's memory, written once
+    assert math.isinf(cm.preset("nccl-device").cores) and not cm.preset("nccl-device").shared
+    path = tmp_path / "gpu.json"  # a measured file replaces them as it replaces the fitted ones
+    cm.save(str(path), [cm.preset("cuda_ipc"), cm.preset("nccl-device")])
+    assert cm.load(str(path)) == {"cuda_ipc": cm.preset("cuda_ipc"), "nccl-device": cm.preset("nccl-device")}
+
+
+def test_device_path_times() -> None:
+    mb16 = 16 << 20
+    # the replicas of one GPU share its memory: 4 of them take longer than 2, on one GPU more than on 4
+    assert cm.device_path_time("cuda_ipc", mb16, 4) > cm.device_path_time("cuda_ipc", mb16, 2)
+    assert cm.device_path_time("cuda_ipc", mb16, 4) > cm.device_path_time("cuda_ipc", mb16, 4, shared_gpu=False)
+    # host staging: the copies of replicas on one GPU share its link
+    assert cm.device_path_time("host", mb16, 4) > cm.device_path_time("host", mb16, 4, shared_gpu=False)
+    for path in cm.DEVICE_PATHS:
+        times = [cm.device_path_time(path, b, 2) for b in (0, 1 << 10, 1 << 20, mb16)]
+        assert times == sorted(times) and times[0] > 0  # grows with the size; a latency at 0 bytes
+    # the NCCL path across hosts pays the inter-host link
+    assert cm.device_path_time("nccl", mb16, 4, hosts=2, shared_gpu=False) > cm.device_path_time(
+        "nccl", mb16, 4, shared_gpu=False)
+
+
+def test_device_choice_follows_the_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cm.device_choice(16 << 20, 2, [cm.HOST, cm.CUDA_IPC]) == cm.CUDA_IPC
+    slow = dataclasses.replace(cm.preset("cuda_ipc"), intra=cm.Link(1.0, 0.0, 0.0))
+    monkeypatch.setitem(cm.PRESETS, "cuda_ipc", slow)
+    assert cm.device_choice(16 << 20, 2, [cm.HOST, cm.CUDA_IPC]) == cm.HOST
+    assert cm.device_choice(16 << 20, 2, [cm.CUDA_IPC]) == cm.CUDA_IPC  # the only candidate
