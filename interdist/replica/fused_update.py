@@ -5,8 +5,9 @@ large as ``v``, then the subtraction, reading the temporary back. For 1M float32
 20 MB of memory traffic where 12 MB (read ``v`` and ``g``, write ``v``) would do, and a training step of
 two replicas on one memory bus is bound by that traffic (docs/performance.md). Here the same two ufuncs
 run tile by tile, the temporary one tile that stays in the cache: the same operations on the same
-values in the same order, so the same bits, in about 0.6–0.7x the time (1M float32, measured with
-``benchmarks/bench_peers.py``'s step).
+values in the same order, so the same bits. Measured on the 2-core development machine (1M float32,
+medians): the update alone 0.62 ms against 0.84–0.95 ms; the SGD step of ``benchmarks/bench_peers.py``
+inside a run of 2 replicas 4.10 ms against 4.66 ms (6 interleaved rounds of 40 steps each way).
 
 Only where ``assign_sub`` itself would write in place: inside ``extended.update`` (what
 ``apply_gradients`` does), on a NumPy copy that owns its memory and that no read still holds (copy on
