@@ -20,7 +20,10 @@ The work (float32, medians; the slowest rank's for the peers):
 Each line prints interdist's figure, the peer's, and the ratio (interdist / peer; < 1 is faster), with
 the issue's target where it has one. A peer that is not installed is skipped with the reason.
 
-Usage: ``python bench_peers.py [n ...]`` (default: 2 4). The peers may live in another environment:
+Usage: ``python bench_peers.py [n ...] [--json PATH] [--only-interdist]`` (default: 2 4). ``--json`` also
+writes every figure to PATH: ``notebooks/data/peers.json`` is such a file, which lesson 09 sets beside the
+cost model's predictions. ``--only-interdist`` measures interdist alone (no peer, TF or floor run).
+The peers may live in another environment:
 ``BENCH_PEERS_PYTHON`` names its interpreter (its ``mpiexec`` is taken from beside it);
 ``INTERDIST_TF_SITE`` names a site-packages with TF (see _common.py).
 """
@@ -152,8 +155,8 @@ def socket_round_trip(n: int, rounds: int = 3000) -> float:
                     if j != i:
                         b.close()
                     a.close()
-                while (b := child.recv(64)) and b != b"q":
-                    child.sendall(b)
+                while (msg := child.recv(64)) and msg != b"q":
+                    child.sendall(msg)
             finally:
                 os._exit(0)
         pids.append(pid)
@@ -190,18 +193,26 @@ def _line(what: str, ours: float | None, theirs: float | None, peer: str, target
 
 
 def main() -> None:
-    ns = [int(a) for a in sys.argv[1:]] or [2, 4]
+    args = sys.argv[1:]
+    save = None
+    if "--json" in args:  # every replica count's figures, as the @@ lines print them, in one file
+        i = args.index("--json")
+        save, args = args[i + 1], args[:i] + args[i + 2 :]
+    only = "--only-interdist" in args  # interdist's figures alone (lesson 09's 1-4 replicas), no peer run
+    args = [a for a in args if a != "--only-interdist"]
+    ns = [int(a) for a in args] or [2, 4]
+    records: list[dict[str, Any]] = []
     print(f"load {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores; peers' Python: {peers_python()}")
     src, dst = np.ones(16 << 20, np.uint8), np.empty(16 << 20, np.uint8)
     print(f"floor: memcpy 16 MB {median_time(lambda: np.copyto(dst, src), repeat=30) * 1e3:.2f} ms")
     for n in ns:
         print(f"\n== {n} replicas / ranks / processes ==")
-        mpi, gloo = mpi_figures(n), torch_figures(n)
-        tf = tf_sgd(n)
-        tf_ar = tf_all_reduce(n, [(SMALL, 200)])
         from bench_training import numpy_processes_floor
 
-        floor = numpy_processes_floor(n)
+        mpi, gloo = ({}, {}) if only else (mpi_figures(n), torch_figures(n))
+        tf = {} if only else tf_sgd(n)
+        tf_ar = {} if only else tf_all_reduce(n, [(SMALL, 200)])
+        floor = None if only else numpy_processes_floor(n)
         for name, got in (("mpi4py", mpi), ("torch gloo", gloo)):
             if got:
                 print(f"  {name}: {got.pop('library')}")
@@ -222,9 +233,13 @@ def main() -> None:
         print(f"  empty run: interdist {ours['run_empty'] * 1e3:.3f} ms (target <= 0.3 ms at 2 replicas); the "
               f"floor, a byte to each of {n} processes over Unix sockets and one back: {floor_rt * 1e6:.1f} us")
         _line("run with one 4 KB all-reduce", ours["run_ar_4KB"], tf_ar.get(SMALL), "TF tf.function", "<= 1.0x")
-        print("@@" + json.dumps({"n": n, "interdist": ours, "mpi4py": mpi, "torch_gloo": gloo,
-                                 "tf": {**tf, "run_ar_4KB": tf_ar.get(SMALL)}, "numpy_floor": floor,
-                                 "socket_round_trip": floor_rt}))
+        records.append({"n": n, "interdist": ours, "mpi4py": mpi, "torch_gloo": gloo,
+                        "tf": {**tf, "run_ar_4KB": tf_ar.get(SMALL)}, "numpy_floor": floor,
+                        "socket_round_trip": floor_rt, "load": os.getloadavg()[0]})
+        print("@@" + json.dumps(records[-1]))
+    if save:
+        Path(save).write_text(json.dumps({"measured": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(),
+                                          "runs": records}, indent=1) + "\n")
     print(f"\nload {os.getloadavg()[0]:.2f} (1 min)")
 
 
