@@ -15,6 +15,7 @@ import numpy as np
 
 from interdist import _gpu
 from interdist.optimizers.base import Optimizer
+from interdist.replica.fused_update import assign_sub_scaled
 
 
 class SGD(Optimizer):
@@ -49,7 +50,8 @@ class SGD(Optimizer):
         t = grad.dtype.type
         lr = t(self.learning_rate)
         if self.momentum == 0:
-            return var.assign_sub(grad * lr)
+            done = assign_sub_scaled(var, grad, lr)  # in one pass over memory where it can (the same bits)
+            return done if done is not None else var.assign_sub(grad * lr)
         momentum = t(self.momentum)
         m = slots.read("momentum", grad)
         slots.assign("momentum", m * momentum - grad * lr)

@@ -1,0 +1,247 @@
+"""interdist against systems of its own shape, one process per replica, measured in one run (issue 27).
+
+The peers do the same work on the same machine, one after the other (never side by side):
+
+- **mpi4py + MPI** (``mpiexec -n N``; MPICH from PyPI: ``pip install mpi4py mpich``),
+- **torch.distributed with gloo** (N processes over loopback TCP; ``torch`` CPU build),
+- **TensorFlow 2.21** ``MirroredStrategy`` on N logical CPUs, ``tf.function`` (one process),
+- **plain NumPy processes** through shared memory (bench_training's floor: the algorithm without any
+  framework).
+
+The work (float32, medians; the slowest rank's for the peers):
+
+- the **SGD step** on 1M parameters: ``g = (0.01*w + x)/n``, all-reduce SUM of ``g``, ``w -= 0.1*g``.
+  interdist writes it as a user does, ``optimizer.apply_gradients`` inside ``strategy.run``: one run per
+  step from the notebook, and fused (``run_steps``: the loop on the replicas, as the peers' loops are);
+- **all-reduce** of 4 KB and 4 MB, back to back (interdist: inside one ``run``, (t(K) - t(0)) / K);
+- the notebook↔replica path: an empty ``run`` and a ``run`` with one 4 KB all-reduce, against TF's
+  ``tf.function``'d ``run``.
+
+Each line prints interdist's figure, the peer's, and the ratio (interdist / peer; < 1 is faster), with
+the issue's target where it has one. A peer that is not installed is skipped with the reason.
+
+Usage: ``python bench_peers.py [n ...] [--json PATH] [--only-interdist]`` (default: 2 4). ``--json`` also
+writes every figure to PATH: ``notebooks/data/peers.json`` is such a file, which lesson 09 sets beside the
+cost model's predictions. ``--only-interdist`` measures interdist alone (no peer, TF or floor run).
+The peers may live in another environment:
+``BENCH_PEERS_PYTHON`` names its interpreter (its ``mpiexec`` is taken from beside it);
+``INTERDIST_TF_SITE`` names a site-packages with TF (see _common.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import median_time, tf_all_reduce
+
+import interdist as idist
+
+HERE = Path(__file__).resolve().parent
+PROGRAM = str(HERE / "_peer_program.py")
+PARAMS = 1_000_000
+FUSED = 20
+SMALL = 1024
+
+
+def peers_python() -> str:
+    return os.environ.get("BENCH_PEERS_PYTHON") or sys.executable
+
+
+def _imports(py: str, module: str) -> str:
+    """"" when ``module`` imports in ``py``, else why not."""
+    p = subprocess.run([py, "-c", f"import {module}"], capture_output=True, text=True, check=False)
+    return "" if p.returncode == 0 else (p.stderr.strip().splitlines() or ["?"])[-1]
+
+
+def _parse(out: str, err: str, what: str) -> dict[str, Any]:
+    lines = [ln for ln in out.splitlines() if ln.startswith("@@")]
+    if not lines:
+        print(f"  {what} failed: {(err or out)[-800:]}")
+        return {}
+    return dict(json.loads(lines[0][2:]))
+
+
+def mpi_figures(n: int) -> dict[str, Any]:
+    py = peers_python()
+    why = _imports(py, "mpi4py.MPI")
+    mpiexec = shutil.which("mpiexec", path=str(Path(py).parent)) or shutil.which("mpiexec")
+    if why or not mpiexec:
+        print(f"  mpi4py: skipped ({why or 'no mpiexec beside ' + py + ' or on PATH'}; pip install mpi4py mpich)")
+        return {}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([mpiexec, "-n", str(n), py, PROGRAM, "mpi"], capture_output=True, text=True,
+                       check=False, timeout=600, env=env)
+    return _parse(p.stdout, p.stderr, f"mpiexec -n {n}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torch_figures(n: int) -> dict[str, Any]:
+    py = peers_python()
+    why = _imports(py, "torch.distributed")
+    if why:
+        print(f"  torch.distributed: skipped ({why}; pip install torch, the CPU build)")
+        return {}
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([py, PROGRAM, "torch", str(r), str(n), str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for r in range(n)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    return _parse(outs[0][0], outs[0][1], f"torch gloo, {n} processes")
+
+
+def tf_sgd(n: int) -> dict[str, float]:
+    from bench_training import _tf_child
+
+    return _tf_child(n)
+
+
+def _all_reduce(v: Any) -> Any:
+    return idist.get_replica_context().all_reduce("sum", v)
+
+
+def interdist_figures(n: int) -> dict[str, float]:
+    from bench_latency import per_collective
+
+    rng = np.random.default_rng(0)
+    out: dict[str, float] = {}
+    with idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s:
+        with s.scope():
+            w = idist.Variable(rng.normal(size=PARAMS).astype(np.float32), name="w")
+            x = idist.Variable(rng.normal(size=PARAMS).astype(np.float32), name="x", trainable=False)
+            opt = idist.optimizers.SGD(0.1)
+
+        def step(_: object = None) -> None:
+            g = (np.float32(0.01) * np.asarray(w) + np.asarray(x)) * np.float32(1 / n)
+            opt.apply_gradients([(g, w)])
+
+        out["sgd_run"] = median_time(lambda: s.run(step), repeat=30, warmup=3)
+        it = iter(s.experimental_distribute_dataset(idist.data.Dataset.range(1 << 30).batch(n)))
+        out["sgd_fused"] = median_time(lambda: s.run_steps(step, it, steps=FUSED), repeat=9, warmup=2) / FUSED
+        small = s.run(lambda: np.ones(SMALL, np.float32))
+        big = s.run(lambda: np.ones(PARAMS, np.float32))
+        out["ar_4KB"] = per_collective(s, small, "all_reduce", 500)
+        out["ar_4MB"] = per_collective(s, big, "all_reduce", 20, repeat=5)
+        out["barrier"] = per_collective(s, small, "barrier", 500)
+        out["run_empty"] = median_time(lambda: s.run(lambda: None), repeat=300, warmup=20)
+        out["run_ar_4KB"] = median_time(lambda: s.run(_all_reduce, args=(small,)), repeat=300, warmup=20)
+    return out
+
+
+def socket_round_trip(n: int, rounds: int = 3000) -> float:
+    """The floor of a ``run`` from the notebook: a message to each of ``n`` processes over a Unix socket and
+    one reply from each, nothing else (median seconds of a round, over 5 batches)."""
+    pairs = [socket.socketpair() for _ in range(n)]
+    pids = []
+    for i, (_, child) in enumerate(pairs):
+        pid = os.fork()
+        if pid == 0:  # an echo process: what a replica does with an empty program, minus everything
+            try:
+                for j, (a, b) in enumerate(pairs):
+                    if j != i:
+                        b.close()
+                    a.close()
+                while (msg := child.recv(64)) and msg != b"q":
+                    child.sendall(msg)
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    try:
+        batches = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                for parent, _ in pairs:
+                    parent.sendall(b"x")
+                for parent, _ in pairs:
+                    parent.recv(64)
+            batches.append((time.perf_counter() - t0) / rounds)
+        return statistics.median(batches)
+    finally:
+        for parent, child in pairs:
+            parent.sendall(b"q")
+            parent.close()
+            child.close()
+        for pid in pids:
+            os.waitpid(pid, 0)
+
+
+def _line(what: str, ours: float | None, theirs: float | None, peer: str, target: str = "") -> None:
+    if ours is None:
+        return
+    unit, scale = ("ms", 1e3) if ours >= 1e-3 else ("us", 1e6)
+    head = f"  {what}: interdist {ours * scale:8.3f} {unit}"
+    if theirs:
+        head += f"; {peer} {theirs * scale:8.3f} {unit}: ratio {ours / theirs:5.2f}x"
+        if target:
+            head += f" (target {target})"
+    print(head)
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    save = None
+    if "--json" in args:  # every replica count's figures, as the @@ lines print them, in one file
+        i = args.index("--json")
+        save, args = args[i + 1], args[:i] + args[i + 2 :]
+    only = "--only-interdist" in args  # interdist's figures alone (lesson 09's 1-4 replicas), no peer run
+    args = [a for a in args if a != "--only-interdist"]
+    ns = [int(a) for a in args] or [2, 4]
+    records: list[dict[str, Any]] = []
+    print(f"load {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores; peers' Python: {peers_python()}")
+    src, dst = np.ones(16 << 20, np.uint8), np.empty(16 << 20, np.uint8)
+    print(f"floor: memcpy 16 MB {median_time(lambda: np.copyto(dst, src), repeat=30) * 1e3:.2f} ms")
+    for n in ns:
+        print(f"\n== {n} replicas / ranks / processes ==")
+        from bench_training import numpy_processes_floor
+
+        mpi, gloo = ({}, {}) if only else (mpi_figures(n), torch_figures(n))
+        tf = {} if only else tf_sgd(n)
+        tf_ar = {} if only else tf_all_reduce(n, [(SMALL, 200)])
+        floor = None if only else numpy_processes_floor(n)
+        for name, got in (("mpi4py", mpi), ("torch gloo", gloo)):
+            if got:
+                print(f"  {name}: {got.pop('library')}")
+        ours = interdist_figures(n)
+        for what, key in (("SGD step, one run per step", "sgd_run"), (f"SGD step, fused run_steps({FUSED})",
+                                                                      "sgd_fused")):
+            _line(what, ours[key], mpi.get("sgd"), "mpi4py", "<= 1.25x")
+            _line(what, ours[key], gloo.get("sgd"), "torch gloo", "<= 1.0x")
+            _line(what, ours[key], tf.get("sgd_function"), "TF tf.function")
+            _line(what, ours[key], floor, "NumPy processes' floor")
+        for what, key, target in (("all-reduce 4 KB", "ar_4KB", "<= 3x" if n == 2 else ""),
+                                  ("all-reduce 4 MB", "ar_4MB", ""), ("barrier", "barrier", "")):
+            _line(what, ours[key], mpi.get(key), "mpi4py", target)
+            _line(what, ours[key], gloo.get(key), "torch gloo")
+        if n > 2:
+            print(f"  all-reduce 4 KB: interdist {ours['ar_4KB'] * 1e6:.1f} us (target <= 150 us on 2 cores)")
+        floor_rt = socket_round_trip(n)
+        print(f"  empty run: interdist {ours['run_empty'] * 1e3:.3f} ms (target <= 0.3 ms at 2 replicas); the "
+              f"floor, a byte to each of {n} processes over Unix sockets and one back: {floor_rt * 1e6:.1f} us")
+        _line("run with one 4 KB all-reduce", ours["run_ar_4KB"], tf_ar.get(SMALL), "TF tf.function", "<= 1.0x")
+        records.append({"n": n, "interdist": ours, "mpi4py": mpi, "torch_gloo": gloo,
+                        "tf": {**tf, "run_ar_4KB": tf_ar.get(SMALL)}, "numpy_floor": floor,
+                        "socket_round_trip": floor_rt, "load": os.getloadavg()[0]})
+        print("@@" + json.dumps(records[-1]))
+    if save:
+        Path(save).write_text(json.dumps({"measured": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(),
+                                          "runs": records}, indent=1) + "\n")
+    print(f"\nload {os.getloadavg()[0]:.2f} (1 min)")
+
+
+if __name__ == "__main__":
+    main()
