@@ -62,3 +62,33 @@ def test_auto_choice_shown_is_the_runtime_one(facts: dict[str, Any]) -> None:
 
     assert facts["auto_one_host"] == {str(n): cm.auto_choice(1 << 20, n, False) for n in (2, 3, 4)}
     assert facts["auto_one_host"]["2"] == cm.AG and facts["auto_one_host"]["4"] == cm.RB
+
+
+def test_this_machines_paths_are_set_beside_the_model_from_the_committed_measurements(facts: dict[str, Any]) -> None:
+    """The section reads notebooks/data/peers.json (bench_peers.py --json) and prints, for each replica count and
+    size, the model's prediction for the algorithm AUTO picks next to the measurement: recomputed here."""
+    from interdist.collectives import cost_model as cm
+
+    data = json.loads((NOTEBOOK.parent / "data" / "peers.json").read_text())
+    mine = facts["this_machine"]
+    assert mine["measured"] == data["measured"]
+    expected = {}
+    for run in data["runs"]:
+        for label, nbytes, key in (("4 KB", 4096, "ar_4KB"), ("4 MB", 4 << 20, "ar_4MB")):
+            algorithm = cm.auto_choice(nbytes // 4, run["n"], False)
+            expected[f"{run['n']}/{label}"] = [cm.predict(algorithm, nbytes, run["n"], 1, "shm"), run["interdist"][key]]
+    assert sorted(r["n"] for r in data["runs"]) == [1, 2, 3, 4]
+    assert sorted(mine["compared"]) == sorted(expected)
+    for key, pair in expected.items():
+        assert mine["compared"][key] == pytest.approx(pair, rel=1e-12), key
+    for n in (2, 3, 4):  # a real collective: more than nothing, and more bytes take longer
+        small, large = mine["compared"][f"{n}/4 KB"][1], mine["compared"][f"{n}/4 MB"][1]
+        assert 0 < small < large
+        # what the lesson's text says of the committed file: the bytes are predicted within a quarter
+        predicted, measured_4mb = mine["compared"][f"{n}/4 MB"]
+        assert 0.75 <= predicted / measured_4mb <= 1.25, (n, predicted, measured_4mb)
+    # carried to 1024 replicas on 128 hosts: the model's best implemented algorithm, bytes cost more than rounds
+    far = mine["extrapolated_1024"]
+    assert far["4 KB"] == pytest.approx(min(cm.predict(a, 4096, 1024, 128, "shm") for a in cm.IMPLEMENTED))
+    assert far["4 MB"] == pytest.approx(min(cm.predict(a, 4 << 20, 1024, 128, "shm") for a in cm.IMPLEMENTED))
+    assert far["4 KB"] < far["4 MB"]
