@@ -39,6 +39,7 @@ from interdist.client import gpus, logs, reclaim, zygote
 from interdist.client.connect import connect
 from interdist.client.replies import user_stacklevel
 from interdist.client.worker_process import WorkerProcess
+from interdist.collectives import segments
 from interdist.config import settings
 from interdist.device import DeviceSpec
 from interdist.lab import dashboard_auth
@@ -505,3 +506,4 @@ def shutdown_all() -> None:
     for lease in _all_embedded[:]:  # a copy: _shutdown removes each from the list (every other one was skipped)
         _shutdown(lease)
     zygote.close_all()  # the processes workers are forked from (they would end with this process)
+    segments.sweep_stale()  # what ended workers left in /dev/shm (only segments whose creator pid is dead go)

@@ -173,14 +173,15 @@ class Lane:
                 words.release()
 
     def close(self) -> None:
-        """Unmap it (the sender also removes its name, in case the receiver never mapped it)."""
+        """Unmap it; its name goes first (the sender's, in case the receiver never mapped it), whatever holds
+        the mapping: a name left behind outlives both processes in /dev/shm."""
+        _unlink(self.shm)
         words, self.words = self.words, None
         self.buf = None
         if words is None:
             return
         try:
             words.release()
-        except BufferError:  # a slice of it is alive in a reader: it goes with the slice
+        except BufferError:  # a slice of it is alive in a reader: the mapping goes with the slice
             return
-        _unlink(self.shm)
         _close(self.shm)

@@ -66,12 +66,16 @@ def test_the_status_strip_moves_while_the_step_runs_and_the_log_has_no_duplicate
         assert "waiting in all_reduce #1 for [1]" in strip.strip.text
         runner.join(timeout=30)
         wait_until(lambda: chips() == {0: "done", 1: "done"}, timeout=5)
-        # the values shown are the replicas' values
-        wait_until(lambda: "v_live" in d.views["replica-values"].source.data["variable"], timeout=5)
-        rows = d.views["replica-values"].source.data
-        shown = [rows["values"][i] for i, name in enumerate(rows["variable"]) if name == "v_live"]
+        # the values shown become the replicas' values: the view redraws at most every interval, and the variable's
+        # row appears (with its creation value) before the step's update is drawn, so wait for the values themselves
+        def shown() -> list[Any]:
+            rows = d.views["replica-values"].source.data
+            return [rows["values"][i] for i, name in enumerate(rows["variable"]) if name == "v_live"]
+
         held = [c.tolist() for c in idist.debug.replica_values(s, v)]
-        assert held == [[2.0, 2.0, 2.0]] * 2 and shown == ["[2, 2, 2]"] * 2
+        assert held == [[2.0, 2.0, 2.0]] * 2
+        wait_until(lambda: shown() == ["[2, 2, 2]"] * 2, timeout=5)
+        assert shown() == ["[2, 2, 2]"] * 2, shown()
         # each event once, though most came twice (live, then with the reply)
         keys = [event_key(e) for e in s.events.events]
         assert len(keys) == len(set(keys))
