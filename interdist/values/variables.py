@@ -4,12 +4,14 @@
 outside any scope it is a plain variable in the notebook; inside a strategy's
 scope it is a ``MirroredVariable`` or ``SyncOnReadVariable`` whose copies live
 on the replicas' workers.
+
+TF's enums and the description of a distributed variable are in ``aggregation.py``, another strategy's
+variable (``ForeignVariable``) in ``foreign.py``; both are re-exported here.
 """
 
 from __future__ import annotations
 
 import copyreg
-import enum
 import itertools
 from typing import Any
 
@@ -24,68 +26,21 @@ from interdist.protocol import (
     pickling_target,
     register_plain,
     registered_plain,
-    resolve_variable,
 )
+from interdist.values.aggregation import VariableAggregation as VariableAggregation  # (this module's API too)
+from interdist.values.aggregation import VariableSynchronization as VariableSynchronization
+from interdist.values.aggregation import _enum
+from interdist.values.aggregation import args_from_meta as args_from_meta
+from interdist.values.aggregation import check_mean_dtype as check_mean_dtype
+from interdist.values.aggregation import variable_meta as variable_meta
 from interdist.values.distributed import DistributedValues, PerReplica
+from interdist.values.foreign import ForeignVariable as ForeignVariable
 from interdist.values.tensor import ArrayValue
 
 
 def _maybe(read_value: bool, variable: Any) -> Any:
     """TF's ``assign(..., read_value=False)`` returns nothing to read (None in eager mode)."""
     return variable if read_value else None
-
-
-class VariableSynchronization(enum.Enum):
-    """When a distributed variable is aggregated: on write (mirrored) or on read.
-
-    ``AUTO`` and ``ON_WRITE`` give a ``MirroredVariable`` in a ``MirroredStrategy``'s scope, ``ON_READ``
-    a ``SyncOnReadVariable``; ``NONE`` only a non-trainable variable there (as in TF).
-
-    Examples
-    --------
-    >>> import interdist as idist
-    >>> idist.VariableSynchronization.ON_READ
-    <VariableSynchronization.ON_READ: 3>
-    >>> idist.Variable(1.0).synchronization
-    <VariableSynchronization.AUTO: 0>
-    """
-
-    AUTO = 0
-    NONE = 1
-    ON_WRITE = 2
-    ON_READ = 3
-
-
-class VariableAggregation(enum.Enum):
-    """How replica-context updates to a distributed variable are combined.
-
-    ``SUM`` and ``MEAN`` reduce the replicas' updates, ``ONLY_FIRST_REPLICA`` takes replica 0's, and
-    ``NONE`` (the default) applies each replica's update to its own copy only, so the copies of a
-    mirrored variable updated in replica context may drift apart (a warning says so, as TF lets them).
-
-    Examples
-    --------
-    >>> import interdist as idist
-    >>> idist.VariableAggregation.MEAN
-    <VariableAggregation.MEAN: 2>
-    >>> idist.Variable(1.0, aggregation=idist.VariableAggregation.SUM).aggregation
-    <VariableAggregation.SUM: 1>
-    """
-
-    NONE = 0
-    SUM = 1
-    MEAN = 2
-    ONLY_FIRST_REPLICA = 3
-
-
-def _enum(cls: Any, value: Any, what: str) -> Any:
-    # TF accepts only the enum members (a string such as "sum" is refused).
-    if isinstance(value, cls):
-        return value
-    raise ValueError(
-        f"Invalid variable {what} mode: {value!r}; use one of "
-        f"{', '.join(f'{cls.__name__}.{m}' for m in cls.__members__)}"
-    )
 
 
 _ids = itertools.count(1)
@@ -122,38 +77,6 @@ def normalize_args(
         "trainable": bool(trainable),
         "synchronization": sync,
         "aggregation": agg,
-    }
-
-
-def check_mean_dtype(a: dict[str, Any]) -> None:
-    """MEAN aggregation needs a floating (or complex) dtype, as in TF."""
-    if a["aggregation"].name == "MEAN" and a["value"].dtype.kind not in "fc":
-        raise ValueError(
-            f"Cannot create variable {a['name']!r} of dtype {a['value'].dtype.name} with "
-            "tf.VariableAggregation.MEAN: MEAN aggregation needs a floating dtype"
-        )
-
-
-def variable_meta(a: dict[str, Any], kind: str, strategy_kind: str) -> dict[str, Any]:
-    """What the workers (and a restore) know of a distributed variable, from its normalized arguments."""
-    return {
-        "name": a["name"],
-        "trainable": a["trainable"],
-        "synchronization": a["synchronization"].name,
-        "aggregation": a["aggregation"].name,
-        "kind": kind,
-        "strategy_kind": strategy_kind,
-    }
-
-
-def args_from_meta(meta: dict[str, Any], shape: tuple[int, ...], dtype: Any) -> dict[str, Any]:
-    """The normalized arguments of a variable known by its ``variable_meta`` (its value only by shape and dtype)."""
-    return {
-        "name": meta["name"],
-        "trainable": meta["trainable"],
-        "synchronization": VariableSynchronization[meta["synchronization"]],
-        "aggregation": VariableAggregation[meta["aggregation"]],
-        "value": np.empty(shape, np.dtype(dtype)),
     }
 
 
@@ -406,82 +329,3 @@ def _plain_read(key: int) -> PlainRead:
 def plain_updates(proxies: dict[int, PlainVariableProxy]) -> list[tuple[int, str, Any]]:
     """The writes a program's replica function made to plain variables (for the reply)."""
     return [(key, op, value) for key, proxy in proxies.items() for op, value in proxy.updates]
-
-
-class ForeignVariable(Differentiable, NDArrayOperatorsMixin):
-    """Another strategy's distributed variable inside a replica function: TF converts it to its value
-    (``v + 1``, ``np.asarray(v)``, ``v.value()``), but ``read_value``, ``numpy`` and every write raise
-    ``RuntimeError`` ("Mixing different tf.distribute.Strategy objects")."""
-
-    def __init__(
-        self, group_id: str, var_id: int, name: str, value: np.ndarray, copies: int, owner: str, readable: bool = False
-    ) -> None:
-        self._group_id, self._var_id, self._name, self._readable = group_id, var_id, name, readable
-        self._snapshot, self._copies, self._owner = value, copies, owner
-        replica = current_resolving()
-        self._rank = replica.rank if replica is not None else 0
-
-    def __reduce__(self) -> Any:
-        return (resolve_variable, (self._group_id, self._var_id))
-
-    def _mixing(self, what: str) -> RuntimeError:
-        return RuntimeError(
-            f"Mixing different tf.distribute.Strategy objects: {what} of the variable {self._name!r}, created in "
-            f"the scope of {self._owner}, inside another strategy's replica function. Create the variable in "
-            "this strategy's scope, or pass its value (np.asarray(v)) as an argument"
-        )
-
-    def _value(self) -> np.ndarray:
-        if self._rank >= self._copies:
-            raise IndexError(
-                f"the variable {self._name!r} of {self._owner} has {self._copies} copies; replica {self._rank} of "
-                "another strategy has none to read. Create the variable in this strategy's scope"
-            )
-        return np.array(self._snapshot, copy=True)
-
-    @property
-    def name(self) -> str:
-        return f"{self._name}:0"
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self._snapshot.shape)
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self._snapshot.dtype
-
-    def value(self) -> np.ndarray:
-        return self._value()
-
-    def read_value(self) -> np.ndarray:
-        if self._readable:  # CentralStorage's variables (TF: AggregatingVariable) read from anywhere
-            return self._value()
-        raise self._mixing("read_value()")
-
-    def numpy(self) -> np.ndarray:
-        if self._readable:
-            return self._value()
-        raise self._mixing("numpy()")
-
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        a = self._value()
-        return a.astype(dtype) if dtype is not None else a
-
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        if autodiff.recording():  # on a GradientTape: the read is recorded
-            return autodiff.apply_ufunc(ufunc, method, inputs, kwargs)
-        conv = tuple(x._value() if isinstance(x, ForeignVariable) else x for x in inputs)
-        return getattr(ufunc, method)(*conv, **kwargs)
-
-    def assign(self, value: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
-        raise self._mixing("assign()")
-
-    def assign_add(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
-        raise self._mixing("assign_add()")
-
-    def assign_sub(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
-        raise self._mixing("assign_sub()")
-
-    def __repr__(self) -> str:
-        return f"<interdist.Variable '{self.name}' of {self._owner} (another strategy's)>"
