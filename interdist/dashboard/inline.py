@@ -12,7 +12,7 @@ A redraw reaches the browser as patches to the views' documents, which only view
 already on the page receive. A view drawn later starts from its widget's state, so
 that state is made current whenever it is read or shown: the dashboard's display
 (which also loads BokehJS, see ``bokehjs``), the refresh button, and a page that
-asks the kernel for its widgets again after a reload (``LiveBokehModel.get_state``).
+asks the kernel for its widgets again after a reload (``LiveBokehModel.get_state``, in ``widgets``).
 
 The dashboard also keeps its state as static HTML in a hidden child (``snapshot``): once
 its kernel restarts or dies, the JupyterLab extension shows that in its place, not
@@ -31,11 +31,11 @@ import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
-from interdist.dashboard import bokehjs
 from interdist.dashboard.components import VIEWS, ReplicaStatusStrip, View, Watchdog
 from interdist.dashboard.live import LiveFeed
 from interdist.dashboard.model import ArmedFault, DashboardModel
-from interdist.dashboard.snapshot import snapshot_html
+from interdist.dashboard.widgets import DashboardBox as DashboardBox  # (this module's API too)
+from interdist.dashboard.widgets import _live_bokeh_model_class
 from interdist.replica import faults
 
 logger = logging.getLogger("interdist")
@@ -350,100 +350,6 @@ def _fault_table(armed: list[ArmedFault]) -> str:
 
 
 _FAULT_COLUMNS = ("replica", "fault", "at", "state", "where / why")
-
-
-@functools.cache
-def _box_class() -> Any:
-    import ipywidgets as w
-
-    class _DashboardBox(w.VBox):  # type: ignore[misc]  # ipywidgets is untyped
-        """A VBox that keeps its dashboard alive (``box.dashboard``) as long as it is shown.
-
-        It carries the class ``interdist-dashboard`` and a hidden ``HTML`` child (class
-        ``interdist-snapshot-widget``) holding the dashboard's state as static HTML
-        (``snapshot.snapshot_html``), kept current by the redraws: what the JupyterLab extension
-        puts in the dashboard's place once its kernel is gone (see ``interdist.dashboard.snapshot``).
-        """
-
-        dashboard: InlineDashboard | None = None
-        snapshot: Any = None  # the hidden HTML child
-
-        def update_snapshot(self) -> None:
-            """Put the dashboard's current state in the hidden snapshot child (sent only when it changed)."""
-            dashboard, child = self.dashboard, self.snapshot
-            if dashboard is None or child is None:
-                return
-            threshold_s = float(getattr(dashboard.views.get("status"), "threshold_s", 5.0))
-            text = snapshot_html(dashboard.model, threshold_s)
-            if child.value != text:
-                child.value = text
-
-        def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-            # Shown (a cell's result or display()): first the output that loads BokehJS, saved with
-            # the cell so that a reloaded page loads it again, then the views, drawn from the current state.
-            bokehjs.publish()
-            if self.dashboard is not None:
-                self.dashboard.resync()
-            bundle = super()._repr_mimebundle_(**kwargs)
-            # the state as static HTML too, for frontends without widgets (nbconvert, static viewers)
-            if isinstance(bundle, dict) and self.snapshot is not None and self.snapshot.value:
-                bundle["text/html"] = self.snapshot.value
-            return bundle
-
-    return _DashboardBox
-
-
-@functools.cache
-def _live_bokeh_model_class() -> Any:
-    from bokeh.core.json_encoder import serialize_json
-    from jupyter_bokeh import BokehModel
-
-    class LiveBokehModel(BokehModel):  # type: ignore[misc]  # jupyter_bokeh is untyped
-        """A ``BokehModel`` whose state, whenever a frontend reads it, holds its document as it is now.
-
-        ``render_bundle`` is the document as it was when last set; the changes since went
-        out as patches to the views open then. A page reloaded while the kernel runs asks
-        for every widget's state (``request_states``) and would draw those views as they
-        were first shown ("no variables yet" beside a running dashboard).
-        """
-
-        def __init__(self, model: Any, lock: Any, before: Callable[[], Any] | None = None, **kwargs: Any) -> None:
-            self._interdist_lock = lock  # first: BokehModel.__init__ already sends the state (get_state)
-            self._interdist_before = before  # brings the view up to the model (one in a hidden tab may lag)
-            super().__init__(model, **kwargs)
-
-        def _sync_model(self, model: Any, content: dict[str, Any], buffers: list[Any]) -> None:
-            # The browser sends back every change of its document, the rows the kernel streamed to it
-            # included: applied again here, they doubled the Python source's rows (288 rows for 162
-            # measured), and the next full redraw (a tab switch, a reload) drew every bar twice. The views'
-            # rows only ever come from the kernel: rows from the browser are dropped; the rest (a widget's
-            # value, a range the user panned) is applied under the dashboard's lock, as redraws are.
-            if content.get("event") == "jsevent" and content.get("kind") in ("ColumnsStreamed", "ColumnsPatched"):
-                return
-            with self._interdist_lock:
-                super()._sync_model(model, content, buffers)
-
-        def get_state(self, key: Any = None, drop_defaults: bool = False) -> Any:
-            state = super().get_state(key, drop_defaults)
-            if "render_bundle" in state:
-                with self._interdist_lock:
-                    if self._interdist_before is not None:
-                        self._interdist_before()
-                    state["render_bundle"] = serialize_json(self._model_to_traits(self._model))
-            return state
-
-    return LiveBokehModel
-
-
-def DashboardBox(children: list[Any]) -> Any:  # noqa: N802 - named as the widget class it makes
-    import ipywidgets as w
-
-    snapshot = w.HTML(value="", layout=w.Layout(display="none"))
-    snapshot.add_class("interdist-snapshot-widget")
-    box = _box_class()([*children, snapshot])
-    box.add_class("interdist-dashboard")
-    box.snapshot = snapshot
-    return box
 
 
 def show(

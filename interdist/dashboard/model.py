@@ -3,7 +3,8 @@
 Every view (inline in a notebook, or a page of the Dask dashboard) reads one
 ``DashboardModel``; the model reads nothing but ``interdist.events`` (plus, as an
 envelope, which worker sent a batch). So a recorded event stream rebuilds exactly
-what a live run showed, which is how the views are tested.
+what a live run showed, which is how the views are tested. The account of the runs and steps (run numbers,
+steps finished, rates) is a base of the model, ``progress.RunProgress``.
 
 The model is not thread-safe on purpose: each owner feeds it from one thread (the
 scheduler's event loop, or the inline dashboard's pump thread), and taking a lock
@@ -12,13 +13,13 @@ per event would cost time on the step path for no reader that needs it.
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections import deque
 
 from interdist import events
 from interdist.dashboard import describe
 from interdist.dashboard.describe import first_line
+from interdist.dashboard.progress import MAX_PENDING_STEPS, RunProgress
 from interdist.dashboard.records import (
     FAILURE_KINDS,
     ArmedFault,
@@ -57,8 +58,6 @@ DEFAULT_ATOL = 1e-9
 # Bounded history: a long training run must not grow the notebook's memory.
 MAX_TIMELINE = 2000
 MAX_TIMINGS = 5000
-MAX_STEPS = 5000
-MAX_PENDING_STEPS = 64  # steps of checksums kept while waiting for a late replica's batch
 MAX_SCALARS = 5000  # points kept per logged scalar per replica
 MAX_INCIDENTS = 200  # the failures list keeps the newest
 
@@ -75,7 +74,7 @@ def _bus_factor(op: str, n: int) -> float:
     return 1.0
 
 
-class DashboardModel:
+class DashboardModel(RunProgress):
     """Per-replica values, divergence, collectives, watchdog and progress, from events.
 
     >>> from interdist import events
@@ -86,6 +85,7 @@ class DashboardModel:
     """
 
     def __init__(self, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> None:
+        super().__init__()  # the runs, steps and rates (progress.RunProgress)
         self.rtol = rtol
         self.atol = atol
         self.group: str | None = None
@@ -108,21 +108,7 @@ class DashboardModel:
         self.incidents: deque[Incident] = deque(maxlen=MAX_INCIDENTS)  # the failures list, oldest first
         self._incident_keys: set[tuple[str, int, int, float]] = set()  # a repeated event lists nothing twice
         self.faults: list[ArmedFault] = []  # faults armed with idist.debug.inject, newest last
-        self.steps_done: deque[tuple[float, int]] = deque(maxlen=MAX_STEPS)  # (time, step) of finished run steps
-        self.steps_finished = 0  # all of them, also those that left steps_done
-        self._starting: dict[int, set[int]] = {}  # step -> replicas that started it
-        self._finishing: dict[int, set[int]] = {}  # step -> replicas that finished it
-        self._counted: set[int] = set()  # steps already counted as finished
-        self.running_step: int | None = None
-        self.last_fn = ""
-        self.runs = 0  # the user's run calls: the notebook's number (StepSent), else counted as they start
-        self.run_of_step: dict[int, int] = {}  # step -> run number (the last MAX_STEPS)
         self.last_collective: tuple[str, int, int] | None = None  # (op, seq, step) of the newest collective
-        self._run_steps: list[int] = []  # the keys of run_of_step, sorted
-        self._runs_forgotten = False  # the oldest steps' numbers were dropped (MAX_STEPS)
-        self._fused: dict[int, int] = {}  # replica -> run number of the run_steps call it is inside
-        self.train_steps = 0  # the user's steps seen: a run call is one, run_steps(n) n of them
-        self.train_step_of: dict[int, int] = {}  # step -> its training step number (the last MAX_STEPS)
         # logged scalars: name -> replica -> (training step, time, value), oldest first
         self.scalars: dict[str, dict[int, deque[tuple[int, float, float]]]] = {}
 
@@ -177,9 +163,12 @@ class DashboardModel:
         elif isinstance(e, events.RunStarted):
             self._started(e)
         elif isinstance(e, events.RunFinished):
-            self._finished(e)
+            if not e.ok:  # a failed step aborts its collectives: they are not stuck, they are over
+                self._close_collectives(e.step)
+            self._finished(e, self.world_size)
         elif isinstance(e, events.StepSent):
-            self._sent(e)
+            self._replicas.update(range(e.world_size))
+            self._sent(e)  # the notebook's own number for the call (progress.RunProgress)
         elif isinstance(e, events.ReplicaFailed):
             self._incident("raised", e, e.error)
         elif isinstance(e, events.ReplicaFrozen):
@@ -319,74 +308,6 @@ class DashboardModel:
             points = per[e.replica] = deque(maxlen=MAX_SCALARS)
         points.append((self.train_step_of.get(e.step, e.step), e.time, e.value))
 
-    def _number_run(self, step: int, number: int | None = None) -> int:
-        """The user's run number of ``step``: a new one unless given, or already known."""
-        known = self.run_of_step.get(step)
-        if known is not None:
-            return known
-        if number is None:
-            self.runs += 1
-            number = self.runs
-        self.runs = max(self.runs, number)
-        self.run_of_step[step] = number
-        bisect.insort(self._run_steps, step)
-        if len(self.run_of_step) > MAX_STEPS:
-            del self.run_of_step[self._run_steps.pop(0)]
-            self._runs_forgotten = True
-        return number
-
-    def _sent(self, e: events.StepSent) -> None:
-        """The notebook's own number for a call: its steps are named by it ("run #3"), as its errors do."""
-        for r in range(e.world_size):
-            self._replicas.add(r)
-        for step in range(e.step, e.step + max(1, e.steps)):
-            self._number_run(step, e.run)
-        self.last_fn = e.fn
-
-    def _started(self, e: events.RunStarted) -> None:
-        if e.program == FUSED_PROGRAM:  # one user call (run_steps): its inner steps share its number
-            self._fused[e.replica] = self._number_run(e.step)
-            return
-        if e.program != "run":
-            return
-        self._number_run(e.step, self._fused.get(e.replica))
-        if e.step not in self.train_step_of:
-            self.train_steps += 1
-            self.train_step_of[e.step] = self.train_steps
-            if len(self.train_step_of) > MAX_STEPS:
-                del self.train_step_of[next(iter(self.train_step_of))]
-        self.last_fn = e.fn
-        if e.step not in self._counted:
-            self._starting.setdefault(e.step, set()).add(e.replica)
-            self.running_step = e.step
-
-    def _finished(self, e: events.RunFinished) -> None:
-        if e.program == FUSED_PROGRAM:
-            self._fused.pop(e.replica, None)
-        # A failed step aborts its collectives: they are not stuck, they are over.
-        if not e.ok:
-            self._close_collectives(e.step)
-        if e.program != "run" or e.step in self._counted:
-            return
-        done = self._finishing.setdefault(e.step, set())
-        done.add(e.replica)
-        # Finished when every replica known to exist, and every one that started it, has
-        # finished it. On a scheduler a replica is known once its first batch came, so
-        # the first steps may count with fewer; a step is counted once.
-        if done >= self._starting.get(e.step, set()) and len(done) >= self.world_size:
-            self._counted.add(e.step)
-            self._finishing.pop(e.step, None)
-            self._starting.pop(e.step, None)
-            self.steps_done.append((e.time, e.step))
-            self.steps_finished += 1
-            if self.running_step == e.step:
-                self.running_step = None
-        for s in [s for s in self._counted if s < e.step - MAX_PENDING_STEPS]:
-            self._counted.discard(s)
-        for d in (self._finishing, self._starting):
-            for s in [s for s in d if s < e.step - MAX_PENDING_STEPS]:
-                del d[s]
-
     def waiting(self) -> int:
         """Open collectives that someone is still inside."""
         return sum(1 for oc in self.open.values() if set(oc.entered) - oc.exited)
@@ -403,37 +324,6 @@ class DashboardModel:
             missing = [r for r in range(self.world_size) if r not in oc.entered]
             out.append(StuckCollective(oc.op, oc.step, oc.seq, dict(sorted(waiting.items())), missing))
         return out
-
-    def steps_per_second(self, window: int = 20) -> float:
-        """Finished steps per second over the last ``window`` steps (0 before two have finished)."""
-        recent = list(self.steps_done)[-window:]
-        if len(recent) < 2 or recent[-1][0] <= recent[0][0]:
-            return 0.0
-        return (len(recent) - 1) / (recent[-1][0] - recent[0][0])
-
-    def recent_rate(self, window_s: float = 10.0, now: float | None = None) -> float:
-        """Steps per second over the steps finished in the last ``window_s`` seconds (0 with fewer than two).
-
-        Not since the start: a notebook idles between cells, and an average over that idle time
-        (0.6 steps/s for a loop that ran at 4) says nothing about the loop.
-        """
-        now = time.time() if now is None else now
-        times = [t for t, _ in list(self.steps_done)[-1000:] if t >= now - window_s]
-        if len(times) < 2 or times[-1] <= times[0]:
-            return 0.0
-        return (len(times) - 1) / (times[-1] - times[0])
-
-    def run_label(self, step: int) -> str:
-        """``run #13`` for a step of the user's 13th ``run`` (or ``run_steps``) call, the number the errors
-        use; for the engine's own programs (creating a variable, an assignment from the notebook) the
-        run they came after: ``after run #13``, or ``before run #1``."""
-        n = self.run_of_step.get(step)
-        if n is not None:
-            return f"run #{n}"
-        i = bisect.bisect_left(self._run_steps, step)
-        if i:
-            return f"after run #{self.run_of_step[self._run_steps[i - 1]]}"
-        return f"step {step}" if self._runs_forgotten else "before run #1"
 
     def status(self, replica: int, now: float | None = None) -> ReplicaStatus:
         """One replica's chip, from its state alone (and, for "waiting", the open collective it is in)."""
