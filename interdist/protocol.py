@@ -189,14 +189,25 @@ def current_resolving() -> ResolvingReplica | None:
     return getattr(_resolving, "replica", None)
 
 
-@contextmanager
-def resolving(replica: ResolvingReplica) -> Iterator[None]:
-    prev = getattr(_resolving, "replica", None)
-    _resolving.replica = replica
-    try:
-        yield
-    finally:
-        _resolving.replica = prev
+class _Resolving:
+    """``resolving``'s context manager: a class, not a generator (~2 us less; around every collective)."""
+
+    __slots__ = ("prev", "replica")
+
+    def __init__(self, replica: ResolvingReplica) -> None:
+        self.replica = replica
+
+    def __enter__(self) -> None:
+        self.prev = getattr(_resolving, "replica", None)
+        _resolving.replica = self.replica
+
+    def __exit__(self, *exc: object) -> None:
+        _resolving.replica = self.prev
+
+
+def resolving(replica: ResolvingReplica) -> _Resolving:
+    """``with resolving(replica):`` handles unpickled inside resolve to ``replica``'s objects."""
+    return _Resolving(replica)
 
 
 class StoreRef:

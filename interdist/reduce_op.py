@@ -51,6 +51,10 @@ def resolve(reduce_op: Any) -> ReduceOp:
     )
 
 
+#: The names as written most often (``resolve`` takes any case).
+_BY_NAME = {name: op for op in ReduceOp for name in (op.value, op.value.lower(), op.value.capitalize())}
+
+
 def check_reduce_op(reduce_op: Any, where: str, kind: str = "") -> ReduceOp:
     """``reduce_op`` as ``Strategy.reduce``, ``extended.reduce_to``/``batch_reduce_to`` and ``all_reduce`` take it.
 
@@ -62,8 +66,11 @@ def check_reduce_op(reduce_op: Any, where: str, kind: str = "") -> ReduceOp:
     (TF's MirroredStrategy silently sums with such an op in ``all_reduce``/``batch_reduce_to``,
     whatever it is, ``VariableAggregation.MEAN`` included; interdist refuses it, as TF's other paths do.)
     """
-    if isinstance(reduce_op, (ReduceOp, str)):
-        return resolve(reduce_op)
+    if type(reduce_op) is ReduceOp:  # the commonest, first: every all_reduce passes here
+        return reduce_op
+    if isinstance(reduce_op, str):
+        got = _BY_NAME.get(reduce_op)
+        return got if got is not None else resolve(reduce_op)
     message = (
         f"{where}: reduce_op must be a tf.distribute.ReduceOp (ReduceOp.SUM or ReduceOp.MEAN) or its name "
         f"as a string, but got {reduce_op!r} of type {type(reduce_op).__name__}"

@@ -36,6 +36,20 @@ def _unwrap(x: Any) -> Any:
     return x
 
 
+def _leaves(value: Any, world_size: int) -> list[Any]:
+    """``all_reduce``'s arrays: the leaves of ``value``, variables read."""
+    raw = [_unwrap(v) for v in _nest.flatten(value)]
+    if world_size > 1:
+        for v in raw:
+            if isinstance(v, (bool, int, float, complex)) and not isinstance(v, np.generic):
+                # TF 2.21 needs tensors here: a Python number fails with this AttributeError.
+                raise AttributeError(
+                    f"'{type(v).__name__}' object has no attribute 'dtype' (all_reduce needs "
+                    "arrays, e.g. np.float32(x), not Python numbers)"
+                )
+    return [as_array(v) for v in raw]
+
+
 def _nbytes(leaves: list[Any]) -> int:
     return int(sum(getattr(x, "nbytes", 0) for x in leaves))
 
@@ -137,30 +151,21 @@ class ReplicaContext:
         """Reduce ``value`` (a nested structure) across replicas; every replica gets the result."""
         op = check_reduce_op(reduce_op, where="all_reduce", kind=self._kind())
         self._require_replica_context("all_reduce")
-        if self._replica is None:
+        r = self._replica
+        if r is None:
             # As TF: a merge_call whose batch_reduce_to hands each (non-distributed) value back.
             return self.merge_call(lambda s, v: _nest.map_structure(lambda x: x, v), args=(value,))
-        raw = [_unwrap(v) for v in _nest.flatten(value)]
-        if self._r.world_size > 1:
-            for v in raw:
-                if isinstance(v, (bool, int, float, complex)) and not isinstance(v, np.generic):
-                    # TF 2.21 needs tensors here: a Python number fails with this AttributeError.
-                    raise AttributeError(
-                        f"'{type(v).__name__}' object has no attribute 'dtype' (all_reduce needs "
-                        "arrays, e.g. np.float32(x), not Python numbers)"
-                    )
-        _check_cross_device_ops(self._r)
-        leaves = [as_array(v) for v in raw]
-        if self._r.world_size > 1 and any(a.dtype == np.bool_ for a in leaves):
+        one = type(value) is np.ndarray  # the commonest (a loss, a gradient): one leaf, nothing to unwrap
+        leaves = [value] if one else _leaves(value, r.world_size)
+        _check_cross_device_ops(r)
+        if r.world_size > 1 and any(a.dtype == np.bool_ for a in leaves):
             raise ValueError(
                 f"all_reduce cannot {op.value} boolean values (TF has no {op.value} kernel for bool); "
                 "cast them to a number first"
             )
-        out = self._r.collective(
-            "all_reduce", _nbytes(leaves), lambda s, q, w: self._r.collectives.all_reduce(s, q, leaves, op, w)
-        )
-        central_sync(self._r)
-        return _nest.pack_sequence_as(value, out)
+        out = r.collective("all_reduce", _nbytes(leaves), lambda s, q, w: r.collectives.all_reduce(s, q, leaves, op, w))
+        central_sync(r)
+        return out[0] if one else _nest.pack_sequence_as(value, out)
 
     def all_gather(self, value: Any, axis: int, options: Any = None) -> Any:
         """Concatenate every replica's ``value`` along ``axis`` (nested structures leaf by leaf)."""

@@ -205,10 +205,13 @@ def _through_lanes(v: Any) -> tuple[int, float, bytes]:
     ctx = idist.get_replica_context()
     rep = ctx._replica  # type: ignore[union-attr]
     inner = rep.transport.inner
-    deadline = time.monotonic() + 10
     total = ctx.all_reduce("sum", v)
-    while time.monotonic() < deadline and not all(lane.words[lanes._ATTACHED] for lane in inner._lanes.values()):
-        total = ctx.all_reduce("sum", v)  # connected and offered in the background
+    for _ in range(100_000):  # connected and offered in the background; the replicas decide together when
+        # both lanes are attached (each deciding alone, they would run different numbers of collectives)
+        attached = np.float32(bool(inner._lanes) and all(lane.words[lanes._ATTACHED] for lane in inner._lanes.values()))
+        if float(ctx.all_reduce("sum", np.asarray([attached]))[0]) == rep.world_size:
+            break
+        total = ctx.all_reduce("sum", v)
     for _ in range(50):
         total = ctx.all_reduce("sum", v)
     before = sum(lane.count for lane in inner._lanes.values())
