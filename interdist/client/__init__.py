@@ -1,7 +1,8 @@
 """The notebook's side: clusters, replica groups, the control path and the event log.
 
-``cluster.py`` starts (or adopts) the Dask cluster and pools embedded ones; ``worker_process.py``
-starts and watches an embedded cluster's worker processes (in sessions of their own, without
+``cluster.py`` starts (or adopts) the Dask cluster and pools embedded ones (``embedded.py`` starts
+them); ``worker_process.py`` (its logs in ``worker_log.py``) starts and watches an embedded
+cluster's worker processes (in sessions of their own, without
 ``multiprocessing``, gone with the notebook), forked from a ``zygote.py`` that imported them once where
 it can (``interdist.Server``, and embedded CPU clusters unless ``interdist.cluster.fork-workers`` is
 false); ``reclaim.py`` closes strategies the garbage collector finds unclosed;

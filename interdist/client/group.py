@@ -81,7 +81,7 @@ class DaskGroup:
         self.busy: dict[int, tuple[int, Any]] = {}  # rank -> (step, its pending reply) of a stuck replica
         self._liveness = liveness.Liveness(client, self.addresses)  # frozen replicas, named while a step waits
         # Set when a step failed or was interrupted (what it was): the next call first checks that the mirrored
-        # copies are still equal (strategy/variables.py ``_check_copies``).
+        # copies are still equal (strategy/variable_repair.py ``_check_copies``).
         self.suspect: str | None = None
         self._background: set[asyncio.Future[Any]] = set()  # calls not awaited (kept alive until done)
         self.runs = 0  # the user's calls (run, run_steps), as the notebook counts them: "run #3"

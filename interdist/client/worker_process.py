@@ -34,7 +34,8 @@ logs, each line labelled ``worker NAME pid N``, the traceback of a dying process
 whichever cell ran next. The notebook's own background lines join them there (``logs.py``), the
 restart of a dead worker's among them: in a notebook the dashboard shows that as events (a replica
 lost, restarting, recovered), and a script's stderr shows the line as it happens.
-``interdist.cluster.worker-log: "-"`` gives workers the notebook's streams again.
+``interdist.cluster.worker-log: "-"`` gives workers the notebook's streams again. The log file's
+handling is in ``worker_log.py``.
 """
 
 from __future__ import annotations
@@ -54,7 +55,10 @@ from typing import Any
 import dask
 from distributed.deploy.spec import ProcessInterface
 
-from interdist.client import logs, zygote
+from interdist.client import zygote
+from interdist.client.worker_log import FAILURE_TAIL_CHARS as FAILURE_TAIL_CHARS  # (this module's API too)
+from interdist.client.worker_log import _failure, _log_format_env, _log_since, _log_size, _open_log
+from interdist.client.worker_log import worker_log_path as worker_log_path
 from interdist.worker import credentials
 
 logger = logging.getLogger("interdist")
@@ -68,8 +72,6 @@ RETRY_MAX_S = 10.0
 #: the worker's last output. A start cut by a signal (someone killed it, as a fault test or the OOM killer
 #: does) is tried again without counting: the worker itself could start.
 MAX_FAILED_STARTS = 5
-#: The most of a failed start's output (characters, its last lines) kept for the error that names it.
-FAILURE_TAIL_CHARS = 2000
 
 # The child's first Python: the parent's import path (a notebook may have added to it), then
 # interdist.worker.process; nothing of the parent's __main__. ``distributed`` is imported before
@@ -93,44 +95,6 @@ import distributed
 from interdist.worker.process import main
 main(spec)
 """
-
-
-def worker_log_path() -> str | None:
-    """The file the embedded workers of this process write their own output to; None before one started,
-    or when ``interdist.cluster.worker-log`` is ``"-"`` (the notebook's streams)."""
-    return _log_path
-
-
-_log_path: str | None = None
-
-
-def _open_log() -> int | None:
-    """A descriptor for a worker's stdout and stderr (the cluster's log file, ``logs.py``: appended to by
-    every worker of this process, and by this process's own background lines), or None."""
-    global _log_path
-    path = logs.log_path()
-    if path is None:
-        return None
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    except OSError:
-        return None  # an unwritable place: the notebook's streams, as before
-    _log_path = path
-    return fd
-
-
-#: ``distributed.admin.log-format``'s default; a worker's lines in the shared log file then say whose they are.
-_DASK_LOG_FORMAT = "%(asctime)s - %(name)s - %(levelname)s - %(message)s"
-
-
-def _log_format_env(name: Any) -> dict[str, str]:
-    """Dask's log format for worker ``name``, labelled as this process's lines are (``logs.py``); nothing
-    when the user set a format of their own."""
-    if dask.config.get("distributed.admin.log-format", None) != _DASK_LOG_FORMAT:
-        return {}
-    label = "worker " + str(name).replace("%", "%%") + " pid %(process)d"
-    fmt = _DASK_LOG_FORMAT.replace("%(asctime)s - ", f"%(asctime)s - {label} - ", 1)
-    return {"DASK_DISTRIBUTED__ADMIN__LOG_FORMAT": fmt}
 
 
 class WorkerProcess(ProcessInterface):
@@ -349,34 +313,6 @@ class WorkerProcess(ProcessInterface):
 
     def __repr__(self) -> str:
         return f"<interdist WorkerProcess {self.name!r} pid={self.pid} {self.address}: status={self.status.name}>"
-
-
-def _log_size() -> int | None:
-    """Where the shared log file ends now (what a start writes comes after), or None without one."""
-    try:
-        return os.path.getsize(_log_path) if _log_path else None
-    except OSError:
-        return None
-
-
-def _log_since(offset: int | None) -> str:
-    """The log's last lines written since ``offset`` (a failed start's own output, and whatever else
-    landed meanwhile), at most ``FAILURE_TAIL_CHARS``."""
-    if offset is None or not _log_path:
-        return ""
-    try:
-        with open(_log_path, "rb") as f:
-            f.seek(max(offset, os.path.getsize(_log_path) - FAILURE_TAIL_CHARS))
-            return f.read(FAILURE_TAIL_CHARS).decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def _failure(name: Any, failed: int, exc: BaseException, tail: str) -> str:
-    said = f"worker {name!r} was given up after {failed} failed starts in a row (the last: {exc})"
-    if tail:
-        return said + f"; its last output ({_log_path}):\n" + tail
-    return said + (f"; its log is {_log_path}" if _log_path else "")
 
 
 _CREDENTIAL_FIELDS = (

@@ -53,6 +53,8 @@ themselves are in ``cost_params.py``.
 GPU replicas (CuPy arrays): :func:`device_choice` weighs host staging against the device paths
 (``cuda_ipc`` between replicas on one GPU, ``nccl`` between GPUs) with ``PRESETS["cuda_ipc"]`` and
 ``PRESETS["nccl-device"]``, assumed figures until measured on a GPU (``cost_params.py``).
+
+The formulas (each algorithm's phases and their cost) are in ``cost_phases.py``.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,113 +79,21 @@ from interdist.collectives.cost_params import (
     preset,
     save,
 )
+from interdist.collectives.cost_phases import (
+    AG,
+    HIERARCHICAL,
+    IMPLEMENTED,
+    MODELLED,
+    RB,
+    RING,
+    RS,
+    TREE,
+    _cost,
+    phases,
+)
 
-# The names ``algorithms.py`` uses for its all_reduce algorithms (kept equal to its constants;
-# this module imports nothing from there, which imports from here).
-AG = "all-gather-reduce"
-RS = "reduce-scatter-all-gather"
-RB = "reduce-broadcast"
-RING = "ring"
-TREE = "tree"
-HIERARCHICAL = "hierarchical"
-#: The algorithms interdist runs (``best_algorithm`` chooses among these by default).
-IMPLEMENTED = (AG, RS, RB)
-#: The algorithms the model knows: interdist's and, for predictions at scale, the textbook ones.
-MODELLED = (AG, RS, RB, RING, TREE, HIERARCHICAL)
-# The parameter sets (``Link``, ``Params``, ``PRESETS``, ``load``, ``save``) live in ``cost_params.py``.
-
-
-# -- the formulas -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Phase:
-    inter: bool  # over the inter-host link (else intra)
-    rounds: float
-    msgs: float
-    moved: float  # bytes per replica
-    reduced: float  # bytes per replica
-    busy: float  # replicas of one host working at once (contention)
-    link_share: float = 1.0  # replicas whose bytes cross the host's inter link at once
-
-
-def _cost(p: Params, phases: Iterable[_Phase]) -> float:
-    total = 0.0
-    for ph in phases:
-        link = p.inter if ph.inter else p.intra
-        slow = max(1.0, ph.busy / p.cores)
-        share = ph.link_share if ph.inter else slow  # memory bandwidth is shared like the cores
-        total += ph.rounds * link.alpha + ph.msgs * link.overhead * slow + ph.moved * link.beta * share
-        total += ph.reduced * p.gamma * slow
-    return total
-
-
-def _log2(n: int) -> float:
-    return float(math.ceil(math.log2(n))) if n > 1 else 0.0
-
-
-def phases(algorithm: str, nbytes: float, world_size: int, hosts: int = 1, shared: bool = True) -> list[_Phase]:
-    """The phases of ``algorithm`` for ``world_size`` replicas of ``nbytes`` each on ``hosts`` hosts.
-
-    ``shared``: a message to several replicas of one host is written once, and read in place
-    (interdist's shared memory); else every peer gets its own copy (point to point).
-    """
-    n, h, b = world_size, hosts, float(nbytes)
-    if n < 1 or h < 1 or h > n:
-        raise ValueError(f"need 1 <= hosts <= world_size, got world_size={n}, hosts={h}")
-    if b < 0:
-        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-    if algorithm not in MODELLED:
-        raise ValueError(f"unknown all_reduce algorithm {algorithm!r}; modelled: {', '.join(MODELLED)}")
-    if n == 1:
-        return [_Phase(False, 0, 0, b, 0, 1)]  # the result is a copy of the replica's own batch
-    g = math.ceil(n / h)
-    x = h > 1  # messages cross hosts: counted on the inter link, point to point
-    # replicas of one host busy at once, and sharing the inter link (on one host: all n, no inter link)
-    busy, share = (g, g) if x else (n, 1)
-    shm = shared and not x
-    # ``moved`` counts the bytes a replica sends plus those it receives (both cost it CPU time or
-    # link time); through shared memory, writing a message once and copying it out count.
-    if algorithm == AG:  # send to every peer (shared memory: written once), add the n-1 others in place
-        return [_Phase(x, 1, 2 * (n - 1), b if shm else 2 * (n - 1) * b, (n - 1) * b, busy, share)]
-    if algorithm == RS:
-        part = b / n
-        # round 1: chunk j to replica j, add the n chunks received; round 2: own reduced chunk to every
-        # peer (shared memory: written once) and every peer's chunk copied into place in a fresh array
-        if shm:
-            return [
-                _Phase(x, 1, 2 * (n - 1), (n - 1) * part, (n - 1) * part, busy, share),
-                _Phase(x, 1, 2 * (n - 1), b, 0, busy, share),
-            ]
-        assembly = 0.0 if x else b  # over loopback the copy into place competes with the sockets for the cores
-        return [
-            _Phase(x, 1, 2 * (n - 1), 2 * (n - 1) * part, (n - 1) * part, busy, share),
-            _Phase(x, 1, 2 * (n - 1), 2 * (n - 1) * part + assembly, 0, busy, share),
-        ]
-    if algorithm == RB:
-        if shm:  # peers write to the root; the root adds alone and writes once; the peers copy out
-            return [
-                _Phase(False, 1, 1, b, 0, n - 1),
-                _Phase(False, 1, 2 * (n - 1), b, (n - 1) * b, 1),
-                _Phase(False, 0, 1, b, 0, n - 1),
-            ]
-        # the root takes every peer's bytes in, adds alone, and sends the result to every peer
-        return [
-            _Phase(x, 1, n - 1, (n - 1) * b, 0, 1),
-            _Phase(x, 0, 0, 0, (n - 1) * b, 1),
-            _Phase(x, 1, n - 1, (n - 1) * b, 0, 1),
-        ]
-    if algorithm == RING:  # across hosts one replica of each host sends to the next host per step
-        return [_Phase(x, 2 * (n - 1), 4 * (n - 1), 4 * (n - 1) / n * b, (n - 1) / n * b, busy, 1)]
-    if algorithm == TREE:  # pipelined: each replica sends and receives about 2b in all
-        lg = _log2(n)
-        return [_Phase(x, 2 * lg, 4 * lg, 4 * b, b, busy, 1)]
-    # HIERARCHICAL: ring reduce-scatter inside the host, ring all-reduce of the shards across hosts, all-gather
-    out = []
-    if g > 1:
-        out.append(_Phase(False, 2 * (g - 1), 4 * (g - 1), 4 * (g - 1) / g * b, (g - 1) / g * b, g))
-    if h > 1:
-        shard = b / g
-        out.append(_Phase(True, 2 * (h - 1), 4 * (h - 1), 4 * (h - 1) / h * shard, (h - 1) / h * shard, g, g))
-    return out
+# The parameter sets (``Link``, ``Params``, ``PRESETS``, ``load``, ``save``) live in ``cost_params.py``,
+# the algorithms' names and phases (``AG``... ``MODELLED``, ``phases``) in ``cost_phases.py``.
 
 
 def predict(

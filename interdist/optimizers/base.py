@@ -107,7 +107,7 @@ class Optimizer:
         if ctx is not None and not _context.is_default(strategy):
             central = getattr(strategy.extended, "_apply_gradients_in_replica_context", None)
             if central is not None and central(self, pairs):
-                return  # central storage: gradients summed onto the variables' holder (replica/view.py)
+                return  # central storage: gradients summed onto the variables' holder (replica/extended_view.py)
             ctx.merge_call(self._distributed_apply, args=(pairs,))
             return
         if ctx is None:

@@ -4,32 +4,27 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from interdist import _context, _gpu, autodiff, events
 from interdist._convert import apply_op, as_array, convert_for_variable, small_values, summarize
 from interdist._reduction import reduce_arrays
-from interdist.autodiff import Differentiable
 from interdist.protocol import VariableMeta, resolve_variable
 from interdist.reduce_op import ReduceOp
 from interdist.replica import faults
+from interdist.replica._variable_classes import _notebook_class
+from interdist.replica._variable_classes import single_copy as single_copy  # (this module's API too)
+from interdist.replica._variable_classes import variable_class as variable_class
+from interdist.replica.component import ReplicaComponent as ReplicaComponent  # (this module's API too)
+from interdist.replica.component import _ReplicaSide
 from interdist.values.distributed import DistributedValues
-from interdist.values.distributed_variable import (
-    CentralVariable,
-    MirroredVariable,
-    OneDeviceVariable,
-    SyncOnReadVariable,
-    VariableComponent,
-)
 from interdist.values.variables import Variable, VariableAggregation, VariableSynchronization, _maybe
 
 if TYPE_CHECKING:
     from interdist.replica.replica import Replica
 
-_V = TypeVar("_V", bound="ReplicaVariable")
 
 # sys.getrefcount of ``ReplicaVariable.raw`` when only the variable holds it: its attribute, the call's argument.
 _SOLE_HOLDER = 2
@@ -49,41 +44,7 @@ def read_only_view(raw: Any) -> Any:
     return _gpu.copy(raw)
 
 
-def single_copy(meta: VariableMeta) -> bool:
-    """A variable of a strategy with one copy (OneDevice: TF's ResourceVariable; CentralStorage: one value)."""
-    return meta.get("kind") == "central" or meta.get("strategy_kind") in ("one_device", "central_storage", "default")
-
-
-def _notebook_class(meta: VariableMeta) -> type:
-    """The notebook's class of a variable, which replica code sees through ``isinstance`` (as TF: a
-    ``MirroredVariable``/``SyncOnReadVariable`` inside ``run`` stays one)."""
-    if meta.get("kind") == "central" or meta.get("strategy_kind") == "central_storage":
-        return CentralVariable
-    if single_copy(meta):
-        return OneDeviceVariable
-    return SyncOnReadVariable if meta["kind"] == "sync_on_read" else MirroredVariable
-
-
-_TF_NAMES = {"mirrored": "MirroredVariable", "sync_on_read": "SyncOnReadVariable"}
-_CLASSES: dict[tuple[type, str], type] = {}
-
-
-def variable_class(base: type[_V], meta: VariableMeta) -> type[_V]:
-    """A subclass of ``base`` named as TF names the variable's class inside ``run`` (``type(v).__name__``):
-    MirroredVariable / SyncOnReadVariable, ResourceVariable (OneDevice), AggregatingVariable (CentralStorage)."""
-    if meta.get("kind") == "central" or meta.get("strategy_kind") == "central_storage":
-        name = "AggregatingVariable"
-    elif single_copy(meta):
-        name = "ResourceVariable"
-    else:
-        name = _TF_NAMES.get(meta["kind"], "MirroredVariable")
-    cls = _CLASSES.get((base, name))
-    if cls is None:
-        cls = _CLASSES[(base, name)] = type(name, (base,), {"__module__": base.__module__, "__qualname__": name})
-    return cls
-
-
-class ReplicaVariable(Differentiable, NDArrayOperatorsMixin):
+class ReplicaVariable(_ReplicaSide):
     """One replica's copy of a distributed variable (what a replica function sees).
 
     It passes for the notebook's variable: ``isinstance(v, MirroredVariable)`` (``SyncOnReadVariable``,
@@ -369,114 +330,6 @@ class UnreadVariable(ReplicaVariable):
     @raw.setter
     def raw(self, value: np.ndarray) -> None:
         self._var.raw = value
-
-
-def _resolve_component(group_id: str, var_id: int, rank: int) -> Any:
-    """Unpickling a ``ReplicaComponent``: the notebook's ``VariableComponent`` (or the copy view on a replica)."""
-    var = resolve_variable(group_id, var_id)
-    if isinstance(var, ReplicaVariable):
-        return var.values[rank]
-    return var._values[rank]
-
-
-class ReplicaComponent(Differentiable, NDArrayOperatorsMixin):
-    """One copy of a distributed variable as replica code sees it (``v.values[r]``, TF's component variable).
-
-    It passes for the notebook's ``VariableComponent`` (an ``interdist.Variable``). Its name, device,
-    shape, dtype and attributes are known on every replica. Reading it is a collective (every replica
-    reads, each gets copy ``r``): the copy may live in another worker process. Only its own replica can
-    write it (TF: an assign changes that copy only); inside ``merge_fn`` the other replicas skip the write.
-    """
-
-    def __init__(self, var: ReplicaVariable, rank: int) -> None:
-        self._var = var
-        self._rank = rank
-
-    @property  # type: ignore[misc]  # a read-only __class__, for isinstance (see the class docstring)
-    def __class__(self) -> type:
-        return VariableComponent
-
-    def __reduce__(self) -> Any:
-        return (_resolve_component, (self._var.group_id, self._var.var_id, self._rank))
-
-    @property
-    def name(self) -> str:
-        base = self._var.meta["name"]
-        return f"{base}:0" if self._rank == 0 else f"{base}/replica_{self._rank}:0"
-
-    @property
-    def device(self) -> str:
-        return str(self._var._replica.devices[self._rank])
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._var.shape
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self._var.dtype
-
-    @property
-    def trainable(self) -> bool:
-        return self._var.trainable
-
-    @property
-    def synchronization(self) -> Any:
-        return self._var.synchronization
-
-    @property
-    def aggregation(self) -> Any:
-        return self._var.aggregation
-
-    def read_value(self) -> np.ndarray:
-        return self._var._all_copies()[self._rank]
-
-    def value(self) -> np.ndarray:
-        return self.read_value()
-
-    def numpy(self) -> np.ndarray:
-        return _gpu.to_host(self.read_value())  # type: ignore[no-any-return]
-
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        a: np.ndarray = _gpu.to_host(self.read_value())
-        return a.astype(dtype) if dtype is not None else a
-
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        if autodiff.recording():  # on a GradientTape: the read is recorded
-            return autodiff.apply_ufunc(ufunc, method, inputs, kwargs)
-        conv = tuple(x.read_value() if isinstance(x, (ReplicaVariable, ReplicaComponent)) else x for x in inputs)
-        return getattr(ufunc, method)(*conv, **kwargs)
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def _write(self, op: str, value: Any) -> ReplicaComponent:
-        replica = self._var._replica
-        if self._rank == replica.rank:
-            if isinstance(value, (ReplicaVariable, ReplicaComponent)):
-                value = value.read_value()
-            self._var._local(op, value)
-        elif _context.current().replica_context is not None:
-            raise NotImplementedError(
-                f"Replica {replica.rank} cannot {op} copy {self._rank} of variable {self._var.meta['name']!r} "
-                f"({self.name}) inside a replica function: that copy lives in replica {self._rank}'s worker "
-                f"process. Write it from replica {self._rank} (v.values[{self._rank}] there), inside merge_call, "
-                "or outside run."
-            )
-        # cross-replica (merge_fn): every replica runs this; the copy's own replica applies it
-        return self
-
-    def assign(self, value: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
-        return _maybe(read_value, self._write("assign", value))
-
-    def assign_add(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
-        return _maybe(read_value, self._write("assign_add", delta))
-
-    def assign_sub(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
-        return _maybe(read_value, self._write("assign_sub", delta))
-
-    def __repr__(self) -> str:
-        return f"<interdist.Variable '{self.name}' shape={self.shape} dtype={np.dtype(self.dtype).name}>"
 
 
 # -- central storage ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The strategy as replica code sees it: ``ReplicaStrategyView`` and its ``ReplicaExtendedView``.
+"""The strategy as replica code sees it: ``ReplicaStrategyView`` (its ``ReplicaExtendedView`` is in extended_view.py).
 
 What ``get_strategy()`` returns on a replica, inside the replica function and inside
 ``merge_fn`` (``ReplicaContext`` is in context.py).
@@ -6,33 +6,29 @@ What ``get_strategy()`` returns on a replica, inside the replica function and in
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import cloudpickle
 import numpy as np
 
 from interdist import _context, _nest, _reduction
-from interdist import device as device_lib
 from interdist._convert import as_array
-from interdist._gpu import to_host
 from interdist.input.distributed_dataset import DistributedDataset
 from interdist.protocol import VariableMeta, resolve_strategy
 from interdist.reduce_op import ReduceOp, check_reduce_op
 from interdist.replica import faults, programs
-from interdist.replica.central import reduce_to_holder
-from interdist.replica.central_variable import CentralReplicaVariable, create_central_variable
+from interdist.replica._notebook_class import _named, _ReportsNotebookClass
+from interdist.replica.central_variable import create_central_variable
 from interdist.replica.context import _regroup_local, _select, _unwrap
+from interdist.replica.extended_view import ReplicaExtendedView as ReplicaExtendedView  # (this module's API too)
+from interdist.replica.extended_view import _copies, _is_central
 from interdist.replica.lazy_merge import LazyPerReplica, all_reduce_held
 from interdist.replica.programs import ValueContext, convert_value
-from interdist.replica.variable import ReplicaComponent, ReplicaVariable, single_copy
-from interdist.values.distributed import DistributedValues, Mirrored, PerReplica, regroup
+from interdist.replica.variable import ReplicaVariable
+from interdist.values.distributed import DistributedValues, PerReplica, regroup
 from interdist.values.distributed_variable import variable_kind
-from interdist.values.tensor import ArrayValue
 from interdist.values.variables import (
-    Variable,
     VariableAggregation,
     VariableSynchronization,
     check_mean_dtype,
@@ -43,108 +39,16 @@ from interdist.values.variables import (
 if TYPE_CHECKING:
     from interdist.replica.replica import Replica
 
-_T = TypeVar("_T")
-
-
-def _is_central(x: Any) -> bool:
-
-    return isinstance(x, CentralReplicaVariable)
-
-
-def _copies(x: Any) -> bool:
-    """A variable with one copy per replica (Mirrored/SyncOnRead; not OneDevice, not central)."""
-    return isinstance(x, ReplicaVariable) and not single_copy(x.meta)
-
 
 def _per_replica(x: Any) -> bool:
     """A value with one component per replica (a distributed value, a non-central variable's copies)."""
     return isinstance(x, DistributedValues) or (isinstance(x, ReplicaVariable) and not _is_central(x))
 
 
-def _import_class(path: Any, pickled: bytes | None = None) -> type | None:
-    """The notebook's class: unpickled, else the first class of ``path`` (``[module, qualname]`` pairs,
-    nearest first) that imports here."""
-    if pickled:
-        try:
-            cls = cloudpickle.loads(pickled)
-        except Exception:  # noqa: BLE001 - e.g. a module of the notebook's that this worker lacks
-            cls = None
-        if isinstance(cls, type):
-            return cls
-    for module, qualname in path or ():
-        try:
-            obj: Any = importlib.import_module(module)
-            for part in qualname.split("."):
-                obj = getattr(obj, part)
-        except Exception:  # noqa: BLE001 - a class this worker cannot import: try its base
-            continue
-        if isinstance(obj, type):
-            return obj
-    return None
-
-
-def _check_one_dtype(values: list[Any]) -> None:
-    """``batch_reduce_to`` packs its values into one collective: TF refuses mixed dtypes there."""
-    dtypes = set()
-    for v in values:
-        if isinstance(v, ReplicaVariable):
-            dtypes.add(np.dtype(v.dtype))  # not read: reading another replica's copy is a collective
-        elif isinstance(v, LazyPerReplica):
-            dtypes.add(v.local_dtype())  # not gathered
-        elif isinstance(v, DistributedValues):
-            dtypes |= {np.asarray(_unwrap(c)).dtype for c in v.values[:1]}
-        else:
-            dtypes.add(np.asarray(_unwrap(v)).dtype)
-    if len(dtypes) > 1:
-        raise ValueError(
-            f"batch_reduce_to cannot reduce values of different dtypes in one batch: {sorted(d.name for d in dtypes)}"
-        )
-
-
-_NAMED: dict[tuple[type, str], type] = {}
-
-
-def _named(base: type[_T], name: str) -> type[_T]:
-    """A subclass of ``base`` called ``name``, so that ``type(view).__name__`` is the notebook class's name."""
-    key = (base, name)
-    cls = _NAMED.get(key)
-    if cls is None:
-        cls = _NAMED[key] = type(name, (base,), {"__module__": base.__module__, "__qualname__": name})
-    return cast("type[_T]", cls)
-
-
 def make_view(replica: Replica) -> ReplicaStrategyView:
     """The view of ``replica``'s strategy, named as the notebook's strategy class (``MirroredStrategy``...)."""
     name = replica.spec.get("strategy_name")
     return _named(ReplicaStrategyView, name)(replica) if name else ReplicaStrategyView(replica)
-
-
-class _ReportsNotebookClass:
-    """Reports the notebook's class as ``__class__``, so that ``isinstance`` sees the notebook's strategy.
-
-    ``isinstance(x, C)`` consults ``x.__class__`` when ``type(x)`` is not a subclass of ``C`` (as
-    ``unittest.mock`` relies on): replica code that branches on ``isinstance(get_strategy(),
-    MirroredStrategy)`` takes the notebook's branch. The class is imported by name, lazily, the first
-    time it is asked for (the replica layer does not import the strategy layer); a class the worker
-    cannot import (one defined in the notebook's ``__main__``) arrives pickled by value (cloudpickle keeps
-    its identity across messages, so replica code naming it finds the same class), else stands for its
-    nearest importable base.
-    ``type(x)`` stays this class (``type(x) is MirroredStrategy`` is False, unlike TF).
-    """
-
-    def _class_path(self) -> Any:
-        raise NotImplementedError
-
-    def _class_pickle(self) -> bytes | None:
-        return None
-
-    @property  # type: ignore[misc]  # a read-only __class__, for isinstance (see the class docstring)
-    def __class__(self) -> type:
-        found = self.__dict__.get("_notebook_class")
-        if found is None:
-            found = _import_class(self._class_path(), self._class_pickle()) or type(self)
-            self.__dict__["_notebook_class"] = found
-        return cast(type, found)
 
 
 class ReplicaStrategyView(_ReportsNotebookClass):
@@ -336,208 +240,3 @@ class ReplicaStrategyView(_ReportsNotebookClass):
 
     def __repr__(self) -> str:
         return f"<interdist strategy view: replica {self._replica.rank} of group {self._replica.group_id}>"
-
-
-class ReplicaExtendedView(_ReportsNotebookClass):
-    """``StrategyExtended`` on a replica, used inside ``merge_fn``."""
-
-    def __init__(self, strategy: ReplicaStrategyView) -> None:
-        self._strategy = strategy
-        self._replica = strategy._replica
-
-    def _class_path(self) -> Any:
-        return self._replica.spec.get("extended_class")
-
-    @property
-    def worker_devices(self) -> tuple[str, ...]:
-        return tuple(self._replica.devices)
-
-    @property
-    def parameter_devices(self) -> tuple[str, ...]:
-        return tuple(self._replica.spec.get("parameter_devices") or self._replica.devices)
-
-    def _n(self) -> int:
-        return self._replica.world_size
-
-    def _kind(self) -> str:
-        return str(self._replica.spec.get("kind", ""))
-
-    # reduce_to / batch_reduce_to / broadcast_to: what the notebook's StrategyExtended returns (TF's
-    # simple_broadcast): a plain value for one destination device, a Mirrored for several.
-
-    def _devices_of(self, destinations: Any) -> list[str]:
-        """The devices ``destinations`` stands for (TF's ``validate_destinations``/``get_devices_from``)."""
-        if isinstance(destinations, str):
-            if not destinations:
-                raise ValueError(device_lib.BAD_DESTINATIONS + " Got an empty string.")
-            return [device_lib.canonicalize(destinations)]
-        if _copies(destinations):
-            return [str(d) for d in self._replica.devices]
-        if isinstance(destinations, (ReplicaVariable, ReplicaComponent)):
-            return [str(destinations.device)]
-        if isinstance(destinations, DistributedValues):
-            devices = [str(d) for d in self._replica.devices]
-            n = len(destinations.values)
-            return [devices[i] if i < len(devices) else devices[-1] for i in range(n)]
-        if isinstance(destinations, (Variable, ArrayValue)):
-            return [str(destinations.device)]  # a handle that knows its device
-        # A NumPy value is no destination, as in the notebook (TF 2.21 refuses NumPy values too).
-        raise ValueError(f"{device_lib.BAD_DESTINATIONS} Got {destinations!r}.")
-
-    def _broadcast(self, value: Any, destinations: Any) -> Any:
-        devices = self._devices_of(destinations)
-        if len(devices) == 1:
-            return value
-        return Mirrored([value] * len(devices))
-
-    def reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any = None) -> Any:
-        self._strategy._require_cross_replica("reduce_to")
-        device_lib.refuse_sequence(destinations, "reduce_to")
-        op = check_reduce_op(reduce_op, "reduce_to", self._kind())
-        if self._kind() == "one_device":
-            return value  # TF's OneDeviceExtended hands the value back as it is
-        if self._replica.armed_fault is not None:  # an all-reduce, even of values already here (faults.py)
-            faults.fire(self._replica, "collective", "all_reduce", "reduce_to")
-        return self._reduce_to(op, value, destinations)
-
-    def _reduce_to(self, op: ReduceOp, value: Any, destinations: Any) -> Any:
-        if isinstance(value, Mirrored):  # a MirroredVariable too
-            if op == ReduceOp.MEAN:
-                return value  # TF hands a mirrored value (a MirroredVariable too) back as it is
-            raise AssertionError(
-                f"reduce_to(SUM) of a mirrored value {type(value).__name__}: its copies are already equal; "
-                "use ReduceOp.MEAN (TF 2.21 fails an assert here)"
-            )
-        if not isinstance(value, DistributedValues):  # a plain value, a central variable
-            reduced = _reduction.reduce_non_distributed(op, value, self._n())
-            if op == ReduceOp.MEAN:
-                return value  # TF returns a non-distributed value itself for MEAN, to any destination
-            return self._broadcast(as_array(reduced), destinations)
-        self._devices_of(destinations)  # checked before the replicas reduce
-        return self._broadcast(as_array(self._strategy.reduce(op, value, axis=None)), destinations)
-
-    def batch_reduce_to(self, reduce_op: Any, value_destination_pairs: Any, options: Any = None) -> list[Any]:
-        self._strategy._require_cross_replica("batch_reduce_to")
-        op = check_reduce_op(reduce_op, "batch_reduce_to", self._kind())
-        pairs = list(value_destination_pairs)
-        if self._kind() == "one_device":
-            for _, d in pairs:
-                device_lib.refuse_sequence(d, "batch_reduce_to")
-            return [v for v, _ in pairs]
-        for _, d in pairs:
-            self._devices_of(d)  # TF: ValueError for None and for a list of devices here
-        if self._replica.armed_fault is not None:  # an all-reduce, even of values already here (faults.py)
-            faults.fire(self._replica, "collective", "all_reduce", "batch_reduce_to")
-        if self._n() > 1:
-            _check_one_dtype([v for v, _ in pairs])
-        # merge_call's held arguments (an optimizer's gradients): one all-reduce for the whole batch.
-        lazy = [i for i, (v, _) in enumerate(pairs) if isinstance(v, LazyPerReplica) and v.reducible()]
-        reduced = (
-            dict(zip(lazy, all_reduce_held(self._replica, op, [pairs[i][0] for i in lazy]), strict=True))
-            if lazy
-            else {}
-        )
-        out = []
-        for i, (v, d) in enumerate(pairs):
-            if i in reduced:
-                out.append(self._broadcast(reduced[i], d))
-            elif isinstance(v, ReplicaVariable) and (self._n() == 1 or not _copies(v)):
-                out.append(v)  # TF 2.21: a variable comes back as it is with one replica and from CentralStorage
-            elif isinstance(v, Mirrored):
-                # Unlike reduce_to, TF's batched path reduces a mirrored value's copies (SUM adds them, no assert).
-                out.append(self._broadcast(as_array(self._strategy.reduce(op, v, axis=None)), d))
-            elif isinstance(v, DistributedValues):
-                out.append(self._reduce_to(op, v, d))
-            else:
-                out.append(self._broadcast(as_array(v), d))  # TF's batched path copies a plain value
-        return out
-
-    def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
-        self._strategy._require_cross_replica("broadcast_to")
-        device_lib.refuse_none(destinations, "broadcast_to")
-        device_lib.refuse_sequence(destinations, "broadcast_to")
-        if self._kind() == "one_device":
-            return tensor  # TF hands the tensor back as it is
-        return self._broadcast(as_array(tensor), destinations)
-
-    def update(self, var: Any, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, group: bool = True) -> Any:
-        if isinstance(var, DistributedValues) and not isinstance(var, ReplicaVariable):
-            # e.g. another strategy's OneDevice variable: each replica holds its own snapshot, regrouped by
-            # merge_call into a PerReplica. TF 2.21 fails an internal assert here (checked with Keras SGD).
-            raise AssertionError(
-                f"update() requires a variable created in this strategy's scope, but got a {type(var).__name__} "
-                "(a variable of another strategy, one copy per replica?); create the variable in "
-                "this strategy's scope"
-            )
-        if _is_central(var):
-            return self._central_update(var, fn, args, kwargs, group)
-        # TF 2.21 also allows it in replica context: each replica updates its own copy.
-        rank = self._replica.rank
-        args = _select(tuple(args), rank)
-        kwargs = _select(dict(kwargs or {}), rank)
-        with _context.enter(self._strategy, None, update_replica_id=rank):
-            out = fn(var, *args, **kwargs)
-        if group:
-            return _nest.map_structure(lambda o: Mirrored([o] * self._n()) if o is not None else None, out)
-        return tuple([out] * self._n())
-
-    def _central_update(self, var: Any, fn: Callable[..., Any], args: Any, kwargs: Any, group: bool) -> Any:
-        """``update`` of a central variable: ``fn`` applies on the holder only (replica/variable.py).
-
-        The other replicas run ``fn`` too, on a variable that checks and remembers the writes
-        without applying them, so ``fn`` returns the same thing everywhere.
-        """
-        if _context.get_replica_context() is not None:
-            # As TF does in replica context: a merge_call, then one update in cross-replica context.
-            return self._replica.context.merge_call(
-                lambda s, *a, **k: s.extended.update(var, fn, a, k, group), args=tuple(args), kwargs=kwargs
-            )
-        rank = self._replica.rank
-        args = _select(tuple(args), rank)
-        kwargs = _select(dict(kwargs or {}), rank)
-        with var._state.op(update=True), _context.enter(self._strategy, None, update_replica_id=rank):
-            out = fn(var, *args, **kwargs)
-        return out if group else (out,)  # one copy, one result
-
-    def _apply_gradients_in_replica_context(self, optimizer: Any, pairs: list[tuple[Any, Any]]) -> bool:
-        """``optimizer.apply_gradients`` inside ``run`` when every variable is central.
-
-        The gradients are summed onto the holder in one message per replica (not all-gathered
-        by a ``merge_call``), and the optimizer's update runs there once. The values equal the
-        ``merge_call`` path's: the same sums, added in rank order. False: not central, use that path.
-        """
-
-        variables = [v for _, v in pairs]
-        if not variables or not all(_is_central(v) for v in variables):
-            return False
-        grads = [to_host(as_array(_unwrap(g))) for g, _ in pairs]  # summed in the holder's host memory
-        summed = reduce_to_holder(self._replica, grads, "SUM")
-        state = variables[0]._state
-        rank = self._replica.rank
-        with _context.enter(self._strategy, None):
-            for var, grad in zip(variables, summed, strict=True):
-                with state.op(update=True), _context.enter(self._strategy, None, update_replica_id=rank):
-                    if state.is_holder:
-                        optimizer._update_one(var, grad)
-            optimizer.iterations.assign_add(np.int64(1))
-        return True
-
-    def call_for_each_replica(self, fn: Callable[..., Any], args: Any = (), kwargs: Any = None) -> Any:
-        return self._strategy.run(fn, args, kwargs)
-
-    def value_container(self, value: Any) -> Any:
-        return value
-
-    @contextmanager
-    def colocate_vars_with(self, colocate_with_variable: Any) -> Iterator[None]:
-        yield
-
-    def variable_created_in_scope(self, v: Any) -> bool:
-
-        return isinstance(v, ReplicaVariable) and v.group_id == self._replica.group_id
-
-    experimental_between_graph = False
-    experimental_require_static_shapes = False
-    experimental_should_init = True
-    should_checkpoint = True
-    should_save_summary = True
