@@ -10,9 +10,8 @@ from typing import Any
 
 from interdist.client import cluster as cluster_lib
 from interdist.errors import TaskFrozenError, UnavailableError
-from interdist.replica import ps_step
 from interdist.values import ps_variable
-from interdist.worker.ps_store import pooled_call
+from interdist.worker.ps_store import PooledConnection
 
 
 def _close(lease: cluster_lib.Lease, ps_addresses: list[str], worker_addresses: list[str], store: str) -> None:
@@ -31,29 +30,14 @@ def _close(lease: cluster_lib.Lease, ps_addresses: list[str], worker_addresses: 
     cluster_lib.release(lease)
 
 
-class ClientConnection(ps_step.Connection):
-    """Calls the ps tasks' handlers from the notebook."""
+class ClientConnection(PooledConnection):
+    """Calls the ps tasks' handlers from the notebook (``client``: its Dask client)."""
 
     def __init__(self, client: Any) -> None:
+        super().__init__(client)
         self.client = client
         self.lost: dict[str, UnavailableError] = {}
         self.frozen: dict[str, TaskFrozenError] = {}
 
     def _sync(self, coro_fn: Callable[[], Any]) -> Any:
         return self.client.sync(coro_fn)
-
-    def _rpc(self, address: str) -> Any:
-        return self.client.rpc(address)
-
-    def _scheduler(self) -> Any:
-        return self.client.scheduler
-
-    async def _call(
-        self,
-        address: str,
-        handler: str,
-        kwargs: dict[str, Any],
-        connect_timeout: float | None,
-        comms: list[Any] | None = None,
-    ) -> Any:
-        return await pooled_call(self.client.rpc, address, handler, kwargs, connect_timeout, comms)

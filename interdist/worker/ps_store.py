@@ -301,18 +301,18 @@ async def pooled_call(
         pool.reuse(address, comm)
 
 
-class WorkerConnection(Connection):
-    def __init__(self, worker: Any) -> None:
-        self.worker = worker
+class PooledConnection(Connection):
+    """Calls the ps tasks' handlers over the pooled connections of ``owner``, a Dask client (the notebook:
+    ``strategy/ps_connection.ClientConnection``) or worker (``WorkerConnection``); each says how to wait."""
 
-    def _sync(self, coro_fn: Callable[[], Any]) -> Any:
-        return sync(self.worker.loop, coro_fn)
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
 
     def _rpc(self, address: str) -> Any:
-        return self.worker.rpc(address)
+        return self.owner.rpc(address)
 
     def _scheduler(self) -> Any:
-        return self.worker.scheduler
+        return self.owner.scheduler
 
     async def _call(
         self,
@@ -322,4 +322,11 @@ class WorkerConnection(Connection):
         connect_timeout: float | None,
         comms: list[Any] | None = None,
     ) -> Any:
-        return await pooled_call(self.worker.rpc, address, handler, kwargs, connect_timeout, comms)
+        return await pooled_call(self.owner.rpc, address, handler, kwargs, connect_timeout, comms)
+
+
+class WorkerConnection(PooledConnection):
+    """From a worker (a thread that is not its event loop)."""
+
+    def _sync(self, coro_fn: Callable[[], Any]) -> Any:
+        return sync(self.owner.loop, coro_fn)
