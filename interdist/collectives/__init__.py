@@ -1,8 +1,10 @@
 """Collectives between the replicas of a group: transports (backends), the algorithms on top of them.
 
 ``base.py`` holds the ``Transport`` (which is also the backend protocol) and the packet format,
-``mailbox.py`` where a rank's incoming messages wait, ``algorithms.py`` the ``Collectives`` a replica
-uses (all_reduce algorithms, exchange, broadcast), ``cross_device_ops.py`` TF's ``CrossDeviceOps``
+``mailbox.py`` where a rank's incoming messages wait (``mailbox_channels.py`` reads its channels and
+lanes), ``algorithms.py`` the ``Collectives`` a replica uses (all_reduce algorithms, exchange, broadcast;
+``two_round.py`` the reduce-broadcast and reduce-scatter ones, ``small.py`` the small batches),
+``cross_device_ops.py`` TF's ``CrossDeviceOps``
 (which all_reduce algorithm a strategy's replicas run) and ``registry.py`` the backends by name
 (``config.settings.collectives_backend``), one module each.
 

@@ -54,6 +54,9 @@ from interdist.collectives.reducing import _BLOCK as _BLOCK  # (this module's AP
 from interdist.collectives.reducing import COLLECTIVE_DTYPES as COLLECTIVE_DTYPES
 from interdist.collectives.reducing import _check_collective_dtypes, _dtypes, _reduce_owned
 from interdist.collectives.small import small_all_reduce
+from interdist.collectives.two_round import TwoRoundMixin
+from interdist.collectives.two_round import _bounds as _bounds  # (this module's API too)
+from interdist.collectives.two_round import _phase2 as _phase2
 from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
@@ -113,17 +116,11 @@ def _forget_on_error(method: _F) -> _F:
     return cast(_F, wrapper)
 
 
-def _phase2(seq: int) -> int:
-    """The mailbox sequence number of a collective's second round (never a real seq, which is >= 0)."""
-    return -1 - seq
-
-
-def _bounds(size: int, n: int) -> list[int]:
-    return [size * j // n for j in range(n + 1)]
-
-
-class Collectives:
+class Collectives(TwoRoundMixin):
     """The ops a replica uses, on top of a transport. One instance per replica.
+
+    The two-round all_reduce algorithms (reduce-broadcast, reduce-scatter + all-gather) are its
+    mixin's (``two_round.py``).
 
     ``algorithm`` is the all_reduce algorithm (``AUTO``: by the thresholds) and ``root``
     the rank that reduces in reduce-broadcast; both must be the same on every rank.
@@ -356,111 +353,3 @@ class Collectives:
         self.transport.flush(self.timeout())
         self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, packet.nbytes, AG)
         return out
-
-    def _reduce_broadcast(
-        self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]], op: ReduceOp, what: str
-    ) -> list[np.ndarray]:
-        """Every rank's arrays to ``self.root``, which reduces them once (in rank order: the same bits
-        as ``_all_gather_reduce``) and sends the result to every rank; or, when shapes disagree, the
-        same ``ValueError`` to every rank."""
-        t0 = time.perf_counter()
-        root, peers = self.root, self._peers()
-        meta = (shapes, _dtypes(arrays), op.value)
-        mine = self._contribution(arrays, meta)
-        if self.rank != root:
-            packet = mine
-            self.transport.send_packet([root], step, seq, packet)
-            got, wait = self._take(step, _phase2(seq), [root], what)
-            try:
-                kind, body = self._result(got[root])
-            finally:
-                self._release(got)
-            self.transport.flush(self.timeout())
-            self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, packet.nbytes, RB)
-            if kind == "error":
-                raise ReplicaMismatchError(body)
-            return list(body)
-        got, wait = self._take(step, seq, peers, what)
-        recv: Any = None
-        parts: Any = None
-        error: ValueError | None = None
-        out: list[np.ndarray] = []
-        try:
-            try:
-                recv = self._contributions(got, mine, meta)
-            except ValueError as e:
-                error = e
-            else:
-                parts = [arrays if r == root else recv[r] for r in range(self.world_size)]
-                out = [_reduce_owned([p[i] for p in parts], op) for i in range(len(arrays))]
-        finally:
-            recv = parts = None  # views of the senders' segments: gone before they are released
-            self._release(got)
-        packet = (None if error is not None else pack_arrays(out, op.value)) or pack(
-            ("error", str(error)) if error is not None else ("ok", out)
-        )  # the result as a raw frame when it can be one
-        self.transport.send_packet(peers, step, _phase2(seq), packet)
-        self.transport.flush(self.timeout())
-        self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, packet.nbytes, RB)
-        if error is not None:
-            raise error
-        return out
-
-    def _result(self, packet: Packet) -> tuple[str, Any]:
-        """A reduce-broadcast root's answer: ("ok", the arrays, the caller's own) or ("error", why)."""
-        if not is_frame(packet.header):
-            return self._open(packet)  # type: ignore[no-any-return]
-        _, arrays = unpack_arrays(packet.header, self.transport.view(packet))
-        return "ok", [np.array(a) for a in arrays]  # (copies: views of the root's packet)
-
-    def _reduce_scatter_all_gather(
-        self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]], op: ReduceOp, what: str
-    ) -> list[np.ndarray]:
-        t0 = time.perf_counter()
-        n, me, peers = self.world_size, self.rank, self._peers()
-        flats = [a.reshape(-1) for a in arrays]
-        bounds = [_bounds(a.size, n) for a in arrays]
-
-        def chunk(i: int, j: int) -> np.ndarray:
-            return flats[i][bounds[i][j] : bounds[i][j + 1]]
-
-        sent = 0
-        meta = (shapes, _dtypes(arrays), op.value)
-        # A pickle, not a frame: the checks compare the whole arrays' shapes (in ``meta``), not the
-        # chunks' (a (4, 4) and a (16,) array have chunks of one shape).
-        described = pack(meta)
-        for j in peers:  # round 1: chunk j of every array to its owner j
-            packet = pack((meta, [chunk(i, j) for i in range(len(arrays))]))
-            sent += packet.nbytes
-            self.transport.send_packet([j], step, seq, packet)
-        got, wait = self._take(step, seq, peers, what)
-        recv: Any = None
-        parts: Any = None
-        try:
-            recv = self._contributions(got, described, meta)
-            parts = [[chunk(i, me) for i in range(len(arrays))] if r == me else recv[r] for r in range(n)]
-            mine = [_reduce_owned([p[i] for p in parts], op) for i in range(len(arrays))]
-        finally:
-            recv = parts = None
-            self._release(got)
-        # round 2: every owner's reduced chunk to everyone, copied into place as bytes
-        outs = [np.empty(a.size, dtype=m.dtype) for a, m in zip(arrays, mine, strict=True)]
-        for i, m in enumerate(mine):
-            outs[i][bounds[i][me] : bounds[i][me + 1]] = m
-        packet = pack([o[b[me] : b[me + 1]] for o, b in zip(outs, bounds, strict=True)])
-        sent += packet.nbytes
-        self.transport.send_packet(peers, step, _phase2(seq), packet)
-        got, wait2 = self._take(step, _phase2(seq), peers, what)
-        try:
-            for r, p in got.items():
-                parts = unpack(p, self.transport.view(p))
-                for i, c in enumerate(parts):
-                    outs[i][bounds[i][r] : bounds[i][r + 1]] = c
-                c = None
-        finally:
-            parts = None
-            self._release(got)
-        self.transport.flush(self.timeout())  # our chunks were read before anyone may change them
-        wait += wait2
-        self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, sent, RS)
-        return [o.reshape(s) for o, s in zip(outs, shapes, strict=True)]
