@@ -2,6 +2,10 @@
 
 One ``DaskGroup`` per strategy. It talks to the ``ReplicaRuntime`` plugin on each
 replica's worker directly (``rpc``), never through the scheduler.
+
+This module holds the group's membership, its events and ``execute``; the two paths a program takes
+to the replicas (control sockets, Dask comms) are ``step_paths.py``, an interrupted step is
+``interrupt.py`` and the replacement of lost replicas ``recovery.py``: mixins of ``DaskGroup``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -23,17 +27,16 @@ from interdist import control as local_control
 from interdist import events
 from interdist.client import liveness
 from interdist.client.fn_pickle import dumps_fn
-from interdist.client.replies import StepReplies, raise_for, show_output, user_stacklevel
-from interdist.client.worker_process import worker_log_path
+from interdist.client.interrupt import InterruptMixin
+from interdist.client.recovery import RecoveryMixin
+from interdist.client.replies import raise_for, show_output, user_stacklevel
 from interdist.config import settings
 from interdist.errors import ReplicaFrozenError, WorkerLostError
 from interdist.protocol import (
     CreatedVariable,
     GroupSpec,
-    Reply,
     VariableMeta,
     apply_plain_updates,
-    lost_reply,
     pickling_for,
 )
 from interdist.worker.plugin import PLUGIN_NAME, ReplicaRuntime
@@ -63,7 +66,7 @@ def _dump_out_of_band(obj: Any) -> tuple[bytes, list[memoryview]]:
     return header, [b.raw() for b in buffers]
 
 
-class DaskGroup:
+class DaskGroup(RecoveryMixin, InterruptMixin):
     """The replicas of one strategy, one per worker address."""
 
     def __init__(self, client: Any, addresses: list[str], spec: GroupSpec, names: list[Any]) -> None:
@@ -212,94 +215,6 @@ class DaskGroup:
         # Best effort: closing must not fail because a worker is gone.
         self._broadcast(range(self.world_size), lambda worker: worker.interdist_leave(group=self.group_id))
 
-    def _given_up(self) -> dict[int, str]:
-        """The lost ranks whose embedded worker was given up (``worker_process.MAX_FAILED_STARTS``), with why."""
-        workers = getattr(getattr(self.client, "cluster", None), "workers", None)
-        if not isinstance(workers, dict):
-            return {}
-        found = {r: getattr(workers.get(self.names[r]), "failure", None) for r in self.lost}
-        return {r: why for r, why in found.items() if isinstance(why, str)}
-
-    def _recover(self, timeout: float = 30.0) -> None:
-        """Rejoin replicas whose worker was restarted (same Dask worker name, new address)."""
-        import time
-
-        deadline = time.monotonic() + timeout
-        replacements: dict[int, str] = {}
-        silent: BaseException | None = None  # the scheduler's last failure to answer
-        for r, addr in sorted(self.lost.items()):
-            self.emit(self._now_event(events.ReplicaRestarting, self.step, r, addr), urgent=True)
-        while time.monotonic() < deadline:
-            given_up = self._given_up()
-            if given_up:
-                raise WorkerLostError(
-                    "; ".join(f"replica {r} of this strategy was lost: its {why}" for r, why in given_up.items())
-                    + "\nThe state it held is gone: fix the cause, then create a new strategy"
-                )
-            try:
-                workers = self._liveness._workers()  # bounded: a silent scheduler is asked again, then named
-                silent = None
-            except Exception as exc:  # noqa: BLE001 - slow or gone: the deadline decides
-                logger.debug("interdist: the scheduler did not answer while replicas were replaced: %s", exc)
-                workers, silent = None, exc
-            if not workers and self.client.status != "running":
-                raise WorkerLostError(
-                    f"the Dask scheduler of this strategy is unreachable (its client is {self.client.status}), so "
-                    "the lost replicas cannot be replaced and the others cannot be reached: create a new strategy"
-                )
-            by_name = {w.get("name"): addr for addr, w in (workers or {}).items()}
-            replacements = {
-                r: by_name[self.names[r]]
-                for r in self.lost
-                if self.names[r] in by_name and by_name[self.names[r]] != self.lost[r]
-            }
-            if len(replacements) == len(self.lost):
-                break
-            time.sleep(0.2)
-        if len(replacements) != len(self.lost):
-            lost = ", ".join(f"replica {r} ({a})" for r, a in sorted(self.lost.items()))
-            log = worker_log_path()  # why the embedded cluster could not start it again
-            if silent is not None:
-                raise WorkerLostError(
-                    f"{lost} of this strategy was lost with its worker, and the Dask scheduler did not answer "
-                    f"for the {timeout:g} s given to replace it ({type(silent).__name__}: {silent}): check the "
-                    "scheduler, then call again, or create a new strategy"
-                )
-            raise WorkerLostError(
-                f"{lost} of this strategy was lost with its worker and no replacement worker came up within "
-                f"{timeout:g} s; the state it held is gone: create a new strategy"
-                + (f". The embedded cluster's log (why its worker did not start again) is {log}" if log else "")
-            )
-        for r, addr in replacements.items():
-            self.addresses[r] = addr
-        self._drop_control()
-        self._control_refused = False  # the replacements may be reachable again
-        spec = cloudpickle.dumps(self.spec)
-
-        async def go() -> None:
-            await asyncio.gather(
-                *[
-                    self.client.rpc(self.addresses[r]).interdist_join(
-                        group=self.group_id, rank=r, spec=spec, peers=self.addresses
-                    )
-                    for r in replacements
-                ]
-            )
-            await asyncio.gather(
-                *[
-                    self.client.rpc(self.addresses[r]).interdist_set_peers(group=self.group_id, peers=self.addresses)
-                    for r in range(self.world_size)
-                    if r not in replacements
-                ]
-            )
-
-        self.client.sync(go)
-        ranks = sorted(replacements)
-        self.lost = {}
-        self._release = {r: [] for r in range(self.world_size)}
-        if self.on_recover is not None:
-            self.on_recover(ranks)
-
     def restore_variable(self, rank: int, var_id: int, meta: VariableMeta, value: Any) -> None:
         """Set replica ``rank``'s copy of a variable to ``value``; its worker's event about the new copy goes
         to the strategy's log (the dashboard's values then show it at once)."""
@@ -408,276 +323,6 @@ class DaskGroup:
         raise_for(replies, step, what, self.spec["devices"], self.addresses, self.lost, call)
         return [cloudpickle.loads(r["result"]) for r in replies]
 
-    # -- Kernel > Interrupt -------------------------------------------------------
-    def _interrupted(self, step: int, steps: int, what: str, user_call: bool) -> KeyboardInterrupt:
-        """The notebook was interrupted while ``step`` ran: release the replicas; the exception to raise.
-
-        Each replica's worker first aborts the step's collectives (a replica that reaches one after that
-        sends nothing, so an update that needs a collective is applied by every replica or by none), then
-        interrupts the replica function where it runs the user's own code (``worker/thread.py``), and
-        answers once the replica is done with the step. A replica that cannot be interrupted (a
-        worker of a ``cluster=`` deployment) and is still running is reported, as a stuck one is.
-        """
-        self._drop_control()  # a control socket may hold half a message: the next step opens fresh ones
-        reason = "the notebook was interrupted (KeyboardInterrupt)"
-        wait = settings.interrupt_wait
-
-        async def go() -> list[Any]:
-            calls = [
-                self.client.rpc(addr).interdist_interrupt(
-                    group=self.group_id, step=step, last_step=step + steps - 1, reason=reason, wait=wait
-                )
-                for addr in self.addresses
-            ]
-            return list(await asyncio.gather(*calls, return_exceptions=True))
-
-        answers: list[Any] = [None] * self.world_size
-        try:
-            answers = self.client.sync(go, callback_timeout=wait + 5)
-        except BaseException:  # noqa: BLE001, S110 - a second interrupt, or workers gone: report what is known
-            pass
-        running = [r for r, a in enumerate(answers) if a is False]
-        unknown = [r for r, a in enumerate(answers) if a is not True and a is not False]
-        for r, answer in enumerate(answers):
-            if answer is True:  # its worker's word: it left the step (its own events may never come back)
-                self.emit(self._now_event(events.ReplicaReleased, step, r, -1, reason))
-        self.flush_events()
-        for r in running:
-            self.busy[r] = (step, _StillRunning(self, r, step))
-        kind, _, fn_name = what.partition(" of ")
-        call = f"{kind} #{self.runs} of {fn_name}" if user_call else what  # "run #3 of train_step"
-        if not running and not unknown:
-            return KeyboardInterrupt(f"interdist: {call} interrupted; replicas released; variables intact")
-        parts = [f"interdist: {call} interrupted"]
-        released = [r for r in range(self.world_size) if r not in running and r not in unknown]
-        if released:
-            parts.append(f"replica(s) {released} released")
-        if running:
-            parts.append(
-                f"replica(s) {running} still running their replica function, which could not be interrupted "
-                "(the strategy refuses new steps until it returns)"
-            )
-        if unknown:
-            parts.append(f"replica(s) {unknown} did not answer (the next step says if their worker is lost)")
-        return KeyboardInterrupt("; ".join(parts) + "; variables intact")
-
-    # -- the same-host control path (local_control.py) --------------------------
-    def _control_connections(self) -> list[local_control.ControlConnection] | None:
-        """One control socket per rank when every replica's worker shares this host, else ``None``."""
-        if not settings.local_control:
-            return None  # switched off (interdist.config.settings.local_control): Dask comms for every program
-        if self._control is not None:
-            return self._control
-        if self._control_refused or not local_control.available():
-            return None
-        conns: list[local_control.ControlConnection] = []
-        try:
-
-            async def endpoints() -> list[Any]:
-                return list(
-                    await asyncio.gather(*[self.client.rpc(a).interdist_control_endpoint() for a in self.addresses])
-                )
-
-            eps = self.client.sync(endpoints)
-            here = local_control.host_id()
-            if all(ep is not None and ep["host"] == here for ep in eps):
-                conns = [local_control.ControlConnection(ep["path"], ep["token"]) for ep in eps]
-        except Exception:  # noqa: BLE001 - any doubt (old workers, another user's socket): Dask comms
-            for c in conns:
-                c.close()
-            conns = []
-        if len(conns) != self.world_size:
-            self._control_refused = True
-            return None
-        self._control = conns
-        return conns
-
-    def _drop_control(self) -> None:
-        conns, self._control = self._control, None
-        for c in conns or ():
-            c.close()
-
-    def _execute_local(
-        self,
-        conns: list[local_control.ControlConnection],
-        step: int,
-        fn: bytes,
-        args: list[tuple[bytes, list[memoryview]]],
-        system: bool,
-        release: dict[int, list[str]],
-        steps: int = 1,
-    ) -> list[Reply]:
-        """``_execute_async`` over the control sockets, on this thread (no event loop in the path)."""
-        timeout = self.spec.get("timeout") or settings.collective_timeout
-        got = StepReplies(step, self.addresses, self.busy)
-
-        def on_reply(rank: int, rep: Mapping[str, Any]) -> None:
-            reason = got.add(rank, rep)
-            if reason is not None:
-                self._broadcast(self._others(rank), self._abort_step(step, reason))
-
-        sent: dict[int, local_control.ControlConnection] = {}
-        for r, c in enumerate(conns):
-            data = local_control.pack(
-                {
-                    "op": "execute",
-                    "group": self.group_id,
-                    "step": step,
-                    "fn": fn,
-                    "args": args[r][0],
-                    "bufs": args[r][1],
-                    "system": system,
-                    "release": release[r],
-                    "timeout": timeout,
-                }
-            )
-            try:
-                c.send(data, step)
-                sent[r] = c
-            except OSError as exc:
-                got.replies[r] = lost_reply(exc)
-        for r in list(got.replies):
-            on_reply(r, got.replies[r])
-
-        told: set[tuple[int, int]] = set()
-
-        def on_idle(waiting: list[int]) -> list[int]:
-            for rank, notice in self._finished_notices(got, waiting, step, steps, told):
-                with contextlib.suppress(OSError):
-                    conns[rank].post(local_control.pack({"op": "peer_done", "group": self.group_id, **notice}))
-            frozen = self._liveness.frozen(waiting)
-            for rank, found in frozen.items():
-                self.emit(self._now_event(events.ReplicaFrozen, step, rank, found.stopped_s, found.reason), True)
-                reason = got.frozen(rank, conns[rank], found.reason)
-                self._broadcast(self._others(rank), self._abort_step(step, reason))
-                # The frozen replica too, on its own control socket: it reads the abort as soon as it resumes,
-                # so it leaves the step at its next collective instead of waiting there for its peers.
-                with contextlib.suppress(OSError):
-                    conns[rank].post(local_control.pack({"op": "abort", "group": self.group_id, "step": step,
-                                                         "reason": reason}))  # fmt: skip
-            return list(frozen)
-
-        for rank in local_control.wait_replies(sent, step, on_reply, got.grace, on_idle, liveness.CHECK_EVERY):
-            got.stuck(rank, conns[rank])
-        if any(rep.get("lost") for rep in got.replies.values()):
-            self._drop_control()  # the next program sets them up again, after recovery
-        return got.in_rank_order(self.world_size)
-
-    async def _execute_async(
-        self, step: int, fn: bytes, args: list[bytes], system: bool, release: dict[int, list[str]], steps: int = 1
-    ) -> list[Reply]:
-        async def one(rank: int) -> Reply:
-            try:
-                reply: Reply = await self.client.rpc(self.addresses[rank]).interdist_execute(
-                    group=self.group_id,
-                    step=step,
-                    fn=fn,
-                    args=args[rank],
-                    system=system,
-                    release=release[rank],
-                    timeout=self.spec.get("timeout") or settings.collective_timeout,
-                )
-                return reply
-            except Exception as exc:  # noqa: BLE001 - the worker is gone or unreachable
-                return lost_reply(exc)
-
-        tasks = {asyncio.ensure_future(one(r)): r for r in range(self.world_size)}
-        got = StepReplies(step, self.addresses, self.busy)
-        pending = set(tasks)
-        deadline: float | None = None  # when the wait after a failure ends; each reply restarts it
-        told: set[tuple[int, int]] = set()
-        while pending:
-            grace, now = got.grace(), time.monotonic()
-            deadline = None if grace is None else (now + grace if deadline is None else deadline)
-            wait = liveness.CHECK_EVERY if deadline is None else min(max(0.0, deadline - now), liveness.CHECK_EVERY)
-            done, pending = await asyncio.wait(pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            if not done:
-                if deadline is not None and time.monotonic() >= deadline:
-                    for t in pending:
-                        got.stuck(tasks[t], t)
-                    break
-                waiting = {tasks[t]: t for t in pending}
-                for rank, notice in self._finished_notices(got, sorted(waiting), step, steps, told):
-                    # best effort, not awaited: the replica may be stopped (its worker answers nothing)
-                    notify = asyncio.ensure_future(self._to_each([rank], self._peer_done(notice)))
-                    self._background.add(notify)
-                    notify.add_done_callback(self._background.discard)
-                loop = asyncio.get_running_loop()
-                frozen = await loop.run_in_executor(None, self._liveness.frozen, sorted(waiting))
-                for rank, found in frozen.items():
-                    self.emit(self._now_event(events.ReplicaFrozen, step, rank, found.stopped_s, found.reason), True)
-                    why = found.reason
-                    pending.discard(waiting[rank])
-                    # best effort, not awaited: a stopped worker may not even complete a new connection
-                    task = asyncio.ensure_future(
-                        self._to_each([rank], self._abort_step(step, f"replica {rank} was frozen"))
-                    )
-                    self._background.add(task)
-                    task.add_done_callback(self._background.discard)
-                    await self._to_each(
-                        self._others(rank), self._abort_step(step, got.frozen(rank, waiting[rank], why))
-                    )
-                continue
-            deadline = None
-            for t in done:
-                rank = tasks[t]
-                reason = got.add(rank, t.result())
-                if reason is not None:
-                    await self._to_each(self._others(rank), self._abort_step(step, reason))
-        return got.in_rank_order(self.world_size)
-
-    def _peer_done(self, notice: dict[str, int]) -> Callable[[Any], Awaitable[Any]]:
-        return lambda worker: worker.interdist_peer_done(group=self.group_id, **notice)
-
-    @staticmethod
-    def _finished_notices(
-        got: StepReplies, waiting: list[int], step: int, steps: int, told: set[tuple[int, int]]
-    ) -> list[tuple[int, dict[str, int]]]:
-        """For each replica still running, the replicas whose function already returned (each told once).
-
-        Called when replies stop coming for a while: a replica waiting in a collective that a returned
-        peer never entered fails at once, naming it, instead of at its collective timeout.
-        """
-        out = []
-        for done, rep in got.replies.items():
-            if not rep.get("ok"):
-                continue
-            notice = {
-                "rank": done,
-                "first": step,
-                "last": step + steps - 1,
-                "last_step": int(rep.get("last_step", step)),
-                "collectives": int(rep.get("collectives", 0)),
-            }
-            for rank in waiting:
-                if rank != done and (rank, done) not in told:
-                    told.add((rank, done))
-                    out.append((rank, notice))
-        return out
-
-    # -- best-effort messages to the replicas ------------------------------------
-    def _others(self, rank: int) -> list[int]:
-        return [r for r in range(self.world_size) if r != rank]
-
-    def _abort_step(self, step: int, reason: str) -> Callable[[Any], Awaitable[Any]]:
-        """The call that releases a replica waiting in ``step`` (its collectives raise ``reason``)."""
-        return lambda worker: worker.interdist_abort(group=self.group_id, step=step, reason=reason)
-
-    async def _to_each(self, ranks: Iterable[int], call: Callable[[Any], Awaitable[Any]]) -> None:
-        """``call`` on the worker of each of ``ranks`` at once; a worker that fails to answer is passed over."""
-        await asyncio.gather(*[call(self.client.rpc(self.addresses[r])) for r in ranks], return_exceptions=True)
-
-    def _broadcast(self, ranks: Iterable[int], call: Callable[[Any], Awaitable[Any]]) -> None:
-        """``_to_each`` from the notebook's thread, best effort: 5 s at most, and never an error."""
-
-        async def go() -> None:
-            await asyncio.wait_for(self._to_each(ranks, call), 5)
-
-        try:
-            self.client.sync(go)
-        except Exception:  # noqa: BLE001, S110 - best effort: the workers may be gone
-            pass
-
     # -- values ----------------------------------------------------------------
     def _check_open(self) -> None:
         if self.closed:
@@ -714,18 +359,3 @@ class DaskGroup:
                 g.queue_release(rank, key)
 
         return release
-
-
-class _StillRunning:
-    """A replica left running an interrupted step: ``done()`` once its worker says it finished it."""
-
-    def __init__(self, group: DaskGroup, rank: int, step: int) -> None:
-        self._group, self._rank, self._step = group, rank, step
-
-    def done(self) -> bool:
-        g = self._group
-        try:
-            now = g.client.sync(lambda: g.client.rpc(g.addresses[self._rank]).interdist_running(group=g.group_id))
-        except Exception:  # noqa: BLE001 - the worker is gone: the next step finds it lost
-            return True
-        return bool(now != self._step)

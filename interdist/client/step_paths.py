@@ -1,0 +1,263 @@
+"""How a step's program reaches the replicas and their replies come back: the two paths of ``DaskGroup.execute``.
+
+When every replica's worker shares the notebook's host, the program goes over one control socket per
+rank (``control.py``), answered on the notebook's thread with no event loop in the path
+(``_execute_local``); otherwise over Dask comms (``_execute_async``, on the client's event loop). Both
+gather the replies with ``StepReplies`` (``replies.py``), release the peers of a replica that failed
+(``_abort_step``), tell a replica still waiting which peers already returned (``_finished_notices``)
+and name a frozen one. A mixin of ``DaskGroup`` (group.py), with the best-effort messages to the
+replicas that the rest of it uses too (``_to_each``, ``_broadcast``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from interdist import control as local_control
+from interdist import events
+from interdist.client import liveness
+from interdist.client.replies import StepReplies
+from interdist.config import settings
+from interdist.protocol import GroupSpec, Reply, lost_reply
+
+
+class StepPathsMixin:
+    """The control sockets and Dask comms paths of a group's programs, and its messages to the replicas."""
+
+    # Set by ``DaskGroup.__init__`` (group.py).
+    client: Any
+    addresses: list[str]
+    spec: GroupSpec
+    world_size: int
+    group_id: str
+    busy: dict[int, tuple[int, Any]]
+    _liveness: liveness.Liveness
+    _background: set[asyncio.Future[Any]]
+    _control: list[local_control.ControlConnection] | None
+    _control_refused: bool
+
+    if TYPE_CHECKING:  # ``DaskGroup``'s (group.py)
+
+        def emit(self, event: events.Event, urgent: bool = False) -> None: ...
+
+        def _now_event(self, cls: Any, step: int, rank: int, *fields: Any) -> events.Event: ...
+
+    def _control_connections(self) -> list[local_control.ControlConnection] | None:
+        """One control socket per rank when every replica's worker shares this host, else ``None``."""
+        if not settings.local_control:
+            return None  # switched off (interdist.config.settings.local_control): Dask comms for every program
+        if self._control is not None:
+            return self._control
+        if self._control_refused or not local_control.available():
+            return None
+        conns: list[local_control.ControlConnection] = []
+        try:
+
+            async def endpoints() -> list[Any]:
+                return list(
+                    await asyncio.gather(*[self.client.rpc(a).interdist_control_endpoint() for a in self.addresses])
+                )
+
+            eps = self.client.sync(endpoints)
+            here = local_control.host_id()
+            if all(ep is not None and ep["host"] == here for ep in eps):
+                conns = [local_control.ControlConnection(ep["path"], ep["token"]) for ep in eps]
+        except Exception:  # noqa: BLE001 - any doubt (old workers, another user's socket): Dask comms
+            for c in conns:
+                c.close()
+            conns = []
+        if len(conns) != self.world_size:
+            self._control_refused = True
+            return None
+        self._control = conns
+        return conns
+
+    def _drop_control(self) -> None:
+        conns, self._control = self._control, None
+        for c in conns or ():
+            c.close()
+
+    def _execute_local(
+        self,
+        conns: list[local_control.ControlConnection],
+        step: int,
+        fn: bytes,
+        args: list[tuple[bytes, list[memoryview]]],
+        system: bool,
+        release: dict[int, list[str]],
+        steps: int = 1,
+    ) -> list[Reply]:
+        """``_execute_async`` over the control sockets, on this thread (no event loop in the path)."""
+        timeout = self.spec.get("timeout") or settings.collective_timeout
+        got = StepReplies(step, self.addresses, self.busy)
+
+        def on_reply(rank: int, rep: Mapping[str, Any]) -> None:
+            reason = got.add(rank, rep)
+            if reason is not None:
+                self._broadcast(self._others(rank), self._abort_step(step, reason))
+
+        sent: dict[int, local_control.ControlConnection] = {}
+        for r, c in enumerate(conns):
+            data = local_control.pack(
+                {
+                    "op": "execute",
+                    "group": self.group_id,
+                    "step": step,
+                    "fn": fn,
+                    "args": args[r][0],
+                    "bufs": args[r][1],
+                    "system": system,
+                    "release": release[r],
+                    "timeout": timeout,
+                }
+            )
+            try:
+                c.send(data, step)
+                sent[r] = c
+            except OSError as exc:
+                got.replies[r] = lost_reply(exc)
+        for r in list(got.replies):
+            on_reply(r, got.replies[r])
+
+        told: set[tuple[int, int]] = set()
+
+        def on_idle(waiting: list[int]) -> list[int]:
+            for rank, notice in self._finished_notices(got, waiting, step, steps, told):
+                with contextlib.suppress(OSError):
+                    conns[rank].post(local_control.pack({"op": "peer_done", "group": self.group_id, **notice}))
+            frozen = self._liveness.frozen(waiting)
+            for rank, found in frozen.items():
+                self.emit(self._now_event(events.ReplicaFrozen, step, rank, found.stopped_s, found.reason), True)
+                reason = got.frozen(rank, conns[rank], found.reason)
+                self._broadcast(self._others(rank), self._abort_step(step, reason))
+                # The frozen replica too, on its own control socket: it reads the abort as soon as it resumes,
+                # so it leaves the step at its next collective instead of waiting there for its peers.
+                with contextlib.suppress(OSError):
+                    conns[rank].post(local_control.pack({"op": "abort", "group": self.group_id, "step": step,
+                                                         "reason": reason}))  # fmt: skip
+            return list(frozen)
+
+        for rank in local_control.wait_replies(sent, step, on_reply, got.grace, on_idle, liveness.CHECK_EVERY):
+            got.stuck(rank, conns[rank])
+        if any(rep.get("lost") for rep in got.replies.values()):
+            self._drop_control()  # the next program sets them up again, after recovery
+        return got.in_rank_order(self.world_size)
+
+    async def _execute_async(
+        self, step: int, fn: bytes, args: list[bytes], system: bool, release: dict[int, list[str]], steps: int = 1
+    ) -> list[Reply]:
+        async def one(rank: int) -> Reply:
+            try:
+                reply: Reply = await self.client.rpc(self.addresses[rank]).interdist_execute(
+                    group=self.group_id,
+                    step=step,
+                    fn=fn,
+                    args=args[rank],
+                    system=system,
+                    release=release[rank],
+                    timeout=self.spec.get("timeout") or settings.collective_timeout,
+                )
+                return reply
+            except Exception as exc:  # noqa: BLE001 - the worker is gone or unreachable
+                return lost_reply(exc)
+
+        tasks = {asyncio.ensure_future(one(r)): r for r in range(self.world_size)}
+        got = StepReplies(step, self.addresses, self.busy)
+        pending = set(tasks)
+        deadline: float | None = None  # when the wait after a failure ends; each reply restarts it
+        told: set[tuple[int, int]] = set()
+        while pending:
+            grace, now = got.grace(), time.monotonic()
+            deadline = None if grace is None else (now + grace if deadline is None else deadline)
+            wait = liveness.CHECK_EVERY if deadline is None else min(max(0.0, deadline - now), liveness.CHECK_EVERY)
+            done, pending = await asyncio.wait(pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                if deadline is not None and time.monotonic() >= deadline:
+                    for t in pending:
+                        got.stuck(tasks[t], t)
+                    break
+                waiting = {tasks[t]: t for t in pending}
+                for rank, notice in self._finished_notices(got, sorted(waiting), step, steps, told):
+                    # best effort, not awaited: the replica may be stopped (its worker answers nothing)
+                    notify = asyncio.ensure_future(self._to_each([rank], self._peer_done(notice)))
+                    self._background.add(notify)
+                    notify.add_done_callback(self._background.discard)
+                loop = asyncio.get_running_loop()
+                frozen = await loop.run_in_executor(None, self._liveness.frozen, sorted(waiting))
+                for rank, found in frozen.items():
+                    self.emit(self._now_event(events.ReplicaFrozen, step, rank, found.stopped_s, found.reason), True)
+                    why = found.reason
+                    pending.discard(waiting[rank])
+                    # best effort, not awaited: a stopped worker may not even complete a new connection
+                    task = asyncio.ensure_future(
+                        self._to_each([rank], self._abort_step(step, f"replica {rank} was frozen"))
+                    )
+                    self._background.add(task)
+                    task.add_done_callback(self._background.discard)
+                    await self._to_each(
+                        self._others(rank), self._abort_step(step, got.frozen(rank, waiting[rank], why))
+                    )
+                continue
+            deadline = None
+            for t in done:
+                rank = tasks[t]
+                reason = got.add(rank, t.result())
+                if reason is not None:
+                    await self._to_each(self._others(rank), self._abort_step(step, reason))
+        return got.in_rank_order(self.world_size)
+
+    def _peer_done(self, notice: dict[str, int]) -> Callable[[Any], Awaitable[Any]]:
+        return lambda worker: worker.interdist_peer_done(group=self.group_id, **notice)
+
+    @staticmethod
+    def _finished_notices(
+        got: StepReplies, waiting: list[int], step: int, steps: int, told: set[tuple[int, int]]
+    ) -> list[tuple[int, dict[str, int]]]:
+        """For each replica still running, the replicas whose function already returned (each told once).
+
+        Called when replies stop coming for a while: a replica waiting in a collective that a returned
+        peer never entered fails at once, naming it, instead of at its collective timeout.
+        """
+        out = []
+        for done, rep in got.replies.items():
+            if not rep.get("ok"):
+                continue
+            notice = {
+                "rank": done,
+                "first": step,
+                "last": step + steps - 1,
+                "last_step": int(rep.get("last_step", step)),
+                "collectives": int(rep.get("collectives", 0)),
+            }
+            for rank in waiting:
+                if rank != done and (rank, done) not in told:
+                    told.add((rank, done))
+                    out.append((rank, notice))
+        return out
+
+    # -- best-effort messages to the replicas ------------------------------------
+    def _others(self, rank: int) -> list[int]:
+        return [r for r in range(self.world_size) if r != rank]
+
+    def _abort_step(self, step: int, reason: str) -> Callable[[Any], Awaitable[Any]]:
+        """The call that releases a replica waiting in ``step`` (its collectives raise ``reason``)."""
+        return lambda worker: worker.interdist_abort(group=self.group_id, step=step, reason=reason)
+
+    async def _to_each(self, ranks: Iterable[int], call: Callable[[Any], Awaitable[Any]]) -> None:
+        """``call`` on the worker of each of ``ranks`` at once; a worker that fails to answer is passed over."""
+        await asyncio.gather(*[call(self.client.rpc(self.addresses[r])) for r in ranks], return_exceptions=True)
+
+    def _broadcast(self, ranks: Iterable[int], call: Callable[[Any], Awaitable[Any]]) -> None:
+        """``_to_each`` from the notebook's thread, best effort: 5 s at most, and never an error."""
+
+        async def go() -> None:
+            await asyncio.wait_for(self._to_each(ranks, call), 5)
+
+        try:
+            self.client.sync(go)
+        except Exception:  # noqa: BLE001, S110 - best effort: the workers may be gone
+            pass
