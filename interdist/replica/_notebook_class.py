@@ -62,7 +62,7 @@ class _ReportsNotebookClass:
     """
 
     def _class_path(self) -> Any:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define _class_path() (the views do)")
 
     def _class_pickle(self) -> bytes | None:
         return None

@@ -26,7 +26,9 @@ class _ReplicaSide(Differentiable, NDArrayOperatorsMixin):
     read with ``read_value()`` where a value is expected."""
 
     def read_value(self) -> np.ndarray:
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must define read_value() (ReplicaVariable and ReplicaComponent do)"
+        )
 
 
 def _resolve_component(group_id: str, var_id: int, rank: int) -> Any:
