@@ -190,11 +190,15 @@ def python_lane_floor(n: int, rounds: int = 5000) -> float:
 
     if n < 2 or not lanes.available():
         return float("nan")
-    made = {(i, j): lanes.Lane.create() for i in range(n) for j in range(n) if i != j}  # i writes, j reads
-    if any(lane is None for lane in made.values()):
-        return float("nan")
-    for lane in made.values():
-        lane.words[lanes._ATTACHED] = 1  # type: ignore[union-attr]  # (a fork shares the mapping: no attach)
+    made: dict[tuple[int, int], lanes.Lane] = {}  # (i, j): the lane i writes and j reads
+    for key in [(i, j) for i in range(n) for j in range(n) if i != j]:
+        lane = lanes.Lane.create()
+        if lane is None:  # no segment can be made here: nothing to measure, and none left behind
+            for made_lane in made.values():
+                made_lane.close()
+            return float("nan")
+        lane.words[lanes._ATTACHED] = 1  # (a fork shares the mapping: no attach)
+        made[key] = lane
 
     def rank(me: int) -> list[float]:
         outs = [made[(me, j)] for j in range(n) if j != me]
@@ -207,13 +211,13 @@ def python_lane_floor(n: int, rounds: int = 5000) -> float:
             t0 = time.perf_counter()
             for i in range(rounds):
                 for lane in outs:
-                    while not lane.put(b, i, me, header, b""):  # type: ignore[union-attr]
+                    while not lane.put(b, i, me, header, b""):
                         os.sched_yield()
                 total = mine.copy()
                 for lane, got in zip(ins, early, strict=True):
                     while not got:
-                        if lane.ready():  # type: ignore[union-attr]
-                            got.extend(lane.take())  # type: ignore[union-attr]
+                        if lane.ready():
+                            got.extend(lane.take())
                         else:
                             os.sched_yield()
                     np.add(total, np.frombuffer(got.pop(0)[3], np.float32), out=total)
@@ -235,7 +239,7 @@ def python_lane_floor(n: int, rounds: int = 5000) -> float:
         for pid in pids:
             os.waitpid(pid, 0)
         for lane in made.values():
-            lane.close()  # type: ignore[union-attr]
+            lane.close()
 
 
 def _line(what: str, ours: float | None, theirs: float | None, peer: str, target: str = "") -> None:

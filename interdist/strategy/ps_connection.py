@@ -35,9 +35,12 @@ class ClientConnection(PooledConnection):
 
     def __init__(self, client: Any) -> None:
         super().__init__(client)
-        self.client = client
         self.lost: dict[str, UnavailableError] = {}
         self.frozen: dict[str, TaskFrozenError] = {}
 
+    @property
+    def client(self) -> Any:
+        return self.owner
+
     def _sync(self, coro_fn: Callable[[], Any]) -> Any:
-        return self.client.sync(coro_fn)
+        return self.owner.sync(coro_fn)
