@@ -92,6 +92,7 @@ def _check(s: Any, n: int, op: ReduceOp, direct: bool, algorithm: str) -> None:
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_cuda_ipc_is_bit_exact_on_one_gpu(gpu: dict[str, Any], monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    # _check asserts the algorithm each replica used and every result's dtype, shape and bits against the host path's
     with _strategy("cuda_ipc", [0] * n, monkeypatch) as s:
         for op in (ReduceOp.SUM, ReduceOp.MEAN):
             _check(s, n, op, True, "cuda-ipc-all-gather-reduce")
@@ -138,6 +139,7 @@ def test_cuda_ipc_failure_then_recovery(gpu: dict[str, Any], monkeypatch: pytest
 def test_nccl_between_two_gpus(gpu: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     if gpu["devices"] < 2:
         pytest.skip(f"needs 2 GPUs (NCCL refuses two ranks on one GPU); this machine has {gpu['devices']}")
+    # _check (above) asserts the algorithm used and every result's bits against the host path's
     from interdist.collectives.nccl import NcclTransport
 
     if not NcclTransport.is_available():
