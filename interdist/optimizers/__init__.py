@@ -1,7 +1,8 @@
 """Optimizers whose ``apply_gradients`` works in replica context (steps 2-4 of the seed).
 
 In replica context ``apply_gradients`` does ``merge_call`` → ``batch_reduce_to(SUM)``
-→ ``extended.update``, as Keras optimizers do under a ``tf.distribute`` strategy.
+→ ``extended.update``, as Keras optimizers do under a ``tf.distribute`` strategy (for mirrored
+variables and NumPy gradients, the same all-reduce and updates without the merge_call's exchange).
 Gradients are summed across replicas: scale the loss by the global batch size.
 
 Each optimizer's update is Keras 3's ``update_step``, operation for operation in the variable's

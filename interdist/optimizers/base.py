@@ -1,10 +1,12 @@
 """``Optimizer``: the machinery every optimizer shares, from ``apply_gradients`` to its slots and checkpoints.
 
-In replica context ``apply_gradients`` does ``merge_call`` → ``batch_reduce_to(SUM)`` → ``extended.update``;
-each variable's update is the subclass's ``_apply_dense(var, grad, slots, step)``, its slots read and
-written through ``_LocalSlots`` (a dict: a replica's store, or the optimizer's own) or ``_PSSlots`` (on the
-ps tasks, through the running step). Where the slots are kept: ``slots``. Part of ``interdist.optimizers``,
-which re-exports its public names.
+In replica context ``apply_gradients`` does ``merge_call`` → ``batch_reduce_to(SUM)`` → ``extended.update``
+(of mirrored variables and NumPy gradients: the same all-reduce and updates without the merge_call's
+exchange, ``ReplicaExtendedView._apply_mirrored_in_replica_context``); each variable's update is the
+subclass's ``_apply_dense(var, grad, slots, step)``, its slots read and written through ``_LocalSlots``
+(a dict: a replica's store, or the optimizer's own) or ``_PSSlots`` (on the ps tasks, through the running
+step). Where the slots are kept: ``slots``. Part of ``interdist.optimizers``, which re-exports its public
+names.
 """
 
 from __future__ import annotations
@@ -135,6 +137,11 @@ class Optimizer:
         for (_, var), grad in zip(pairs, reduced, strict=True):  # one reduced value per pair
             strategy.extended.update(var, self._update_one, args=(grad, from_notebook), group=False)
         self.iterations.assign_add(np.int64(1))
+
+    def _merges_plainly(self) -> bool:
+        """Whether ``apply_gradients``' merge is ``Optimizer``'s own (no subclass overrides ``_distributed_apply``):
+        then inside ``run`` the extended view may do it without a ``merge_call`` (replica/extended_view.py)."""
+        return type(self)._distributed_apply is Optimizer._distributed_apply
 
     def _slots(self, var: Any) -> dict[str, Any]:
         strategy = _context.get_strategy()

@@ -16,6 +16,7 @@ from interdist import _context, _nest, _reduction
 from interdist import device as device_lib
 from interdist._convert import as_array
 from interdist._gpu import to_host
+from interdist.collectives.reducing import COLLECTIVE_DTYPES
 from interdist.reduce_op import ReduceOp, check_reduce_op
 from interdist.replica import faults
 from interdist.replica._notebook_class import _ReportsNotebookClass
@@ -230,8 +231,10 @@ class ReplicaExtendedView(_ReportsNotebookClass):
         """
 
         variables = [v for _, v in pairs]
-        if not variables or not all(_is_central(v) for v in variables):
+        if not variables:
             return False
+        if not all(_is_central(v) for v in variables):
+            return self._apply_mirrored_in_replica_context(optimizer, pairs)
         grads = [to_host(as_array(_unwrap(g))) for g, _ in pairs]  # summed in the holder's host memory
         summed = reduce_to_holder(self._replica, grads, "SUM")
         state = variables[0]._state
@@ -241,6 +244,48 @@ class ReplicaExtendedView(_ReportsNotebookClass):
                 with state.op(update=True), _context.enter(self._strategy, None, update_replica_id=rank):
                     if state.is_holder:
                         optimizer._update_one(var, grad)
+            optimizer.iterations.assign_add(np.int64(1))
+        return True
+
+    def _apply_mirrored_in_replica_context(self, optimizer: Any, pairs: list[tuple[Any, Any]]) -> bool:
+        """``optimizer.apply_gradients`` inside ``run`` when every variable is mirrored and every gradient a
+        NumPy array or scalar: the ``merge_call`` path without its skeleton exchange.
+
+        That path exchanges the arguments' skeletons (one collective), all-reduces the held gradients
+        (``batch_reduce_to``: one all-reduce of the whole batch) and updates each replica's copy with the
+        reduced gradient. Here the same all-reduce (the same leaves, the same collective: the same bits),
+        then the same updates in the same contexts. A replica whose batch differs (shapes, dtypes, count)
+        fails the all-reduce's checks on every replica, before any update. False: not such a batch (a
+        central, sync-on-read or foreign variable, a distributed gradient, an optimizer with its own
+        ``_distributed_apply``); the caller takes the ``merge_call`` path.
+        """
+        replica = self._replica
+        if self._n() < 2 or not optimizer._merges_plainly():
+            return False
+        grads = []
+        for g, v in pairs:
+            if (
+                (type(g) is not np.ndarray and not isinstance(g, np.generic))
+                or g.dtype.name not in COLLECTIVE_DTYPES
+                or not isinstance(v, ReplicaVariable)
+                or v.group_id != replica.group_id
+                or v.meta["kind"] != "mirrored"
+                or single_copy(v.meta)
+            ):
+                return False
+            grads.append(g if type(g) is np.ndarray else np.asarray(g))  # a NumPy scalar: a 0-d array
+        _check_one_dtype(grads)
+        if replica.armed_fault is not None:  # as batch_reduce_to: the fault stops the step before values leave
+            faults.fire(replica, "collective", "all_reduce", "batch_reduce_to")
+        nbytes = int(sum(g.nbytes for g in grads))
+        reduced: list[Any] = replica.collective(
+            "all_reduce", nbytes, lambda s, q, w: replica.collectives.all_reduce(s, q, grads, ReduceOp.SUM, w)
+        )
+        rank = replica.rank
+        with _context.enter(self._strategy, None):  # merge_fn's cross-replica context
+            for (_, var), grad in zip(pairs, reduced, strict=True):
+                with _context.enter(self._strategy, None, update_replica_id=rank):
+                    optimizer._update_one(var, grad, False)
             optimizer.iterations.assign_add(np.int64(1))
         return True
 

@@ -109,11 +109,11 @@ def test_the_dashboard_saw_every_step_and_all_reduce(run: tuple[Any, float]) -> 
     d = facts(run[0], "check-dashboard")
     assert d["steps_finished"] == STEPS + 1  # the training steps, and the gradient check's run
     ops = d["timeline_ops"]
-    # per replica and training step: apply_gradients' merge_call, and the gradients' one batched all-reduce
-    assert ops["merge_call"] == ops["all_reduce"] == REPLICAS * STEPS
+    # per replica and training step: apply_gradients' one batched all-reduce of the gradients (no merge_call exchange)
+    assert ops["all_reduce"] == REPLICAS * STEPS and "merge_call" not in ops
     assert d["timeline_replicas"] == list(range(REPLICAS))
     assert d["max_nbytes"]["all_reduce"] > 0.9 * 4 * PARAMS  # all the gradients, float32
-    assert d["timings"] >= 2 * REPLICAS * STEPS
+    assert d["timings"] >= REPLICAS * STEPS  # every all-reduce (and the check's reduces)
     assert d["diverged"] == [] and d["chips"] == ["done"] * REPLICAS
     assert d["shown_replicas"] == list(range(REPLICAS)) and d["shown_variables"] >= 8
     scalars = d["scalars"]  # each replica's own loss, logged every step: four falling lines

@@ -43,26 +43,98 @@ def _exits(s: idist.MirroredStrategy, since: int) -> list[events.CollectiveExite
 
 
 def test_apply_gradients_is_one_all_reduce_and_exact(s3: idist.MirroredStrategy) -> None:
+    """Mirrored variables, NumPy gradients: no merge_call exchange at all (extended_view.py), one all-reduce
+    of the whole batch, and the sum in rank order, as the merge_call path gives it."""
     with s3.scope():
         w = idist.Variable(np.ones(BIG, np.float32), name="w_lazy")
+        b = idist.Variable(np.zeros(SMALL, np.float32), name="b_lazy")
         opt = idist.optimizers.SGD(0.5)
 
     def step() -> None:
         rid = idist.get_replica_context().replica_id_in_sync_group
-        opt.apply_gradients([(_data(rid, BIG), w)])
+        opt.apply_gradients([(_data(rid, BIG), w), (_data(rid, SMALL), b)])
 
     since = len(s3.events.events)
     s3.run(step)
     g = _data(0, BIG) + _data(1, BIG) + _data(2, BIG)  # float32, in rank order
-    expected = np.ones(BIG, np.float32) - np.float32(0.5) * g
+    gb = _data(0, SMALL) + _data(1, SMALL) + _data(2, SMALL)
     for copy in s3.experimental_local_results(w):
-        np.testing.assert_array_equal(np.asarray(copy), expected)
+        np.testing.assert_array_equal(np.asarray(copy), np.ones(BIG, np.float32) - np.float32(0.5) * g)
+    for copy in s3.experimental_local_results(b):
+        np.testing.assert_array_equal(np.asarray(copy), np.zeros(SMALL, np.float32) - np.float32(0.5) * gb)
+    assert [int(np.asarray(c)) for c in s3.experimental_local_results(opt.iterations)] == [1, 1, 1]
+    colls = _exits(s3, since)
+    assert [e.op for e in colls] == ["all_reduce"], [(e.op, e.nbytes) for e in colls]
+    assert colls[0].nbytes >= 4 * (BIG + SMALL)
+
+
+class _OwnMerge(idist.optimizers.SGD):
+    """An optimizer with its own ``_distributed_apply``: its merge must run, in a merge_call."""
+
+    merged = 0
+
+    def _distributed_apply(
+        self, strategy: object, pairs: list[tuple[object, object]], from_notebook: bool = False
+    ) -> None:
+        type(self).merged += 1
+        super()._distributed_apply(strategy, pairs, from_notebook)
+
+
+def test_an_optimizer_with_its_own_merge_goes_through_merge_call(s3: idist.MirroredStrategy) -> None:
+    with s3.scope():
+        w = idist.Variable(np.ones(BIG, np.float32), name="w_own_merge")
+        opt = _OwnMerge(0.5)
+
+    def step() -> int:
+        rid = idist.get_replica_context().replica_id_in_sync_group
+        before = type(opt).merged
+        opt.apply_gradients([(_data(rid, BIG), w)])
+        return 100 * rid + type(opt).merged - before
+
+    since = len(s3.events.events)
+    merged = s3.experimental_local_results(s3.run(step))
+    assert [int(m) for m in merged] == [1, 101, 201]  # its merge ran once on every replica
+    g = _data(0, BIG) + _data(1, BIG) + _data(2, BIG)
+    for copy in s3.experimental_local_results(w):
+        np.testing.assert_array_equal(np.asarray(copy), np.ones(BIG, np.float32) - np.float32(0.5) * g)
     colls = _exits(s3, since)
     merges = [e for e in colls if e.op == "merge_call"]
     reduces = [e for e in colls if e.op == "all_reduce"]
     assert len(merges) == 1 and len(reduces) == 1, [(e.op, e.nbytes) for e in colls]
     assert merges[0].nbytes < 4096  # the skeleton, not the 128 KB gradient
-    assert reduces[0].nbytes >= 4 * BIG
+
+
+def test_apply_gradients_of_batches_that_differ_fails_every_replica_and_updates_none(
+    s3: idist.MirroredStrategy,
+) -> None:
+    """One replica's gradient batch is not the others' (a shape, then a count): every replica fails with a
+    ValueError kind (ReplicaMismatchError, as the merge_call path's reduction raises) before any update,
+    and the strategy stays usable."""
+    with s3.scope():
+        w = idist.Variable(np.ones(SMALL, np.float32), name="w_mismatch")
+        u = idist.Variable(np.ones(SMALL, np.float32), name="u_mismatch")
+        opt = idist.optimizers.SGD(0.5)
+
+    def shape(n: int) -> None:
+        rid = idist.get_replica_context().replica_id_in_sync_group
+        g = np.ones(n + (rid == 2), np.float32)  # replica 2: one element more
+        opt.apply_gradients([(g, w)])
+
+    def count() -> None:
+        rid = idist.get_replica_context().replica_id_in_sync_group
+        pairs = [(np.ones(SMALL, np.float32), w), (np.ones(SMALL, np.float32), u)]
+        opt.apply_gradients(pairs[: 1 + (rid == 1)])  # replica 1: two gradients, the others one
+
+    for fn, args in ((shape, (SMALL,)), (shape, (BIG,)), (count, ())):
+        with pytest.raises(ValueError) as info:
+            s3.run(fn, args=args)
+        assert "replica" in str(info.value)
+    for v in (w, u):
+        for copy in s3.experimental_local_results(v):
+            np.testing.assert_array_equal(np.asarray(copy), np.ones(SMALL, np.float32))
+    assert [int(np.asarray(c)) for c in s3.experimental_local_results(opt.iterations)] == [0, 0, 0]
+    out = s3.run(lambda: idist.get_replica_context().all_reduce("SUM", np.float32(1)))
+    assert float(np.asarray(s3.experimental_local_results(out)[0])) == 3.0
 
 
 @pytest.mark.parametrize(
