@@ -95,6 +95,11 @@ def auto_algorithm(elements: int, world_size: int, spans_hosts: bool) -> str:
     return AG
 
 
+#: ``Collectives.all_reduce_consumed``'s consumer: (the array's index, every rank's array) -> used its sum itself.
+Consumer = Callable[[int, list[np.ndarray]], bool]
+#: Below this many bytes (the batch), ``all_reduce_consumed`` leaves the batch to ``all_reduce``.
+CONSUME_MIN_BYTES = 1 << 20
+
 AUTO = "auto"  # chosen per call by ``auto_algorithm`` above
 AG = "all-gather-reduce"
 RS = "reduce-scatter-all-gather"
@@ -331,9 +336,37 @@ class Collectives(TwoRoundMixin):
             self._check(meta, metas)
         return arrays
 
+    @_forget_on_error
+    def all_reduce_consumed(
+        self, step: int, seq: int, arrays: list[np.ndarray], op: ReduceOp, what: str, consume: Consumer
+    ) -> list[np.ndarray | None] | None:
+        """``all_reduce`` of a batch of large host arrays whose sums ``consume`` may use up where they are made:
+        ``consume(i, parts)`` gets every rank's array ``i`` in rank order (the peers': views of what they
+        sent, valid only during the call) and returns True when it used their sum itself (then the result's
+        ``i`` is None) or False (then the result's ``i`` is the reduced array, as ``all_reduce`` gives it).
+        Only where all-gather-reduce runs, after every rank's batch was found to agree (so a mismatch still
+        fails every rank before anything is consumed); None (nothing sent) anywhere else: the caller takes
+        ``all_reduce``."""
+        if self.world_size < 2 or any(type(a) is not np.ndarray for a in arrays):
+            return None
+        elements = sum(a.size for a in arrays)
+        if sum(a.nbytes for a in arrays) < CONSUME_MIN_BYTES:
+            return None  # the small path's, or not worth it
+        algorithm = self.algorithm if self.algorithm != AUTO else self.choose(elements)
+        if algorithm != AG:
+            return None
+        return self._all_gather_reduce(step, seq, arrays, [a.shape for a in arrays], op, what, consume)
+
     def _all_gather_reduce(
-        self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]], op: ReduceOp, what: str
-    ) -> list[np.ndarray]:
+        self,
+        step: int,
+        seq: int,
+        arrays: list[np.ndarray],
+        shapes: list[tuple[int, ...]],
+        op: ReduceOp,
+        what: str,
+        consume: Consumer | None = None,
+    ) -> list[Any]:
         t0 = time.perf_counter()
         meta = (shapes, _dtypes(arrays), op.value)
         packet = self._contribution(arrays, meta)
@@ -346,7 +379,11 @@ class Collectives(TwoRoundMixin):
             # Reduce straight from the received buffers (shared memory: no copy in between).
             recv = self._contributions(got, packet, meta)
             parts = [arrays if r == self.rank else recv[r] for r in range(self.world_size)]
-            out = [_reduce_owned([p[i] for p in parts], op) for i in range(len(arrays))]
+            out: list[Any] = []
+            for i in range(len(arrays)):
+                column = [p[i] for p in parts]
+                out.append(None if consume is not None and consume(i, column) else _reduce_owned(column, op))
+                column = []
         finally:
             recv = parts = None  # views of the senders' segments: gone before they are released
             self._release(got)

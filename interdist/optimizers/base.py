@@ -180,6 +180,23 @@ class Optimizer:
         g = _gpu.asarray(grad, dtype=np.dtype(dtype) if dtype is not None else np.asarray(var).dtype)
         return self._apply_dense(var, g, _LocalSlots(slots, self._slot_specs()), slots["iterations"])
 
+    def _update_from_parts(self, var: Any, parts: list[Any]) -> bool:
+        """``_update_one(var, parts[0] + parts[1] + ...)`` (every replica's gradient, in rank order) without the
+        sum ever made whole, where the subclass can (``_apply_parts``); False: nothing was done."""
+        if not getattr(var, "_applies_updates", True) or isinstance(var, PSVariable):
+            return False
+        slots = self._slots(var)
+        step = slots.get("iterations", 0) + 1
+        if not self._apply_parts(var, parts, _LocalSlots(slots, self._slot_specs()), step):
+            return False
+        slots["iterations"] = step
+        return True
+
+    def _apply_parts(self, var: Any, parts: list[Any], slots: Any, step: int) -> bool:
+        """``_apply_dense`` of the sum of ``parts``, fused with the sum, or False (nothing done): then the
+        sum is made and ``_apply_dense`` runs. Optimizers with a fused kernel override this."""
+        return False
+
     def _apply_dense(self, var: Any, grad: Any, slots: Any, step: int) -> Any:
         raise NotImplementedError  # pragma: no cover - abstract
 

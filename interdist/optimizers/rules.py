@@ -15,7 +15,7 @@ import numpy as np
 
 from interdist import _gpu
 from interdist.optimizers.base import Optimizer
-from interdist.replica.fused_update import assign_sub_scaled
+from interdist.replica.fused_update import assign_sub_scaled, sum_assign_sub_scaled
 
 
 class SGD(Optimizer):
@@ -45,6 +45,10 @@ class SGD(Optimizer):
 
     def _slot_specs(self) -> dict[str, float]:
         return {"momentum": 0.0} if self.momentum != 0 else {}
+
+    def _apply_parts(self, var: Any, parts: list[Any], slots: Any, step: int) -> bool:
+        # v -= (g0 + g1 + ...) * lr, tile by tile: the sum's bits, never written whole (fused_update.py)
+        return self.momentum == 0 and sum_assign_sub_scaled(var, parts, parts[0].dtype.type(self.learning_rate))
 
     def _apply_dense(self, var: Any, grad: Any, slots: Any, step: int) -> Any:
         t = grad.dtype.type

@@ -278,12 +278,21 @@ class ReplicaExtendedView(_ReportsNotebookClass):
         if replica.armed_fault is not None:  # as batch_reduce_to: the fault stops the step before values leave
             faults.fire(replica, "collective", "all_reduce", "batch_reduce_to")
         nbytes = int(sum(g.nbytes for g in grads))
-        reduced: list[Any] = replica.collective(
-            "all_reduce", nbytes, lambda s, q, w: replica.collectives.all_reduce(s, q, grads, ReduceOp.SUM, w)
-        )
-        rank = replica.rank
+        rank, coll = replica.rank, replica.collectives
+
+        def consume(i: int, parts: list[np.ndarray]) -> bool:  # the update of a large gradient, fused with its sum
+            with _context.enter(self._strategy, None), _context.enter(self._strategy, None, update_replica_id=rank):
+                return bool(optimizer._update_from_parts(pairs[i][1], parts))
+
+        def all_reduce(step: int, seq: int, what: str) -> list[Any]:
+            fused = coll.all_reduce_consumed(step, seq, grads, ReduceOp.SUM, what, consume)
+            return fused if fused is not None else coll.all_reduce(step, seq, grads, ReduceOp.SUM, what)
+
+        reduced: list[Any] = replica.collective("all_reduce", nbytes, all_reduce)
         with _context.enter(self._strategy, None):  # merge_fn's cross-replica context
             for (_, var), grad in zip(pairs, reduced, strict=True):
+                if grad is None:
+                    continue  # updated with the sum (consume)
                 with _context.enter(self._strategy, None, update_replica_id=rank):
                     optimizer._update_one(var, grad, False)
             optimizer.iterations.assign_add(np.int64(1))

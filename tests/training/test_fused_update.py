@@ -1,5 +1,9 @@
 """SGD's update of a large copy runs tile by tile in place (replica/fused_update.py), with NumPy's bits.
 
+Inside ``run``, of mirrored variables, the update is fused with the gradients' all-reduce: a tile of the
+sum is added up in rank order and applied while in the cache (``sum_assign_sub_scaled``); the bits must be
+those of the sum, then ``v - sum * lr``.
+
 ``v.assign_sub(g * lr)`` is what Keras' SGD does (TF 2.21: two roundings, the product's and the
 difference's); the tiled path runs the same two float32 ufuncs tile by tile, so every element must equal
 NumPy's ``v - g * lr`` exactly, the copy-on-write contract of reads must hold (a read taken before the
@@ -27,14 +31,15 @@ def test_the_tiled_update_gives_numpys_bits_on_every_replica(mirrored2: Any) -> 
         w = idist.Variable(w0, name="w_fused")
         opt = idist.optimizers.SGD(0.37)
 
-    def step(g: Any) -> None:
-        opt.apply_gradients([(g, w)])
+    def step(g: Any) -> Any:
+        return _with_spy(lambda: opt.apply_gradients([(g, w)]))[1]
 
     per_replica = mirrored2.experimental_distribute_values_from_function(
         lambda ctx: grads[ctx.replica_id_in_sync_group]
     )
     for _ in range(3):
-        mirrored2.run(step, args=(per_replica,))
+        paths = mirrored2.experimental_local_results(mirrored2.run(step, args=(per_replica,)))
+        assert [list(p) for p in paths] == [["sum"], ["sum"]]  # fused with the all-reduce (algorithms.py)
     expected = w0.copy()
     total = grads[0] + grads[1]  # the all-reduce adds in rank order
     for _ in range(3):
@@ -47,22 +52,30 @@ def test_the_tiled_update_gives_numpys_bits_on_every_replica(mirrored2: Any) -> 
 
 
 def _with_spy(fn: Any) -> Any:
-    """``fn``'s result and whether each SGD update it made took the tiled path (True) or assign_sub (False).
+    """``fn``'s result and the path each SGD update it made took: ``"sum"`` (the update fused with the
+    gradients' all-reduce, ``sum_assign_sub_scaled``), ``"tiled"`` (``assign_sub_scaled`` on the reduced
+    gradient) or ``"assign_sub"``.
 
-    Runs where ``fn`` runs (on a replica's worker): the spy is set in that process for the call."""
-    taken: list[bool] = []
-    real = fused_update.assign_sub_scaled
+    Runs where ``fn`` runs (on a replica's worker): the spies are set in that process for the call."""
+    taken: list[str] = []
+    real, real_sum = fused_update.assign_sub_scaled, fused_update.sum_assign_sub_scaled
 
     def spy(*args: Any) -> Any:
         out = real(*args)
-        taken.append(out is not None)
+        taken.append("tiled" if out is not None else "assign_sub")
         return out
 
-    rules.assign_sub_scaled = spy
+    def spy_sum(*args: Any) -> Any:
+        out = real_sum(*args)
+        if out:
+            taken.append("sum")  # (declined: the update goes on through spy)
+        return out
+
+    rules.assign_sub_scaled, rules.sum_assign_sub_scaled = spy, spy_sum
     try:
         return fn(), taken
     finally:
-        rules.assign_sub_scaled = real
+        rules.assign_sub_scaled, rules.sum_assign_sub_scaled = real, real_sum
 
 
 def test_a_read_alive_across_the_update_keeps_its_value(mirrored2: Any) -> None:
@@ -81,7 +94,7 @@ def test_a_read_alive_across_the_update_keeps_its_value(mirrored2: Any) -> None:
     first = np.float32(1) - np.float32(1.0) * np.float32(0.1)  # both replicas' 0.5 summed, times lr
     second = first - np.float32(1.0) * np.float32(0.1)
     for (held, after), taken in out:
-        assert list(taken) == [True, False]
+        assert list(taken) == ["sum", "assign_sub"]  # fused with the all-reduce, then a copy on write
         assert np.asarray(held).tolist() == [first] * 3
         assert np.asarray(after).tolist() == [second] * 3
 
@@ -100,7 +113,7 @@ def test_what_the_tiled_path_leaves_to_assign_sub(mirrored2: Any) -> None:
         heavy.apply_gradients([(np.full(N, 0.25, np.float32), big)])  # momentum: no assign_sub(g * lr) at all
 
     out = mirrored2.experimental_local_results(mirrored2.run(lambda: _with_spy(updates)))
-    assert [list(taken) for _, taken in out] == [[False, True], [False, True]]
+    assert [list(taken) for _, taken in out] == [["assign_sub", "tiled"]] * 2
     assert [float(np.asarray(c)[0]) for c in mirrored2.experimental_local_results(small)] == [0.75, 0.75]
     # 1 - 0.5 * 0.5, then momentum's first step: m = -0.5 * 0.5, v += m
     assert [float(np.asarray(c)[-1]) for c in mirrored2.experimental_local_results(big)] == [0.5, 0.5]
@@ -109,3 +122,40 @@ def test_what_the_tiled_path_leaves_to_assign_sub(mirrored2: Any) -> None:
 def test_outside_update_context_it_refuses() -> None:
     w = idist.Variable(np.ones(N, np.float32))
     assert fused_update.assign_sub_scaled(w, np.ones(N, np.float32), 0.1) is None  # not a replica's copy
+
+
+def test_the_update_fused_with_a_three_replica_sum_gives_its_bits() -> None:
+    """Three replicas: each tile of the sum is ``(g0 + g1) + g2`` in float32, as ``_reduce_owned`` adds
+    (its blocked sum), then ``v - sum * lr``; a small variable of the same batch is reduced and updated as
+    before, and every copy ends equal."""
+    rng = np.random.default_rng(11)
+    w0 = rng.normal(size=N).astype(np.float32)
+    grads = [rng.normal(size=N).astype(np.float32) * np.float32(10 ** (r - 1)) for r in range(3)]
+    with idist.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2"]) as s3:
+        with s3.scope():
+            w = idist.Variable(w0, name="w_fused3")
+            b = idist.Variable(np.ones(4, np.float32), name="b_fused3")
+            opt = idist.optimizers.SGD(0.3)
+
+        def step(algorithm: str) -> Any:
+            ctx = idist.get_replica_context()
+            g = grads[ctx.replica_id_in_sync_group]
+            coll = ctx._replica.collectives  # type: ignore[attr-defined]
+            auto, coll.algorithm = coll.algorithm, algorithm
+            try:
+                return _with_spy(lambda: opt.apply_gradients([(g, w), (g[:4].copy(), b)]))[1]
+            finally:
+                coll.algorithm = auto
+
+        # AUTO picks reduce-broadcast for 3 replicas on one host: the root sends the sum, nothing to fuse;
+        # all-gather-reduce (forced here, on every replica alike) is where the update is fused
+        paths = s3.experimental_local_results(s3.run(step, args=("auto",)))
+        assert [list(p) for p in paths] == [["tiled", "assign_sub"]] * 3  # b: too small for the tiled path
+        paths = s3.experimental_local_results(s3.run(step, args=("all-gather-reduce",)))
+        assert [list(p) for p in paths] == [["sum", "assign_sub"]] * 3
+        total = (grads[0] + grads[1]) + grads[2]
+        lr = np.float32(0.3)
+        for c in s3.experimental_local_results(w):
+            assert np.array_equal(np.asarray(c), (w0 - total * lr) - total * lr)
+        for c in s3.experimental_local_results(b):
+            assert np.array_equal(np.asarray(c), (np.ones(4, np.float32) - total[:4] * lr) - total[:4] * lr)
