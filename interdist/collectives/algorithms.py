@@ -344,18 +344,21 @@ class Collectives(TwoRoundMixin):
         ``consume(i, parts)`` gets every rank's array ``i`` in rank order (the peers': views of what they
         sent, valid only during the call) and returns True when it used their sum itself (then the result's
         ``i`` is None) or False (then the result's ``i`` is the reduced array, as ``all_reduce`` gives it).
-        Only where all-gather-reduce runs, after every rank's batch was found to agree (so a mismatch still
-        fails every rank before anything is consumed); None (nothing sent) anywhere else: the caller takes
-        ``all_reduce``."""
+        Where all-gather-reduce runs, after every rank's batch was found to agree (so a mismatch still fails
+        every rank before anything is consumed); where reduce-broadcast runs, on the ranks other than the
+        root, with ``parts`` the root's sum alone (a view of its packet). None (nothing sent) anywhere
+        else: the caller takes ``all_reduce``."""
         if self.world_size < 2 or any(type(a) is not np.ndarray for a in arrays):
             return None
         elements = sum(a.size for a in arrays)
         if sum(a.nbytes for a in arrays) < CONSUME_MIN_BYTES:
             return None  # the small path's, or not worth it
         algorithm = self.algorithm if self.algorithm != AUTO else self.choose(elements)
-        if algorithm != AG:
-            return None
-        return self._all_gather_reduce(step, seq, arrays, [a.shape for a in arrays], op, what, consume)
+        if algorithm == AG:
+            return self._all_gather_reduce(step, seq, arrays, [a.shape for a in arrays], op, what, consume)
+        if algorithm == RB:  # the ranks other than the root: the root's sum, read where it sent it
+            return self._reduce_broadcast(step, seq, arrays, [a.shape for a in arrays], op, what, consume)
+        return None
 
     def _all_gather_reduce(
         self,

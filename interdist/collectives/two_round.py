@@ -63,11 +63,19 @@ class TwoRoundMixin:
         ) -> dict[int, list[np.ndarray]]: ...
 
     def _reduce_broadcast(
-        self, step: int, seq: int, arrays: list[np.ndarray], shapes: list[tuple[int, ...]], op: ReduceOp, what: str
-    ) -> list[np.ndarray]:
+        self,
+        step: int,
+        seq: int,
+        arrays: list[np.ndarray],
+        shapes: list[tuple[int, ...]],
+        op: ReduceOp,
+        what: str,
+        consume: Callable[[int, list[np.ndarray]], bool] | None = None,
+    ) -> list[Any]:
         """Every rank's arrays to ``self.root``, which reduces them once (in rank order: the same bits
         as ``_all_gather_reduce``) and sends the result to every rank; or, when shapes disagree, the
-        same ``ValueError`` to every rank."""
+        same ``ValueError`` to every rank. ``consume`` (``Collectives.all_reduce_consumed``): a rank other
+        than the root offers it each result as ``[view of the root's packet]`` before copying it."""
         t0 = time.perf_counter()
         root, peers = self.root, self._peers()
         meta = (shapes, _dtypes(arrays), op.value)
@@ -77,7 +85,12 @@ class TwoRoundMixin:
             self.transport.send_packet([root], step, seq, packet)
             got, wait = self._take(step, _phase2(seq), [root], what)
             try:
-                kind, body = self._result(got[root])
+                if consume is not None and is_frame(got[root].header):
+                    _, sums = unpack_arrays(got[root].header, self.transport.view(got[root]))
+                    kind, body = "ok", [None if consume(i, [a]) else np.array(a) for i, a in enumerate(sums)]
+                    sums = []
+                else:
+                    kind, body = self._result(got[root])
             finally:
                 self._release(got)
             self.transport.flush(self.timeout())

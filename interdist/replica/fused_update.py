@@ -57,7 +57,8 @@ def assign_sub_scaled(var: Any, grad: Any, lr: Any) -> Any | None:
 
 def sum_assign_sub_scaled(var: Any, parts: list[Any], lr: Any) -> bool:
     """``var.assign_sub((parts[0] + parts[1] + ...) * lr)`` tile by tile in place, the sum never written whole;
-    False (nothing done) where ``assign_sub_scaled`` could not run on the sum.
+    False (nothing done) where ``assign_sub_scaled`` could not run on the sum. One part: the sum itself,
+    read where it lies (a peer's shared memory) rather than copied out first.
 
     What an all-reduce followed by the update does, fused (``Collectives.all_reduce_consumed``): a tile of
     the sum is added up in rank order (``_reduce_owned``'s order, ``((a0 + a1) + a2) + ...``, float32 adds:
@@ -65,7 +66,7 @@ def sum_assign_sub_scaled(var: Any, parts: list[Any], lr: Any) -> bool:
     2-core development machine (1M float32, medians of 3 runs): all-reduce then update 1.69-2.05 ms,
     fused 1.32-1.55 ms: the 4 MB sum is neither written nor read back.
     """
-    if not isinstance(var, ReplicaVariable) or len(parts) < 2:
+    if not isinstance(var, ReplicaVariable) or not parts:
         return False
     entry = _context.current()
     if entry.replica_context is not None or entry.update_replica_id is None:
@@ -84,10 +85,13 @@ def sum_assign_sub_scaled(var: Any, parts: list[Any], lr: Any) -> bool:
     for start in range(0, flat.size, step):
         stop = start + step
         t = tmp[: min(step, flat.size - start)]
-        np.add(flats[0][start:stop], flats[1][start:stop], out=t)
-        for f in flats[2:]:
-            np.add(t, f[start:stop], out=t)
-        np.multiply(t, lr, out=t)
+        if len(flats) == 1:  # the sum itself (a reduce-broadcast root's, read where it sent it)
+            np.multiply(flats[0][start:stop], lr, out=t)
+        else:
+            np.add(flats[0][start:stop], flats[1][start:stop], out=t)
+            for f in flats[2:]:
+                np.add(t, f[start:stop], out=t)
+            np.multiply(t, lr, out=t)
         out = flat[start:stop]
         np.subtract(out, t, out=out)
     var._replica.touched.add(var.var_id)

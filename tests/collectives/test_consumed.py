@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from interdist.collectives.algorithms import AG, CONSUME_MIN_BYTES, RB, Collectives
+from interdist.collectives.algorithms import AG, CONSUME_MIN_BYTES, RB, RS, Collectives
 from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
@@ -55,6 +55,36 @@ def test_the_consumer_sees_every_ranks_array_in_rank_order_and_declined_ones_com
         np.testing.assert_array_equal(out[1], expected)
 
 
+def test_reduce_broadcast_offers_the_roots_sum_to_the_other_ranks() -> None:
+    """Reduce-broadcast: the root reduces and sends as before (its consumer is not called, its result is the
+    sum); each other rank's consumer gets ``[the root's sum]``, a view of the root's packet, and what it
+    declines comes back as a copy of that sum."""
+    calls: dict[int, list[np.ndarray]] = {}
+
+    def body(rank: int, coll: Collectives) -> Any:
+        def consume(i: int, parts: list[np.ndarray]) -> bool:
+            assert len(parts) == 1
+            calls.setdefault(rank, []).append(np.array(parts[0]))
+            return i == 0
+
+        return coll.all_reduce_consumed(1, 1, [_data(rank, BIG), _data(rank + 10, BIG)], ReduceOp.SUM, "t", consume)
+
+    results = run_threads(shm_group(3), body, algorithm=RB)
+    sums = [(_data(0 + k, BIG) + _data(1 + k, BIG)) + _data(2 + k, BIG) for k in (0, 10)]
+    root, *others = results
+    assert not isinstance(root, BaseException), root
+    for got, expected in zip(root, sums, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    assert 0 not in calls
+    for rank, res in enumerate(others, start=1):
+        assert not isinstance(res, BaseException), res
+        assert res[0] is None
+        np.testing.assert_array_equal(res[1], sums[1])
+        assert len(calls[rank]) == 2
+        for seen, expected in zip(calls[rank], sums, strict=True):
+            np.testing.assert_array_equal(seen, expected)
+
+
 def test_batches_it_does_not_take_send_nothing() -> None:
     """Small batches and another algorithm: None on every rank, nothing sent; the all_reduce after it at the
     same step and sequence number gets the right sums (no stray packet was taken for its own)."""
@@ -65,15 +95,15 @@ def test_batches_it_does_not_take_send_nothing() -> None:
 
         small = [np.full(16, rank + 1.0, np.float32)]
         got_small = coll.all_reduce_consumed(1, 1, small, ReduceOp.SUM, "test", consume)
-        coll.algorithm = RB
-        got_rb = coll.all_reduce_consumed(1, 1, [_data(rank, BIG)], ReduceOp.SUM, "test", consume)
+        coll.algorithm = RS
+        got_rs = coll.all_reduce_consumed(1, 1, [_data(rank, BIG)], ReduceOp.SUM, "test", consume)
         after = coll.all_reduce(1, 1, small, ReduceOp.SUM, "test")
-        return got_small, got_rb, after
+        return got_small, got_rs, after
 
     for res in run_threads(shm_group(2), body, algorithm=AG):
         assert not isinstance(res, BaseException), res
-        got_small, got_rb, after = res
-        assert got_small is None and got_rb is None
+        got_small, got_rs, after = res
+        assert got_small is None and got_rs is None
         np.testing.assert_array_equal(after[0], np.full(16, 3.0, np.float32))
 
 

@@ -147,10 +147,12 @@ def test_the_update_fused_with_a_three_replica_sum_gives_its_bits() -> None:
             finally:
                 coll.algorithm = auto
 
-        # AUTO picks reduce-broadcast for 3 replicas on one host: the root sends the sum, nothing to fuse;
-        # all-gather-reduce (forced here, on every replica alike) is where the update is fused
+        # AUTO picks reduce-broadcast for 3 replicas on one host: the root makes the sum and sends it, and
+        # updates from it; the others update from the sum where the root sent it. All-gather-reduce (forced
+        # here, on every replica alike): every replica adds up the sum tile by tile as it updates.
         paths = s3.experimental_local_results(s3.run(step, args=("auto",)))
-        assert [list(p) for p in paths] == [["tiled", "assign_sub"]] * 3  # b: too small for the tiled path
+        # (b: too small for the tiled path)
+        assert [list(p) for p in paths] == [["tiled", "assign_sub"], ["sum", "assign_sub"], ["sum", "assign_sub"]]
         paths = s3.experimental_local_results(s3.run(step, args=("all-gather-reduce",)))
         assert [list(p) for p in paths] == [["sum", "assign_sub"]] * 3
         total = (grads[0] + grads[1]) + grads[2]
