@@ -348,8 +348,8 @@ class Collectives(TwoRoundMixin):
         every rank before anything is consumed); where reduce-broadcast runs, on the ranks other than the
         root, with ``parts`` the root's sum alone (a view of its packet). None (nothing sent) anywhere
         else: the caller takes ``all_reduce``."""
-        if self.world_size < 2 or any(type(a) is not np.ndarray for a in arrays):
-            return None
+        if self.world_size < 2 or op is not ReduceOp.SUM or any(type(a) is not np.ndarray for a in arrays):
+            return None  # (a consumer is given the parts of a sum: a MEAN's division would be its own)
         elements = sum(a.size for a in arrays)
         if sum(a.nbytes for a in arrays) < CONSUME_MIN_BYTES:
             return None  # the small path's, or not worth it

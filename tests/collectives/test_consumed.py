@@ -86,7 +86,7 @@ def test_reduce_broadcast_offers_the_roots_sum_to_the_other_ranks() -> None:
 
 
 def test_batches_it_does_not_take_send_nothing() -> None:
-    """Small batches and another algorithm: None on every rank, nothing sent; the all_reduce after it at the
+    """Small batches, a MEAN and another algorithm: None on every rank, nothing sent; the all_reduce after it at the
     same step and sequence number gets the right sums (no stray packet was taken for its own)."""
 
     def body(rank: int, coll: Collectives) -> Any:
@@ -95,15 +95,16 @@ def test_batches_it_does_not_take_send_nothing() -> None:
 
         small = [np.full(16, rank + 1.0, np.float32)]
         got_small = coll.all_reduce_consumed(1, 1, small, ReduceOp.SUM, "test", consume)
+        got_mean = coll.all_reduce_consumed(1, 1, [_data(rank, BIG)], ReduceOp.MEAN, "test", consume)
         coll.algorithm = RS
         got_rs = coll.all_reduce_consumed(1, 1, [_data(rank, BIG)], ReduceOp.SUM, "test", consume)
         after = coll.all_reduce(1, 1, small, ReduceOp.SUM, "test")
-        return got_small, got_rs, after
+        return got_small, got_mean, got_rs, after
 
     for res in run_threads(shm_group(2), body, algorithm=AG):
         assert not isinstance(res, BaseException), res
-        got_small, got_rs, after = res
-        assert got_small is None and got_rs is None
+        got_small, got_mean, got_rs, after = res
+        assert got_small is None and got_mean is None and got_rs is None
         np.testing.assert_array_equal(after[0], np.full(16, 3.0, np.float32))
 
 
