@@ -54,7 +54,7 @@ from interdist.collectives.reducing import _BLOCK as _BLOCK  # (this module's AP
 from interdist.collectives.reducing import COLLECTIVE_DTYPES as COLLECTIVE_DTYPES
 from interdist.collectives.reducing import _check_collective_dtypes, _dtypes, _reduce_owned
 from interdist.collectives.small import small_all_reduce
-from interdist.collectives.two_round import TwoRoundMixin
+from interdist.collectives.two_round import Consumer, TwoRoundMixin
 from interdist.collectives.two_round import _bounds as _bounds  # (this module's API too)
 from interdist.collectives.two_round import _phase2 as _phase2
 from interdist.errors import ReplicaMismatchError
@@ -95,8 +95,6 @@ def auto_algorithm(elements: int, world_size: int, spans_hosts: bool) -> str:
     return AG
 
 
-#: ``Collectives.all_reduce_consumed``'s consumer: (the array's index, every rank's array) -> used its sum itself.
-Consumer = Callable[[int, list[np.ndarray]], bool]
 #: Below this many bytes (the batch), ``all_reduce_consumed`` leaves the batch to ``all_reduce``.
 CONSUME_MIN_BYTES = 1 << 20
 
@@ -350,14 +348,14 @@ class Collectives(TwoRoundMixin):
         else: the caller takes ``all_reduce``."""
         if self.world_size < 2 or op is not ReduceOp.SUM or any(type(a) is not np.ndarray for a in arrays):
             return None  # (a consumer is given the parts of a sum: a MEAN's division would be its own)
-        elements = sum(a.size for a in arrays)
         if sum(a.nbytes for a in arrays) < CONSUME_MIN_BYTES:
             return None  # the small path's, or not worth it
-        algorithm = self.algorithm if self.algorithm != AUTO else self.choose(elements)
+        algorithm = self.algorithm if self.algorithm != AUTO else self.choose(sum(a.size for a in arrays))
+        shapes = [a.shape for a in arrays]
         if algorithm == AG:
-            return self._all_gather_reduce(step, seq, arrays, [a.shape for a in arrays], op, what, consume)
+            return self._all_gather_reduce(step, seq, arrays, shapes, op, what, consume)
         if algorithm == RB:  # the ranks other than the root: the root's sum, read where it sent it
-            return self._reduce_broadcast(step, seq, arrays, [a.shape for a in arrays], op, what, consume)
+            return self._reduce_broadcast(step, seq, arrays, shapes, op, what, consume)
         return None
 
     def _all_gather_reduce(

@@ -21,6 +21,9 @@ from interdist.collectives.reducing import _dtypes, _reduce_owned
 from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
+#: ``Collectives.all_reduce_consumed``'s consumer: (the array's index, every rank's array) -> used its sum itself.
+Consumer = Callable[[int, list[np.ndarray]], bool]
+
 
 def _phase2(seq: int) -> int:
     """The mailbox sequence number of a collective's second round (never a real seq, which is >= 0)."""
@@ -70,7 +73,7 @@ class TwoRoundMixin:
         shapes: list[tuple[int, ...]],
         op: ReduceOp,
         what: str,
-        consume: Callable[[int, list[np.ndarray]], bool] | None = None,
+        consume: Consumer | None = None,
     ) -> list[Any]:
         """Every rank's arrays to ``self.root``, which reduces them once (in rank order: the same bits
         as ``_all_gather_reduce``) and sends the result to every rank; or, when shapes disagree, the

@@ -183,6 +183,8 @@ class Optimizer:
     def _update_from_parts(self, var: Any, parts: list[Any]) -> bool:
         """``_update_one(var, parts[0] + parts[1] + ...)`` (every replica's gradient, in rank order) without the
         sum ever made whole, where the subclass can (``_apply_parts``); False: nothing was done."""
+        if type(self)._apply_parts is Optimizer._apply_parts:
+            return False  # no fused kernel: _update_one does it all (slots looked up once)
         if not getattr(var, "_applies_updates", True) or isinstance(var, PSVariable):
             return False
         slots = self._slots(var)

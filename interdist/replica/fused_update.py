@@ -33,32 +33,13 @@ MIN_BYTES = 1 << 20
 
 def assign_sub_scaled(var: Any, grad: Any, lr: Any) -> Any | None:
     """``var.assign_sub(grad * lr)`` done tile by tile in place, or None when only ``assign_sub`` may do it."""
-    if not isinstance(var, ReplicaVariable) or type(grad) is not np.ndarray:
-        return None
-    entry = _context.current()
-    if entry.replica_context is not None or entry.update_replica_id is None:
-        return None  # replica context: aggregation and faults apply (ReplicaVariable._update)
-    if not _writable_in_place(var, grad):
-        return None
-    raw: np.ndarray = var.raw
-    lr = raw.dtype.type(lr)
-    flat, g = raw.reshape(-1), grad.reshape(-1)
-    step = max(1, TILE_BYTES // raw.itemsize)
-    tmp = np.empty(min(step, flat.size), raw.dtype)
-    for start in range(0, flat.size, step):
-        part = g[start : start + step]
-        t = tmp[: part.size]
-        np.multiply(part, lr, out=t)
-        out = flat[start : start + step]
-        np.subtract(out, t, out=out)
-    var._replica.touched.add(var.var_id)
-    return UnreadVariable(var)
+    return UnreadVariable(var) if sum_assign_sub_scaled(var, [grad], lr) else None
 
 
 def sum_assign_sub_scaled(var: Any, parts: list[Any], lr: Any) -> bool:
     """``var.assign_sub((parts[0] + parts[1] + ...) * lr)`` tile by tile in place, the sum never written whole;
-    False (nothing done) where ``assign_sub_scaled`` could not run on the sum. One part: the sum itself,
-    read where it lies (a peer's shared memory) rather than copied out first.
+    False (nothing done) where only ``assign_sub`` may do it. One part: that array itself (a gradient, or a
+    reduce-broadcast root's sum read where it lies, in its shared memory, rather than copied out first).
 
     What an all-reduce followed by the update does, fused (``Collectives.all_reduce_consumed``): a tile of
     the sum is added up in rank order (``_reduce_owned``'s order, ``((a0 + a1) + a2) + ...``, float32 adds:
@@ -70,7 +51,7 @@ def sum_assign_sub_scaled(var: Any, parts: list[Any], lr: Any) -> bool:
         return False
     entry = _context.current()
     if entry.replica_context is not None or entry.update_replica_id is None:
-        return False
+        return False  # replica context: aggregation and faults apply (ReplicaVariable._update)
     first = parts[0]
     for p in parts:
         if type(p) is not np.ndarray or p.dtype != first.dtype or p.shape != first.shape or not p.flags.c_contiguous:
@@ -85,7 +66,7 @@ def sum_assign_sub_scaled(var: Any, parts: list[Any], lr: Any) -> bool:
     for start in range(0, flat.size, step):
         stop = start + step
         t = tmp[: min(step, flat.size - start)]
-        if len(flats) == 1:  # the sum itself (a reduce-broadcast root's, read where it sent it)
+        if len(flats) == 1:
             np.multiply(flats[0][start:stop], lr, out=t)
         else:
             np.add(flats[0][start:stop], flats[1][start:stop], out=t)
