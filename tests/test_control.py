@@ -271,3 +271,48 @@ def test_connections_beyond_the_limit_are_refused(monkeypatch: pytest.MonkeyPatc
             s.close()
     finally:
         server.close()
+
+
+def test_plain_arguments_are_pickled_once_for_every_replica(mirrored2: idist.MirroredStrategy,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run``'s arguments with nothing per replica in them (numbers, arrays) are one object for every rank:
+    pickled once, each replica gets an equal copy; a ``PerReplica`` among them is still picked per rank."""
+    from interdist.client import group as group_mod
+
+    dumps: list[object] = []
+    real = group_mod._dump_out_of_band
+
+    def counting(obj: object) -> tuple[bytes, list[memoryview]]:
+        dumps.append(obj)
+        return real(obj)
+
+    monkeypatch.setattr(group_mod, "_dump_out_of_band", counting)
+    x = np.arange(6, dtype=np.float64)
+
+    def fn(a: np.ndarray, k: float, *, shift: int) -> object:
+        r = int(idist.get_replica_context().replica_id_in_sync_group)
+        a += r  # the replica's own copy
+        return a * k + shift
+
+    out = mirrored2.run(fn, args=(x, 2.0), kwargs={"shift": 1})
+    assert len(dumps) == 1
+    for r, v in enumerate(mirrored2.experimental_local_results(out)):
+        np.testing.assert_array_equal(np.asarray(v), (x + r) * 2.0 + 1)
+    np.testing.assert_array_equal(x, np.arange(6, dtype=np.float64))  # the notebook's array unchanged
+
+    dumps.clear()
+    per = mirrored2.experimental_distribute_values_from_function(
+        lambda ctx: np.float64(10 * (ctx.replica_id_in_sync_group + 1)))
+    out = mirrored2.run(lambda a, p: a + p, args=(x, per))
+    assert len(dumps) == 2  # one pickle per rank: their arguments differ
+    for r, v in enumerate(mirrored2.experimental_local_results(out)):
+        np.testing.assert_array_equal(np.asarray(v), x + 10 * (r + 1))
+
+
+def test_a_small_program_message_packs_as_pack_does() -> None:
+    """The control path packs small programs without walking them for blobs: the bytes must not change."""
+    msg = {"op": "execute", "group": "g", "step": 7, "fn": b"f" * 100, "args": b"a" * 50, "bufs": [],
+           "system": False, "release": ["k1", "k2"], "timeout": None}
+    assert b"".join(bytes(p) for p in local_control.pack_inline(msg)) == b"".join(
+        bytes(p) for p in local_control.pack(msg))
+    assert local_control.pack_inline(msg)[0] == bytes(local_control.pack(msg)[0])

@@ -102,7 +102,9 @@ class StepPathsMixin:
 
         sent: dict[int, local_control.ControlConnection] = {}
         for r, c in enumerate(conns):
-            data = local_control.pack(
+            # Small programs (the usual ones) skip ``pack``'s walk for large fields: the same bytes.
+            small = not args[r][1] and len(fn) < local_control.BLOB_MIN and len(args[r][0]) < local_control.BLOB_MIN
+            data = (local_control.pack_inline if small else local_control.pack)(
                 {
                     "op": "execute",
                     "group": self.group_id,

@@ -188,7 +188,8 @@ class Replica:
                 fn_name = getattr(fn, "__qualname__", getattr(fn, "__name__", type(fn).__name__))
                 program = "run" if not system else fn_name
                 self.emit(events.RunStarted(self.group_id, step, self.rank, t0, fn_name, program))
-                args, kwargs = _nest.map_structure(self._deref, (args, kwargs))
+                if args or kwargs:
+                    args, kwargs = _nest.map_structure(self._deref, (args, kwargs))
                 if self.on_gpu:
                     _gpu.use_device0()  # this thread's current device: the worker's GPU
                     args, kwargs = _gpu.inputs_to_device((args, kwargs))  # as TF places inputs on the device

@@ -29,6 +29,9 @@ from interdist.values.distributed_variable import _Handle
 from interdist.values.tensor import ArrayValue, RemoteValue
 from interdist.values.variables import Variable
 
+#: The leaves ``_select`` replaces or checks (everything else goes to every rank as it is).
+_SELECTED = (_Handle, DistributedValues, RemoteValue, ArrayValue)
+
 
 class ReplicaDispatch:
     """The replica group of a strategy, and programs sent to it with each rank's arguments."""
@@ -111,6 +114,20 @@ class ReplicaDispatch:
             return x
 
         return _nest.map_structure(leaf, structure)
+
+    def _per_rank(self, structure: Any) -> tuple[list[Any], list[list[Any]]]:
+        """Each rank's ``_select`` of ``structure`` and the flat leaves of its ``keep`` form (``run``'s
+        arguments and what ``_regroup`` recognises returned unchanged).
+
+        Plain arguments (no distributed value, variable or replica-held value among the leaves: numbers,
+        NumPy arrays, nothing at all) are the same for every rank: one object, so the notebook pickles
+        them once and walks them once, where selecting rebuilt every container for every rank."""
+        n = self.num_replicas_in_sync
+        leaves = _nest.flatten(structure)
+        if not any(isinstance(x, _SELECTED) for x in leaves):
+            return [structure] * n, [leaves] * n
+        per_rank = [self._select(r, structure) for r in range(n)]
+        return per_rank, [_nest.flatten(self._select(r, structure, keep=True)) for r in range(n)]
 
     def _regroup(self, results: list[Any], originals: list[list[Any]] | None = None) -> Any:
         n = len(results)

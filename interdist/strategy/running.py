@@ -91,7 +91,7 @@ class RunMixin(ReplicaDispatch):
         with self._enter_or_check():
             self._require_cross_replica("run")
             structure = (args, kwargs)
-            per_rank = [self._select(r, structure) for r in range(self.num_replicas_in_sync)]
+            per_rank, originals = self._per_rank(structure)
             try:
                 results = self._group.execute(fn, per_rank, system=False, what=f"run of {_fn_name(fn)}")
             except (WorkerLostError, ReplicaFrozenError):
@@ -99,7 +99,6 @@ class RunMixin(ReplicaDispatch):
                 raise
             if self._iterators:
                 self._inputs_ran(structure)
-            originals = [_nest.flatten(self._select(r, structure, keep=True)) for r in range(self.num_replicas_in_sync)]
             out = self._regroup(results, originals)
             self._run_variables.clear()  # variables made in the step now live as long as the notebook holds them
             return out
