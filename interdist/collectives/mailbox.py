@@ -54,9 +54,9 @@ def _spin_seconds() -> float:
 #: wake-up: on the 2-core development machine a sleeping receiver's wake-up (the sender's ``sendmsg``
 #: and the kernel's) was ~60 us of a 150 us 4 KB all_reduce between 2 replicas; spinning, 90 us.
 #: It spins only when its last wait was short (``SPIN_IF_WAITED_BELOW``: a collective loop, not a
-#: peer still computing) and when the group's replicas on this host are no more than its cores (a
-#: spinning replica would take the core of the peer it waits for). ``interdist.collectives.spin-us: 0``
-#: turns it off (read when this module is imported: in a worker, when its process starts).
+#: peer still computing) and when the group's replicas on this host are no more than
+#: ``SPIN_REPLICAS_PER_CORE`` times its cores. ``interdist.collectives.spin-us: 0`` turns it off (read
+#: when this module is imported: in a worker, when its process starts).
 #: The spin grows with the last wait (1.5 times it, up to ``SPIN_MAX_S``): in a VM, waking a replica
 #: blocked in ``poll`` took ~300 us (the sender's ``sendmsg`` ~160 us of it), more than a 50 us spin
 #: covers, and two replicas that each block once stay out of step, each waiting for the other's
@@ -70,6 +70,14 @@ SPIN_IF_WAITED_BELOW = max(4 * SPIN_S, SPIN_MAX_S)
 #: core) runs meanwhile: 4 KB all_reduce, 2 replicas, one other CPU-bound process: 172 us per
 #: collective against 267 us for a plain 50 us spin (interleaved runs, medians); alone, the same.
 SPIN_YIELD = True
+#: Since a spinning waiter yields its core, it may spin when its group has more replicas on this host
+#: than cores: the peer it waits for runs on its core meanwhile. (Before the yield, one core per replica
+#: was the rule: a spinning replica held the core its peer needed.) On the 2-core development machine,
+#: alternating runs, spinning against not, medians: 4 KB all_reduce, 3 replicas 235-291 against
+#: 313-369 us, 4 replicas 404-485 against 649-808 us; barrier, 4 replicas 262-338 against 414-453 us;
+#: SGD step and 4 MB all_reduce at 4 replicas within the noise (the waits of a large collective are
+#: long: after them it does not spin). Beyond two replicas a core it was not measured, so it sleeps.
+SPIN_REPLICAS_PER_CORE = 2
 
 
 def _cores() -> int:
@@ -148,8 +156,8 @@ class Mailbox(ChannelReader):
         wait: ``SPIN_MAX_S``), 0 for not at all."""
         if SPIN_S <= 0 or self._last_wait >= SPIN_IF_WAITED_BELOW:
             return 0.0
-        if len(self._channels) + len(self._new_channels) + 1 > self._cores:
-            return 0.0  # more of the group's replicas on this host than cores
+        if len(self._channels) + len(self._new_channels) + 1 > SPIN_REPLICAS_PER_CORE * self._cores:
+            return 0.0  # far more of the group's replicas on this host than cores
         return max(SPIN_S, min(SPIN_MAX_S, 1.5 * self._last_wait))
 
     @staticmethod
