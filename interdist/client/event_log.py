@@ -43,6 +43,7 @@ class EventLog:
         self._sizes: deque[int] = deque()  # each kept event's approximate size, as ``_events``
         self.nbytes = 0  # their sum: the log's approximate memory
         self._raw: list[dict[str, Any]] = []  # wire messages not expanded yet, in arrival order
+        self._raw_events = 0  # the events they hold (``events.weight``: a record holds many)
         self._cond = threading.Condition()
         self.listeners: list[Callable[[Event], None]] = []
         self._expanded = 0  # events ever put in ``_events`` (positions for ``since``)
@@ -72,6 +73,7 @@ class EventLog:
         if not self._raw:
             return []
         raw, self._raw = self._raw, []
+        self._raw_events = 0
         batch = self._unseen(raw) if self._seen is not None else [e for m in raw for e in events.expand(m)]
         self._keep(batch)
         return batch
@@ -99,9 +101,10 @@ class EventLog:
         listeners = list(self.listeners)
         with self._cond:
             self._raw.extend(msgs)
-            # bounded: wire messages are expanded (and so counted against ``max_bytes``) once RAW_KEPT wait, in
-            # batches of that size: each is expanded once either way, and no step's thread expands 100,000 at once
-            batch = self._expand() if listeners or len(self._raw) > min(self._events.maxlen or 0, RAW_KEPT) else []
+            self._raw_events += sum(map(events.weight, msgs))
+            # bounded: wire messages are expanded (and so counted against ``max_bytes``) once RAW_KEPT events wait,
+            # in batches of that size: each is expanded once either way, and no step's thread expands 100,000 at once
+            batch = self._expand() if listeners or self._raw_events > min(self._events.maxlen or 0, RAW_KEPT) else []
             self._cond.notify_all()  # one wake-up per reply, not per event
         _tell(listeners, batch)
 
@@ -132,6 +135,7 @@ class EventLog:
             if self._seen is None:
                 return  # the feed stopped: the replies bring these
             self._raw.extend(msgs)
+            self._raw_events += sum(map(events.weight, msgs))
             batch = self._expand() if listeners else []
             self._cond.notify_all()
         _tell(listeners, batch)
@@ -141,7 +145,7 @@ class EventLog:
         assert seen is not None
         out: list[Event] = []
         for m in msgs:
-            if m["kind"] == events.RUN_STEPS:  # a record of many steps: its events one by one
+            if m["kind"] in events.RECORD_KINDS:  # a record of many steps or collectives: its events one by one
                 for e in events.expand(m):
                     key = event_key(e)
                     if key not in seen:
@@ -201,7 +205,7 @@ class EventLog:
 
 
 MAX_SEEN = 20_000  # keys kept for deduplication: far more than a few seconds of events
-#: The most wire messages kept unexpanded (not yet counted in the byte bound): a few MiB at most.
+#: The most events kept unexpanded, in wire messages (not yet counted in the byte bound): a few MiB at most.
 RAW_KEPT = 4096
 #: The most memory (bytes, approximately: ``approx_bytes``) a strategy's event log keeps; the oldest go first.
 MAX_BYTES = 48 * 2**20

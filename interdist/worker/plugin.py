@@ -117,6 +117,8 @@ class ReplicaRuntime(WorkerPlugin):
         self._outbox.append(msg)
 
     def _flush(self) -> None:
+        for replica in list(self.replicas.values()):
+            replica.flush_events()  # its collectives' rows so far (a replica waiting in one is seen now)
         if not self._outbox:
             return
         batch, self._outbox = self._outbox, []

@@ -38,6 +38,39 @@ def test_events_of_one_all_reduce_step(mirrored2: idist.MirroredStrategy) -> Non
         assert order == ["run-started", "collective-entered", "collective-exited", "run-finished"]
 
 
+def test_a_steps_collectives_keep_their_place_among_its_other_events(mirrored2: idist.MirroredStrategy) -> None:
+    """Collective events travel as rows of records; a scalar logged between two collectives, and the
+    variable update after them, are seen where they happened, in each replica's log order."""
+    s = mirrored2
+    with s.scope():
+        v = idist.Variable(np.zeros(3, np.float32), name="v_order", synchronization=idist.VariableSynchronization.ON_READ,
+                           aggregation=idist.VariableAggregation.SUM)  # fmt: skip (written in place: no collective)
+
+    def step() -> None:
+        ctx = idist.get_replica_context()
+        ctx.all_reduce("sum", np.ones(4, np.float32))
+        idist.debug.log_scalar("between", 1.0)
+        ctx.all_reduce("sum", np.ones(4, np.float32))
+        ctx.all_reduce("mean", np.ones(4, np.float32))
+        v.assign(np.ones(3, np.float32))
+
+    step_no = s._group.step + 1
+    s.run(step)
+
+    def mine(evs: list[events.Event], r: int) -> list[events.Event]:
+        return [e for e in evs if e.step == step_no and e.group == s._group_id and e.replica == r]
+
+    evs = s.events.wait_for(lambda evs: all(any(isinstance(e, events.RunFinished) for e in mine(evs, r)) for r in (0, 1)))
+    for r in (0, 1):
+        got = [(e.kind, getattr(e, "seq", None)) for e in mine(evs, r) if not isinstance(e, events.VariableUpdated)]
+        assert got == [("run-started", None), ("collective-entered", 1), ("collective-exited", 1), ("scalar-logged", None),
+                       ("collective-entered", 2), ("collective-exited", 2), ("collective-entered", 3),
+                       ("collective-exited", 3), ("run-finished", None)]  # fmt: skip
+        kinds = [e.kind for e in mine(evs, r)]
+        assert kinds.index("variable-updated") > kinds.index("collective-exited") + 4  # after the last collective
+        assert kinds.index("variable-updated") < kinds.index("run-finished")
+
+
 def test_event_roundtrip() -> None:
     e = events.CollectiveExited("g", 3, 1, 12.5, "all_reduce", 1, 64, "all-gather-reduce", "dask", 0.1, 0.2)
     assert events.from_msg(e.to_msg()) == e
@@ -135,3 +168,47 @@ def test_unread_wire_messages_are_bounded_too() -> None:
         assert len(log._raw) <= RAW_KEPT
     assert log.nbytes <= 1_000_000 and len(log._events) < RAW_KEPT
     assert log._events[-1].step <= 3 * RAW_KEPT - 1
+
+
+def _collectives(step: int, replica: int, n: int, t0: float = 0.0) -> dict[str, object]:
+    rows: list[tuple[object, ...]] = []
+    for k in range(n):
+        rows.append((events.ENTERED_ROW, t0 + k, "all_reduce", k + 1, 16))
+        rows.append((events.EXITED_ROW, t0 + k + 0.5, "all_reduce", k + 1, 16, "all_gather_reduce", "shm", 1e-6, 2e-6))
+    return events.collectives_msg("g", step, replica, rows)
+
+
+def test_a_collectives_record_counts_its_events_toward_the_unread_bound() -> None:
+    """One wire message of many collectives weighs as many events: the bound on unread messages holds."""
+    from interdist.client.event_log import RAW_KEPT, EventLog
+
+    log = EventLog(maxlen=100_000)
+    record = _collectives(1, 0, RAW_KEPT // 4)  # RAW_KEPT / 2 events in one message
+    log.add_msgs([record])
+    assert log._raw == [record]  # under the bound: kept as it came
+    log.add_msgs([_collectives(2, 0, RAW_KEPT // 4 + 1)])  # now more than RAW_KEPT events wait: expanded
+    assert log._raw == [] and len(log._events) == RAW_KEPT + 2
+    first = log._events[0]
+    assert first == events.CollectiveEntered("g", 1, 0, 0.0, "all_reduce", 1, 16)
+    assert log._events[1] == events.CollectiveExited("g", 1, 0, 0.5, "all_reduce", 1, 16, "all_gather_reduce", "shm",
+                                                     1e-6, 2e-6)  # fmt: skip
+    assert [(type(e).__name__, e.step, e.seq) for e in list(log._events)[-2:]] == [
+        ("CollectiveEntered", 2, RAW_KEPT // 4 + 1), ("CollectiveExited", 2, RAW_KEPT // 4 + 1)]
+
+
+def test_live_duplicates_of_collectives_records_are_dropped_event_by_event() -> None:
+    """A worker's batch and the reply carry the same records; while live, each event is kept once, however the
+    rows were cut into records."""
+    from interdist.client.event_log import EventLog, event_key
+
+    log = EventLog()
+    log.start_live()
+    whole = _collectives(3, 1, 3)
+    rows = whole["rows"]
+    assert isinstance(rows, list)
+    log.add_live([events.collectives_msg("g", 3, 1, rows[:3]), events.collectives_msg("g", 3, 1, rows[3:])])
+    log.add_msgs([whole, events.RunFinished("g", 3, 1, 9.0, "f", "run", 1.0, True).to_msg()])
+    got = list(log.events)
+    assert [type(e).__name__ for e in got] == ["CollectiveEntered", "CollectiveExited"] * 3 + ["RunFinished"]
+    assert len({event_key(e) for e in got}) == len(got) == 7
+    log.stop_live()

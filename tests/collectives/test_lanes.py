@@ -323,8 +323,9 @@ def test_forced_algorithms_run_as_named(algorithm: str) -> None:
     assert out == [([6.0] * 6, algorithm)] * 3
 
 
-def test_a_collectives_events_are_the_dataclasses_wire_forms() -> None:
-    # Replica.collective builds the two events' dicts itself: exactly what ``to_msg`` gives.
+def test_a_collectives_events_travel_as_one_record_of_the_dataclasses() -> None:
+    # Replica.collective records its two events as rows of a ``collectives`` record (events.COLLECTIVES), sent
+    # when another event is emitted, the reply is made or the worker's batch goes out (``flush_events``).
     from interdist import events
     from interdist.replica.replica import Replica
 
@@ -332,17 +333,57 @@ def test_a_collectives_events_are_the_dataclasses_wire_forms() -> None:
     spec: Any = {"world_size": 1, "devices": ["/job:localhost/replica:0/task:0/device:CPU:0"], "kind": "mirrored"}
     rep = Replica("g", 0, spec, local_group(1)[0], sink.append, lambda s, r: None)
     rep.step = 7
-    out = rep.collective(
-        "all_reduce", 12, lambda s, q, w: rep.collectives.all_reduce(s, q, [np.ones(3)], ReduceOp.SUM, w)
-    )
-    assert out[0].tolist() == [1.0, 1.0, 1.0]
-    entered, exited = sink
-    assert entered == events.CollectiveEntered("g", 7, 0, entered["time"], "all_reduce", 1, 12).to_msg()
+    for _ in range(2):
+        out = rep.collective(
+            "all_reduce", 12, lambda s, q, w: rep.collectives.all_reduce(s, q, [np.ones(3)], ReduceOp.SUM, w)
+        )
+        assert out[0].tolist() == [1.0, 1.0, 1.0]
     t = rep.collectives.last_timing
-    assert (
-        exited
-        == events.CollectiveExited(
-            "g", 7, 0, exited["time"], "all_reduce", 1, 12, t.algorithm, "local", t.wait_s, t.transfer_s
-        ).to_msg()
-    )
-    assert events.from_msg(exited) == events.CollectiveExited(**{k: v for k, v in exited.items() if k != "kind"})
+    assert sink == []  # kept as rows until something sends them
+    rep.flush_events()
+    (record,) = sink
+    assert rep.step_events == [record] and record["kind"] == events.COLLECTIVES
+    got = events.expand(record)
+    times = [e.time for e in got]
+    assert times == sorted(times)
+    assert got == [
+        events.CollectiveEntered("g", 7, 0, times[0], "all_reduce", 1, 12),
+        events.CollectiveExited("g", 7, 0, times[1], "all_reduce", 1, 12, got[1].algorithm, "local", got[1].wait_s,
+                                got[1].transfer_s),
+        events.CollectiveEntered("g", 7, 0, times[2], "all_reduce", 2, 12),
+        events.CollectiveExited("g", 7, 0, times[3], "all_reduce", 2, 12, t.algorithm, "local", t.wait_s,
+                                t.transfer_s),
+    ]  # fmt: skip
+    # the record survives the worker's batch to the scheduler (msgpack: its rows come back as lists)
+    assert [e for m in events.unpack_batch(events.pack_batch(sink)) for e in events.expand(m)] == got
+    assert events.weight(record) == 4
+    # another event sends the rows first, in order; a new step starts a new record
+    rep.collective("barrier", 0, lambda s, q, w: None)
+    rep.emit(events.ScalarLogged("g", 7, 0, 1.0, "loss", 0.5))
+    rep.step = 8
+    rep.collective("barrier", 0, lambda s, q, w: None)
+    rep.step = 9
+    rep.collective("barrier", 0, lambda s, q, w: None)
+    rep.flush_events()
+    kinds = [(m["kind"], m["step"]) for m in sink[1:]]
+    assert kinds == [(events.COLLECTIVES, 7), ("scalar-logged", 7), (events.COLLECTIVES, 8), (events.COLLECTIVES, 9)]
+    assert [(type(e).__name__, e.seq) for e in events.expand(sink[1])] == [
+        ("CollectiveEntered", 3), ("CollectiveExited", 3)]
+
+
+def test_a_long_loop_of_collectives_sends_records_of_at_most_max_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    from interdist import events
+    from interdist.replica.replica import Replica
+
+    monkeypatch.setattr(events, "MAX_ROWS", 4)
+    sink: list[dict[str, Any]] = []
+    spec: Any = {"world_size": 1, "devices": ["/job:localhost/replica:0/task:0/device:CPU:0"], "kind": "mirrored"}
+    rep = Replica("g", 0, spec, local_group(1)[0], sink.append, lambda s, r: None)
+    rep.step = 3
+    for _ in range(5):
+        rep.collective("barrier", 0, lambda s, q, w: None)
+    assert [len(m["rows"]) for m in sink] == [4, 4]  # sent as they fill; the last two rows wait
+    rep.flush_events()
+    assert [len(m["rows"]) for m in sink] == [4, 4, 2]
+    seqs = [e.seq for m in sink for e in events.expand(m)]
+    assert seqs == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]

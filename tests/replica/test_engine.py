@@ -17,6 +17,7 @@ import cloudpickle
 import numpy as np
 
 import interdist as idist
+from interdist import events
 from interdist.collectives.local import local_group
 from interdist.protocol import GroupSpec, Reply, ValueMeta
 from interdist.replica.replica import Replica
@@ -65,9 +66,16 @@ def test_all_reduce_in_a_program_without_dask() -> None:
     replies = _execute_all(replicas, 1, step)
     assert [r["ok"] for r in replies] == [True, True, True]
     assert [float(_value(r)) for r in replies] == [6.0, 6.0, 6.0]  # 1 + 2 + 3 on every replica
-    # Each reply carries its own step's events: RunStarted, the collective, RunFinished.
-    kinds = [[e["kind"] for e in r["events"]] for r in replies]
-    assert kinds == [["run-started", "collective-entered", "collective-exited", "run-finished"]] * 3
+    # Each reply carries its own step's events: RunStarted, the collective (one ``collectives`` record on the
+    # wire), RunFinished.
+    assert [[m["kind"] for m in r["events"]] for r in replies] == [["run-started", "collectives", "run-finished"]] * 3
+    for rank, r in enumerate(replies):
+        entered, exited = events.expand(r["events"][1])
+        assert type(entered) is events.CollectiveEntered and type(exited) is events.CollectiveExited
+        assert (entered.op, entered.seq, entered.nbytes, entered.step, entered.replica) == ("all_reduce", 1, 4, 1, rank)
+        assert (exited.op, exited.seq, exited.step, exited.replica) == ("all_reduce", 1, 1, rank)
+        assert exited.nbytes >= 4  # what travelled: the value and its frame's header
+        assert entered.time <= exited.time and exited.wait_s >= 0 and exited.transfer_s >= 0
 
 
 def test_a_raising_replica_releases_its_peer_at_once() -> None:
