@@ -259,6 +259,74 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
+#: Every event class in a fixed order: a compact event's first item is its class's index here.
+EVENT_CLASSES: tuple[type[Event], ...] = tuple(EVENT_TYPES.values())
+_CODE: dict[type[Event], int] = {cls: i for i, cls in enumerate(EVENT_CLASSES)}
+_CODE_BY_KIND: dict[str, int] = {cls.kind: i for i, cls in enumerate(EVENT_CLASSES)}
+
+
+def compact(msg: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The events of one wire message in their compact form: ``(class index, *field values)``, numbers,
+    strings and tuples of them only (``from_compact`` makes the event).
+
+    The notebook's event log keeps events so (``EventLog``). A frozen dataclass instance is an object the
+    garbage collector tracks for its whole life; a tuple of numbers and strings it stops tracking at its
+    first collection. With 100,000 events kept, the instances made every full collection of the notebook's
+    process 72% longer (76 against 44 ms with Dask, Bokeh and interdist loaded), and, promoted to the oldest
+    generation at the rate events come, they caused those collections: in a loop of 4 KB all-reduces, half
+    of the notebook's CPU per collective (docs/performance.md)."""
+    kind = msg["kind"]
+    if kind == COLLECTIVES:
+        group, step, replica = msg["group"], msg["step"], msg["replica"]
+        entered, exited = _CODE[CollectiveEntered], _CODE[CollectiveExited]
+        return [
+            (entered, group, step, replica, *row[1:])
+            if row[0] == ENTERED_ROW
+            else (exited, group, step, replica, *row[1:])
+            for row in msg["rows"]
+        ]
+    if kind == RUN_STEPS:
+        return [of_event(e) for e in expand(msg)]
+    code = _CODE_BY_KIND[kind]
+    try:
+        return [
+            (
+                code,
+                *[tuple(v) if type(v) is list else v for v in map(msg.__getitem__, _field_names(EVENT_CLASSES[code]))],
+            )
+        ]
+    except KeyError:  # a message from before a field with a default was added: from_msg knows the defaults
+        return [of_event(from_msg(msg))]
+
+
+def of_event(event: Event) -> tuple[Any, ...]:
+    """An event's compact form (see ``compact``)."""
+    cls = type(event)
+    return (_CODE[cls], *[getattr(event, name) for name in _field_names(cls)])
+
+
+def from_compact(item: tuple[Any, ...]) -> Event:
+    """The event of a compact form (see ``compact``)."""
+    cls: type[Event] = EVENT_CLASSES[item[0]]
+    return cls(*item[1:])
+
+
+def _compute_key_field(cls: type[Event]) -> int:
+    names = _field_names(cls)
+    for name in ("seq", "var_id"):
+        if name in names:
+            return 1 + names.index(name)
+    return 0
+
+
+def compact_key(item: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``event_key`` (``client/event_log.py``) of a compact event: (kind, group, step, replica, seq or var_id,
+    time)."""
+    code = item[0]
+    k = _KEY_FIELD[code]
+    return (EVENT_CLASSES[code].kind, item[1], item[2], item[3], item[k] if k else None, item[4])
+
+
 def abort_culprit(reason: str) -> int:
     """The replica an abort's reason names first ("replica 2 is frozen: ...", "could not deliver to replica
     1 (tls://...)"): every abort the engine sends says who caused it so (``Replica.execute``,
@@ -387,3 +455,6 @@ def _compute_field_names(cls: type) -> tuple[str, ...]:
 # Typed as a plain callable: the cache's own signature asks for ``Hashable`` arguments, which mypy
 # does not see a dataclass's class object as (its ``__hash__`` is the instances' one).
 _field_names: Callable[[type], tuple[str, ...]] = functools.cache(_compute_field_names)
+
+
+_KEY_FIELD: tuple[int, ...] = tuple(_compute_key_field(cls) for cls in EVENT_CLASSES)

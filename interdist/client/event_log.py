@@ -32,11 +32,14 @@ class EventLog:
     once for a synchronous listener: a fused call of 64 steps brings 128 of them, and building them
     at every call cost the notebook ~0.7 ms of CPU that the replicas, sharing its cores, could use.
     The inline dashboard reads with ``since`` from its own thread, five times a second: the step's
-    thread only appends the reply's messages to a list, dashboard or not.
+    thread only appends the reply's messages to a list, dashboard or not. Past ``RAW_KEPT`` unread
+    events the log keeps them in their compact form (``events.compact``: tuples the garbage collector
+    stops tracking), and makes the ``Event`` objects when they are read: 100,000 kept instances made
+    every full collection of the notebook's process 72% longer and caused one every ~70,000 events.
     """
 
     def __init__(self, maxlen: int = 100_000, max_bytes: int | None = None) -> None:
-        self._events: deque[Event] = deque(maxlen=maxlen)
+        self._events: deque[tuple[Any, ...]] = deque(maxlen=maxlen)  # compact (``events.compact``)
         # Bounded by memory too: events that carry long texts (a traceback) or sketches weigh more than
         # the few hundred bytes of most; the oldest go first when either bound is reached.
         self.max_bytes = MAX_BYTES if max_bytes is None else max_bytes
@@ -52,10 +55,10 @@ class EventLog:
 
     @property
     def events(self) -> deque[Event]:
-        """The last ``maxlen`` events, oldest first."""
+        """The last ``maxlen`` events, oldest first (made when read: a new deque at each read)."""
         with self._cond:
             self._expand()
-            return self._events
+            return deque(map(events.from_compact, self._events), maxlen=self._events.maxlen)
 
     def since(self, position: int) -> tuple[list[Event], int]:
         """The events kept after ``position``, oldest first, and the position to ask from next time
@@ -67,23 +70,23 @@ class EventLog:
                 return [], self._expanded
             new = list(itertools.islice(reversed(self._events), n))
             new.reverse()
-            return new, self._expanded
+            return list(map(events.from_compact, new)), self._expanded
 
-    def _expand(self) -> list[Event]:  # with the lock held; the events made now
+    def _expand(self) -> list[tuple[Any, ...]]:  # with the lock held; the events kept now (compact)
         if not self._raw:
             return []
         raw, self._raw = self._raw, []
         self._raw_events = 0
-        batch = self._unseen(raw) if self._seen is not None else [e for m in raw for e in events.expand(m)]
+        batch = self._unseen(raw) if self._seen is not None else [e for m in raw for e in events.compact(m)]
         self._keep(batch)
         return batch
 
-    def _keep(self, batch: list[Event]) -> None:  # with the lock held
+    def _keep(self, batch: list[tuple[Any, ...]]) -> None:  # with the lock held
         events_, sizes, maxlen = self._events, self._sizes, self._events.maxlen or 0
         for e in batch:
             if len(events_) == maxlen:  # the append below pushes the oldest out
                 self.nbytes -= sizes.popleft()
-            size = approx_bytes(e)
+            size = _values_bytes(e, 1)
             events_.append(e)
             sizes.append(size)
             self.nbytes += size
@@ -117,7 +120,7 @@ class EventLog:
                 # An event that came with a reply before the feed started may come again in the
                 # worker's next batch: the keys of the recent ones are remembered from the start.
                 recent = list(self._events)[-MAX_SEEN:]
-                self._seen = dict.fromkeys(map(event_key, recent))
+                self._seen = dict.fromkeys(map(events.compact_key, recent))
             self._live += 1
 
     def stop_live(self) -> None:
@@ -140,22 +143,16 @@ class EventLog:
             self._cond.notify_all()
         _tell(listeners, batch)
 
-    def _unseen(self, msgs: Any) -> list[Event]:  # with the lock held, live
+    def _unseen(self, msgs: Any) -> list[tuple[Any, ...]]:  # with the lock held, live; compact events
         seen = self._seen
         assert seen is not None
-        out: list[Event] = []
+        out: list[tuple[Any, ...]] = []
         for m in msgs:
-            if m["kind"] in events.RECORD_KINDS:  # a record of many steps or collectives: its events one by one
-                for e in events.expand(m):
-                    key = event_key(e)
-                    if key not in seen:
-                        seen[key] = None
-                        out.append(e)
-                continue
-            key = msg_key(m)
-            if key not in seen:
-                seen[key] = None
-                out.append(events.from_msg(m))
+            for e in events.compact(m):  # (a record of many steps or collectives: its events one by one)
+                key = events.compact_key(e)
+                if key not in seen:
+                    seen[key] = None
+                    out.append(e)
         if len(seen) > 2 * MAX_SEEN:  # forget the oldest half: a duplicate comes within seconds
             for key in list(itertools.islice(seen, len(seen) - MAX_SEEN)):
                 del seen[key]
@@ -164,9 +161,9 @@ class EventLog:
     def add(self, event: Event) -> None:
         with self._cond:
             self._expand()
-            self._keep([event])
+            self._keep([events.of_event(event)])
             self._cond.notify_all()
-        _tell(list(self.listeners), [event])
+        _tell(list(self.listeners), [events.of_event(event)])
 
     def to_chrome_trace(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         """The events kept as a Chrome trace for Perfetto (``chrome_trace.to_chrome_trace``); written to ``path``
@@ -196,12 +193,12 @@ class EventLog:
     def wait_for(self, predicate: Callable[[list[Event]], bool], timeout: float = 10.0) -> list[Event]:
         def ready() -> bool:
             self._expand()
-            return predicate(list(self._events))
+            return predicate(list(map(events.from_compact, self._events)))
 
         with self._cond:
             self._cond.wait_for(ready, timeout)
             self._expand()
-            return list(self._events)
+            return list(map(events.from_compact, self._events))
 
 
 MAX_SEEN = 20_000  # keys kept for deduplication: far more than a few seconds of events
@@ -214,9 +211,14 @@ MAX_BYTES = 48 * 2**20
 def approx_bytes(e: Event) -> int:
     """An event's memory, roughly: the object and its fields (CPython: ~56 bytes an object, 24 a float,
     49 + its length a str, 8 a tuple's slot). Cheap: it runs once per event kept."""
+    return _values_bytes(events.of_event(e), 1)
+
+
+def _values_bytes(values: tuple[Any, ...], start: int) -> int:
+    """``approx_bytes`` of an event from its fields' values (``values[start:]``: a compact event's)."""
     size = 200
-    for name in events._field_names(type(e)):
-        v = getattr(e, name)
+    for i in range(start, len(values)):
+        v = values[i]
         if type(v) is str:
             size += 49 + len(v)
         elif type(v) is tuple:
@@ -231,14 +233,13 @@ def event_key(e: Event) -> tuple[Any, ...]:
     return (e.kind, e.group, e.step, e.replica, getattr(e, "seq", getattr(e, "var_id", None)), e.time)
 
 
-def msg_key(m: dict[str, Any]) -> tuple[Any, ...]:
-    """``event_key`` of an event's wire form (not of a ``run-steps`` record)."""
-    return (m["kind"], m["group"], m["step"], m["replica"], m.get("seq", m.get("var_id")), m["time"])
-
-
-def _tell(listeners: list[Callable[[Event], None]], batch: list[Event]) -> None:
+def _tell(listeners: list[Callable[[Event], None]], batch: list[tuple[Any, ...]]) -> None:
+    """Give each listener the events of ``batch`` (compact: made here, once, only when someone listens)."""
+    if not listeners or not batch:
+        return
+    made = list(map(events.from_compact, batch))
     for listener in listeners:
-        for event in batch:
+        for event in made:
             try:
                 listener(event)
             except Exception:  # noqa: BLE001 - a broken view must not break the strategy

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 import interdist as idist
@@ -167,7 +169,7 @@ def test_unread_wire_messages_are_bounded_too() -> None:
         log.add_msgs([events.ReplicaFailed("g", k, 0, float(k), "E", "x" * 1000).to_msg()])
         assert len(log._raw) <= RAW_KEPT
     assert log.nbytes <= 1_000_000 and len(log._events) < RAW_KEPT
-    assert log._events[-1].step <= 3 * RAW_KEPT - 1
+    assert log.events[-1].step <= 3 * RAW_KEPT - 1
 
 
 def _collectives(step: int, replica: int, n: int, t0: float = 0.0) -> dict[str, object]:
@@ -188,11 +190,12 @@ def test_a_collectives_record_counts_its_events_toward_the_unread_bound() -> Non
     assert log._raw == [record]  # under the bound: kept as it came
     log.add_msgs([_collectives(2, 0, RAW_KEPT // 4 + 1)])  # now more than RAW_KEPT events wait: expanded
     assert log._raw == [] and len(log._events) == RAW_KEPT + 2
-    first = log._events[0]
+    kept = log.events
+    first = kept[0]
     assert first == events.CollectiveEntered("g", 1, 0, 0.0, "all_reduce", 1, 16)
-    assert log._events[1] == events.CollectiveExited("g", 1, 0, 0.5, "all_reduce", 1, 16, "all_gather_reduce", "shm",
+    assert kept[1] == events.CollectiveExited("g", 1, 0, 0.5, "all_reduce", 1, 16, "all_gather_reduce", "shm",
                                                      1e-6, 2e-6)  # fmt: skip
-    assert [(type(e).__name__, e.step, e.seq) for e in list(log._events)[-2:]] == [
+    assert [(type(e).__name__, e.step, e.seq) for e in list(kept)[-2:]] == [
         ("CollectiveEntered", 2, RAW_KEPT // 4 + 1), ("CollectiveExited", 2, RAW_KEPT // 4 + 1)]
 
 
@@ -212,3 +215,63 @@ def test_live_duplicates_of_collectives_records_are_dropped_event_by_event() -> 
     assert [type(e).__name__ for e in got] == ["CollectiveEntered", "CollectiveExited"] * 3 + ["RunFinished"]
     assert len({event_key(e) for e in got}) == len(got) == 7
     log.stop_live()
+
+
+def _sample(cls: type[events.Event], k: int) -> events.Event:
+    """An instance of ``cls`` with a value of each field's type (``k`` varies the numbers)."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    by_type: dict[Any, Any] = {str: f"s{k}", int: k, float: k + 0.5, bool: True}
+    values = []
+    for f in dataclasses.fields(cls):
+        t = hints[f.name]
+        if t in by_type:
+            values.append(by_type[t])
+        else:  # tuple[X, ...]
+            (inner, _) = typing.get_args(t)
+            values.append((by_type[inner], by_type[inner]))
+    return cls(*values)
+
+
+def test_every_event_has_a_compact_form_that_makes_it_again() -> None:
+    import gc
+
+    from interdist.client.event_log import approx_bytes, event_key
+
+    for k, cls in enumerate(events.EVENT_CLASSES):
+        e = _sample(cls, k)
+        c = events.of_event(e)
+        assert events.from_compact(c) == e and type(events.from_compact(c)) is cls
+        assert events.compact(e.to_msg()) == [c]  # from the wire form, directly
+        assert events.compact_key(c) == event_key(e)
+        # only numbers and strings (and tuples of them): the garbage collector stops tracking it (a tuple is
+        # untracked once the tuples in it are: the inner ones may be seen after it, in the first collection)
+        gc.collect()
+        gc.collect()
+        assert not gc.is_tracked(c), cls
+    record = events.steps_msg("g", 4, 1, "fn", [1.0, 1.5])
+    assert events.compact(record) == [events.of_event(e) for e in events.expand(record)]
+    assert approx_bytes(events.RunStarted("g", 1, 0, 0.5, "f", "run")) == 200 + (49 + 1) + 24 * 3 + (49 + 1) + (49 + 3)
+
+
+def test_the_log_keeps_events_the_garbage_collector_does_not_track() -> None:
+    """100,000 kept dataclass instances made every full collection of the notebook's process much longer, and
+    their arrival caused those collections: the log keeps tuples of numbers and strings, untracked once a
+    collection has seen them, and makes the events when they are read."""
+    import gc
+
+    from interdist.client.event_log import EventLog
+
+    log = EventLog()
+    log.add_msgs([_collectives(k, 0, 100) for k in range(50)])  # past RAW_KEPT: kept in compact form
+    log.add(events.ReplicaFailed("g", 99, 1, 5.0, "boom", "Traceback"))
+    gc.collect()
+    gc.collect()
+    assert len(log._events) == 50 * 200 + 1
+    assert not any(gc.is_tracked(e) for e in log._events)
+    read = log.events
+    assert read[-1] == events.ReplicaFailed("g", 99, 1, 5.0, "boom", "Traceback")
+    assert read[0] == events.CollectiveEntered("g", 0, 0, 0.0, "all_reduce", 1, 16)
+    assert log.since(len(read) - 1) == ([read[-1]], len(read))
