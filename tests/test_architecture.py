@@ -21,7 +21,7 @@ PACKAGE = Path(interdist.__file__).parent
 # Bottom first. A module belongs to the first layer with a prefix that matches it.
 LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["interdist._context", "interdist._convert", "interdist._gpu", "interdist._nest",
-              "interdist._reduction", "interdist.reduce_op", "interdist.errors", "interdist.events",
+              "interdist._reduction", "interdist.reduce_op", "interdist.errors", "interdist._event_types", "interdist.events",
               "interdist.chrome_trace",
               "interdist.config", "interdist.device", "interdist.autodiff"]),
     ("contract", ["interdist.protocol", "interdist.control"]),
