@@ -173,13 +173,7 @@ def expand(msg: dict[str, Any]) -> list[Event]:
     record's events."""
     kind = msg["kind"]
     if kind == COLLECTIVES:
-        group, step, replica = msg["group"], msg["step"], msg["replica"]
-        return [
-            CollectiveEntered(group, step, replica, *row[1:])
-            if row[0] == ENTERED_ROW
-            else CollectiveExited(group, step, replica, *row[1:])
-            for row in msg["rows"]
-        ]
+        return list(map(from_compact, compact(msg)))  # (one reading of a record's rows: ``compact``'s)
     if kind != RUN_STEPS:
         return [from_msg(msg)]
     group, first, replica, fn, times = msg["group"], msg["step"], msg["replica"], msg["fn"], msg["times"]

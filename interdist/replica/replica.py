@@ -118,10 +118,7 @@ class Replica:
 
     def emit_msg(self, msg: dict[str, Any]) -> None:
         """``emit`` of an event already in its wire form (``Event.to_msg()``)."""
-        hook = self.before_emit
-        if hook is not None:  # a fused loop's steps so far go first, to keep the events in order
-            self.before_emit = None
-            hook()
+        self._before_event()
         with self._emit_lock:
             if self._rows:
                 self._flush_rows()  # the collectives before this event go first
@@ -130,10 +127,7 @@ class Replica:
 
     def _row(self, row: tuple[Any, ...]) -> None:
         """Record a collective's event as a row of this step's ``collectives`` record (events.COLLECTIVES)."""
-        hook = self.before_emit
-        if hook is not None:
-            self.before_emit = None
-            hook()
+        self._before_event()
         with self._emit_lock:
             rows = self._rows
             if rows and (self._rows_step != self.step or len(rows) >= events.MAX_ROWS):
@@ -142,6 +136,14 @@ class Replica:
             if not rows:
                 self._rows_step = self.step
             rows.append(row)
+
+    def _before_event(self) -> None:
+        """A fused loop's steps so far go first, to keep the events in order (``before_emit``, fused.py); called
+        before ``_emit_lock`` is taken, since the hook emits."""
+        hook = self.before_emit
+        if hook is not None:
+            self.before_emit = None
+            hook()
 
     def _flush_rows(self) -> None:
         """The rows so far as one record, to the reply and the sink (with ``_emit_lock`` held)."""
