@@ -57,6 +57,7 @@ KEYS: dict[str, tuple[type, tuple[str, ...]]] = {
     "collectives.shm-threshold": (int, ("INTERDIST_SHM_THRESHOLD",)),
     "collectives.shm-threshold-one-peer": (int, ("INTERDIST_SHM_THRESHOLD_ONE_PEER",)),
     "collectives.spin-us": (float, ("INTERDIST_SPIN_US",)),
+    "collectives.ring": (bool, ()),
     "collectives.cost-model": (str, ("INTERDIST_COST_MODEL",)),
     "collectives.rs-min-elements": (int, ("INTERDIST_RS_MIN_ELEMENTS",)),
     "collectives.rs-min-elements-one-host": (int, ("INTERDIST_RS_MIN_ELEMENTS_ONE_HOST",)),

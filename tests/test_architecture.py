@@ -45,8 +45,9 @@ LAYERS: list[tuple[str, list[str]]] = [
 # Function-local imports of interdist modules are allowed only where the target is heavy or optional
 # (Bokeh, ipywidgets, jupyter_server behind it) and so must not load with ``import interdist``; and
 # interdist.server, the command-line module, which ``import interdist`` loads only when ``interdist.Server``
-# is first used (``python -m interdist.server`` must find it not yet imported: runpy's RuntimeWarning).
-LAZY_OK = ("interdist.dashboard", "interdist.lab", "interdist.server")
+# is first used (``python -m interdist.server`` must find it not yet imported: runpy's RuntimeWarning); and
+# the ring's compiled kernels, which import numba (the optional ``fast`` extra) and compile on first use.
+LAZY_OK = ("interdist.dashboard", "interdist.lab", "interdist.server", "interdist.collectives._ring_kernels")
 
 # Modules that must not import Dask at all: the SPMD engine and what it stands on run without it
 # (the default strategy runs the engine in the notebook; a fake transport is enough to test it).

@@ -47,6 +47,7 @@ def test_version_is_single_sourced() -> None:
 OPTIONAL = {
     "cupy": "gpu", "dask_cuda": "gpu", "pynvml": "gpu", "cuda": "gpu",
     "jupyter_server": "lab", "jupyter_core": "lab",
+    "numba": "fast", "llvmlite": "fast",  # the ring's kernels (collectives/_ring_kernels.py), imported at first use
 }
 LAZY = {"ipywidgets", "jupyter_bokeh", "IPython"}  # dependencies, imported where they are used
 # Distributions of modules that are usually not installed here (no GPU): packages_distributions() knows

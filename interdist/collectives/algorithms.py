@@ -37,8 +37,8 @@ import numpy as np
 
 from interdist import config
 from interdist._gpu import any_cupy, to_device, to_host
-from interdist._reduction import check_dtypes, check_shapes, reduce_arrays
-from interdist.collectives import cost_model
+from interdist._reduction import reduce_arrays
+from interdist.collectives import cost_model, ring
 from interdist.collectives.base import (
     Packet,
     Timing,
@@ -52,12 +52,12 @@ from interdist.collectives.base import (
 )
 from interdist.collectives.reducing import _BLOCK as _BLOCK  # (this module's API too)
 from interdist.collectives.reducing import COLLECTIVE_DTYPES as COLLECTIVE_DTYPES
-from interdist.collectives.reducing import _check_collective_dtypes, _dtypes, _reduce_owned
+from interdist.collectives.reducing import _check_collective_dtypes, _dtypes, _reduce_owned, check_batches
+from interdist.collectives.ring_path import RingMixin
 from interdist.collectives.small import small_all_reduce
 from interdist.collectives.two_round import Consumer, TwoRoundMixin
 from interdist.collectives.two_round import _bounds as _bounds  # (this module's API too)
 from interdist.collectives.two_round import _phase2 as _phase2
-from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
 # ``AUTO`` asks the cost model (``cost_model.auto_choice``: an alpha-beta model of these three
@@ -119,7 +119,7 @@ def _forget_on_error(method: _F) -> _F:
     return cast(_F, wrapper)
 
 
-class Collectives(TwoRoundMixin):
+class Collectives(TwoRoundMixin, RingMixin):
     """The ops a replica uses, on top of a transport. One instance per replica.
 
     The two-round all_reduce algorithms (reduce-broadcast, reduce-scatter + all-gather) are its
@@ -287,23 +287,7 @@ class Collectives(TwoRoundMixin):
 
     def _check(self, mine: tuple[list[tuple[int, ...]], list[str], str], metas: dict[int, Any]) -> None:
         """Every rank's (shapes, dtypes, reduce op) agree (else the same error on every rank)."""
-        all_metas = [mine if r == self.rank else metas[r] for r in range(self.world_size)]
-        ops = [m[2] for m in all_metas]
-        if len(set(ops)) > 1:
-            raise ReplicaMismatchError(
-                "Replicas passed different reduce ops to one all_reduce ("
-                + ", ".join(f"replica {r}: {o}" for r, o in enumerate(ops))
-                + "); every replica must pass the same reduce_op"
-            )
-        if len({len(m[0]) for m in all_metas}) > 1:
-            raise ReplicaMismatchError(
-                "Cannot all_reduce batches of different lengths across replicas: "
-                f"{[len(m[0]) for m in all_metas]}; give every replica the same structure"
-            )
-        for i in range(len(mine[0])):
-            check_dtypes([m[1][i] for m in all_metas], "all_reduce")
-            check_shapes([tuple(m[0][i]) for m in all_metas], "all_reduce")
-            _check_collective_dtypes([mine[1][i]], mine[2])
+        check_batches([mine if r == self.rank else metas[r] for r in range(self.world_size)])
 
     def _contribution(self, arrays: list[np.ndarray], meta: tuple[Any, list[str], str]) -> Packet:
         """What a rank sends of its arrays to be reduced: a raw frame, or a pickle of ``(meta, arrays)``
@@ -353,6 +337,8 @@ class Collectives(TwoRoundMixin):
         algorithm = self.algorithm if self.algorithm != AUTO else self.choose(sum(a.size for a in arrays))
         shapes = [a.shape for a in arrays]
         if algorithm == AG:
+            if ring.ring_eligible(self.transport, self.world_size, arrays):
+                return self._ring_all_reduce(step, seq, arrays, shapes, op, what, consume)
             return self._all_gather_reduce(step, seq, arrays, shapes, op, what, consume)
         if algorithm == RB:  # the ranks other than the root: the root's sum, read where it sent it
             return self._reduce_broadcast(step, seq, arrays, shapes, op, what, consume)
@@ -367,13 +353,21 @@ class Collectives(TwoRoundMixin):
         op: ReduceOp,
         what: str,
         consume: Consumer | None = None,
+        got: dict[int, Packet] | None = None,
+        t0: float | None = None,
+        waited: float = 0.0,
     ) -> list[Any]:
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if t0 is None else t0
         meta = (shapes, _dtypes(arrays), op.value)
         packet = self._contribution(arrays, meta)
         peers = self._peers()
-        self.transport.send_packet(peers, step, seq, packet)
-        got, wait = self._take(step, seq, peers, what)
+        wait = waited
+        if got is None:
+            self.transport.send_packet(peers, step, seq, packet)
+            got, wait = self._take(step, seq, peers, what)
+            wait += self._past_hellos(step, seq, got, what)  # a peer that offered a ring (ring_path.py)
+        else:  # this rank offered a ring and the peer sent its contribution instead (_ring_all_reduce)
+            self.transport.send_packet(peers, step, -seq, packet)
         recv: Any = None
         parts: Any = None
         try:

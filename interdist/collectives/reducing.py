@@ -10,13 +10,35 @@ from typing import Any
 
 import numpy as np
 
-from interdist._reduction import check_shapes, mean_of_sum, reduce_arrays
+from interdist._reduction import check_dtypes, check_shapes, mean_of_sum, reduce_arrays
+from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
 #: The dtypes TF's collective all-reduce accepts across replicas (bool is refused with its own message).
 COLLECTIVE_DTYPES = ("float16", "float32", "float64", "int32", "int64")
 
 _ALLOWED_DTYPES: set[str] = set()  # dtype strings found acceptable (``_check_collective_dtypes``)
+
+
+def check_batches(all_metas: list[tuple[list[tuple[int, ...]], list[str], str]]) -> None:
+    """Every rank's (shapes, dtypes, reduce op), in rank order, agree (``Collectives._check``); else the same
+    ``ReplicaMismatchError`` on every rank."""
+    ops = [m[2] for m in all_metas]
+    if len(set(ops)) > 1:
+        raise ReplicaMismatchError(
+            "Replicas passed different reduce ops to one all_reduce ("
+            + ", ".join(f"replica {r}: {o}" for r, o in enumerate(ops))
+            + "); every replica must pass the same reduce_op"
+        )
+    if len({len(m[0]) for m in all_metas}) > 1:
+        raise ReplicaMismatchError(
+            "Cannot all_reduce batches of different lengths across replicas: "
+            f"{[len(m[0]) for m in all_metas]}; give every replica the same structure"
+        )
+    for i in range(len(all_metas[0][0])):
+        check_dtypes([m[1][i] for m in all_metas], "all_reduce")
+        check_shapes([tuple(m[0][i]) for m in all_metas], "all_reduce")
+        _check_collective_dtypes([all_metas[0][1][i]], all_metas[0][2])
 
 
 def _check_collective_dtypes(dtypes: list[str], op: str) -> None:

@@ -42,6 +42,8 @@ import numpy as np
 from interdist import config
 from interdist.collectives.base import Packet, Transport
 from interdist.collectives.mailbox import Mailbox
+from interdist.collectives.ring import Ring
+from interdist.collectives.ring_path import PairRing
 from interdist.collectives.segments import PREFIX as PREFIX  # (this module's API too)
 from interdist.collectives.segments import _close, _unlink, _untracked
 from interdist.collectives.segments import shm_available as shm_available
@@ -130,7 +132,7 @@ def _shm_unusable() -> str:
     return ""
 
 
-class SharedMemoryTransport(Transport):
+class SharedMemoryTransport(PairRing, Transport):
     """Wraps ``inner`` (which carries control packets): big packets to local peers via shared memory."""
 
     name = "shm"
@@ -167,6 +169,9 @@ class SharedMemoryTransport(Transport):
         self._map_lock = threading.RLock()  # messages are dropped from the event loop at close
         self.mailbox.on_drop = self._dropped
         self._closed = False
+        self._ring: Ring | None = None  # two local replicas: the pair's ring (ring.py)
+        self._ring_peer = ""  # the peer's worker it was made with or mapped from
+        self._ring_failed = False  # no segment could be made here
         sweep_stale()
 
     # -- sending --------------------------------------------------------------
@@ -354,6 +359,9 @@ class SharedMemoryTransport(Transport):
         self.mailbox.drain()
         with self._lock:
             self._closed = True
+            if self._ring is not None:
+                self._ring.close()
+                self._ring = None
             for slots in self._slots.values():
                 for s in slots:
                     s.retire()

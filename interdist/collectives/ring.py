@@ -1,0 +1,277 @@
+"""Two replicas on one host: a large all-reduce pipelined through a small ring of shared memory, compiled.
+
+The all-gather-reduce of ``algorithms.py`` copies each rank's whole array into a shared-memory segment
+that the peer then reads: 4 MB written where the peer has just read it, and read where the peer has just
+written it, a step at a time. On the development machine (2 cores, one memory bus) that copy took 0.65-0.78
+ms inside an SGD step against 0.14 ms alone, and the step of two plain processes doing just that, with
+nothing of interdist, took 1.62-2.21 ms against MPI's 1.35-1.56 ms. Here each rank writes its array in
+chunks of ``CHUNK_BYTES`` into a ring of ``SLOTS`` of them and the peer sums each chunk (and, for SGD,
+updates its copy with it: ``UPDATE``) as it comes, in compiled code (``_ring_kernels.py``, numba): the
+ring stays in the caches. The same two plain processes took 1.26-1.36 ms a step that way, alternated with
+MPI in the same minutes (docs/performance.md, "The sixth run").
+
+What it takes: two replicas in the group, on one host (the shared-memory transport's local peer), numba
+(the ``fast`` extra; without it the all-gather-reduce runs as before), a float32 or float64 batch of
+C-contiguous NumPy arrays, and ``interdist.collectives.ring`` not turned off. Which way a collective goes is
+agreed in it: each rank sends a small *hello* (``HELLO``: the batch's description, the ring it made or
+mapped) where it would send its contribution; when both said hello over the same ring, the chunks go
+through the ring, else each sends its contribution under the collective's negated sequence number and the
+all-gather-reduce goes on from there (``Collectives._all_gather_reduce``), so two ranks that differ (one
+without numba, a ring not mapped yet) still meet. The first large all-reduce maps the ring (rank 0 makes it
+and names it in its hello; rank 1 maps it after), so it is the second that uses it.
+
+Waits are bounded: the kernel returns after ``SPIN_SLICE`` looks without progress, and the caller checks for
+an abort of the step and the collective's timeout before it goes on. Only the two ranks' own chunks cross
+the ring, after both said hello, so a wait there is the peer's copy of one chunk, unless it died or froze;
+then the step's abort (the notebook's fault detection) or the timeout ends it, and the ring, left half-way,
+is not used again by this rank (its hellos say so, and the peer's path falls back with it).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+import struct
+import time
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+from interdist import config
+from interdist.collectives.segments import PREFIX, _close, _unlink, _untracked, shm_available
+from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
+
+#: Bytes of one chunk (a slot of the ring). Measured with two plain processes and the compiled kernel,
+#: 1M float32 (medians of 3 alternated runs): 64 KB 1.69-1.95 ms a step, 256 KB 1.26-1.36 ms, 1 MB 1.83-1.88.
+CHUNK_BYTES = 256 << 10
+#: Slots of each rank's ring: a rank runs up to this many chunks ahead of its peer.
+SLOTS = 4
+_LINE = 64
+_COUNTERS = 4 * _LINE  # head[0], head[1], tail[0], tail[1]: one cache line each (_ring_kernels.HEAD, TAIL)
+SIZE = _COUNTERS + 2 * SLOTS * CHUNK_BYTES
+#: Looks at a counter without progress before the kernel returns to its caller (who checks for an abort of
+#: the step and the timeout, then goes on): ~1-5 ms on the development machine.
+SPIN_SLICE = 1 << 17
+#: Bytes of a batch from which a ring all-reduce is taken (the consumed all-reduce's own threshold is 1 MB).
+MIN_BYTES = 1 << 20
+
+#: The algorithm a ring all-reduce reports (``Timing``): an all-gather-reduce, pipelined through the ring.
+RING_ALGORITHM = "all-gather-reduce"
+
+HELLO = b"RNG1"
+_HELLO_HEAD = struct.Struct("<4sBH")  # magic, usable (0/1), length of the ring's name; then the name, the description
+DTYPES = ("float32", "float64")
+
+
+def enabled() -> bool:
+    """``interdist.collectives.ring`` (a Dask config key; default on)."""
+    return bool(config.get("collectives.ring"))
+
+
+@functools.cache
+def unavailable_reason() -> str:
+    """Why this process cannot run ring all-reduces ("" when it can)."""
+    if not shm_available():
+        return "this platform has no named POSIX shared memory"
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return "numba is not installed (pip install 'interdist[fast]')"
+    return ""
+
+
+@functools.cache
+def kernels() -> Any:
+    """The compiled module (``_ring_kernels``); numba compiles it on first use, or loads it from its cache."""
+    from interdist.collectives import _ring_kernels
+
+    return _ring_kernels
+
+
+class Ring:
+    """The shared-memory segment of a pair: both ranks' rings and counters. Rank 0 makes it, rank 1 maps it."""
+
+    def __init__(self, shm: shared_memory.SharedMemory, rank: int) -> None:
+        self.shm = shm
+        self.name: str = shm.name
+        self.rank = rank
+        buf = shm.buf
+        assert buf is not None
+        self.counters = np.ndarray((_COUNTERS // 8,), np.int64, buf, 0)
+        span = SLOTS * CHUNK_BYTES
+        self._rings = [np.ndarray((span,), np.uint8, buf, _COUNTERS + r * span) for r in (0, 1)]
+        self.state = np.zeros(2, np.int64)  # chunks this rank published, chunks of the peer's it consumed
+        self.broken = False  # an exchange stopped half-way: never used again
+
+    @classmethod
+    def create(cls) -> Ring | None:
+        try:
+            shm = shared_memory.SharedMemory(
+                name=f"{PREFIX}{os.getpid()}-ring-{secrets.token_hex(6)}", create=True, size=SIZE
+            )
+        except (OSError, ValueError):
+            return None
+        return cls(_untracked(shm), 0)
+
+    @classmethod
+    def attach(cls, name: str) -> Ring | None:
+        try:
+            shm = _untracked(shared_memory.SharedMemory(name=name))
+        except (OSError, ValueError):
+            return None
+        _unlink(shm)  # its other user made it: the name goes, the memory stays while mapped
+        if shm.size < SIZE:
+            _close(shm)
+            return None
+        return cls(shm, 1)
+
+    def rings(self, dtype: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """(this rank's ring, the peer's), as ``dtype``."""
+        return self._rings[self.rank].view(dtype), self._rings[1 - self.rank].view(dtype)
+
+    def close(self) -> None:
+        _unlink(self.shm)  # (made and never mapped by the peer: its name would outlive both processes)
+        self.counters = None  # type: ignore[assignment]
+        self._rings = []
+        _close(self.shm)
+
+
+def hello(ring: Ring | None, description: bytes) -> bytes:
+    """The header of this rank's hello: whether it can use ``ring``, and which ring it is."""
+    usable = ring is not None and not ring.broken
+    name = ring.name.encode() if ring is not None else b""
+    return _HELLO_HEAD.pack(HELLO, int(usable), len(name)) + name + description
+
+
+def is_hello(header: bytes) -> bool:
+    return header[:4] == HELLO
+
+
+def read_hello(header: bytes) -> tuple[bool, str, bytes]:
+    """(usable, ring name, description) of a peer's hello."""
+    _, usable, n = _HELLO_HEAD.unpack_from(header, 0)
+    at = _HELLO_HEAD.size
+    return bool(usable), bytes(header[at : at + n]).decode(), bytes(header[at + n :])
+
+
+def exchange(
+    ring: Ring,
+    mode: int,
+    mine: np.ndarray,
+    out: np.ndarray,
+    lr: Any,
+    aborted: Any,
+    deadline: float,
+    what: str,
+) -> None:
+    """Exchange ``mine`` with the peer's array of the same size through ``ring``: ``out -= (a0 + a1) * lr``
+    (``UPDATE``) or ``out = a0 + a1`` (``SUM``), in rank order. ``aborted()`` is the step's abort reason or
+    None; a wait past ``deadline`` (``time.monotonic``) raises ``CollectiveTimeoutError``."""
+    k = kernels()
+    flat, target = mine.reshape(-1), out.reshape(-1)
+    ring_me, ring_pe = ring.rings(flat.dtype)
+    chunk = CHUNK_BYTES // flat.itemsize
+    n = -(-flat.size // chunk)
+    base = int(ring.state[1])
+    lr = flat.dtype.type(lr)
+    try:
+        while True:
+            done = k.exchange(
+                mode,
+                flat,
+                target,
+                ring_me,
+                ring_pe,
+                ring.counters,
+                ring.state,
+                base,
+                chunk,
+                SLOTS,
+                ring.rank,
+                lr,
+                SPIN_SLICE,
+            )
+            if done >= n:
+                return
+            reason = aborted()
+            if reason is not None:
+                raise CollectiveAbortedError(f"{what} was aborted: {reason}")
+            if time.monotonic() >= deadline:
+                raise CollectiveTimeoutError(
+                    f"{what} timed out in the middle of its exchange with replica {1 - ring.rank} "
+                    f"({done} of {n} chunks); see interdist.config.set_collective_timeout"
+                )
+    except BaseException:
+        ring.broken = True  # half-way: the counters no longer match the peer's
+        raise
+
+
+class RingParts:
+    """What a consumer of a ring all-reduce gets for array ``i``: every rank's array in rank order, as the
+    all-gather-reduce gives them, but the exchange not run yet. ``fused_update.sum_assign_sub_scaled`` runs it
+    as SGD's update of the copy (``assign_sub_scaled``: nothing is gathered); a consumer that reads the peer's
+    array (``parts[r]``, iterating) gets a copy of it through the ring; one that neither is given the sum
+    afterwards (``RingMixin._ring_all_reduce``). Every way exchanges the same chunks, so the two ranks' consumers
+    may take different ways."""
+
+    __slots__ = ("_theirs", "deadline", "done", "mine", "ring", "step_aborted", "what")
+
+    def __init__(self, ring: Ring, mine: np.ndarray, step_aborted: Any, deadline: float, what: str) -> None:
+        self.ring, self.mine, self.step_aborted, self.deadline, self.what = ring, mine, step_aborted, deadline, what
+        self.done = False
+        self._theirs: np.ndarray | None = None
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self.mine.dtype
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, r: int) -> np.ndarray:
+        if r < 0:
+            r += 2
+        if r == self.ring.rank:
+            return self.mine
+        if r != 1 - self.ring.rank:
+            raise IndexError(f"rank {r} of a pair")
+        if self._theirs is None:
+            theirs = np.empty_like(self.mine)
+            self._run(kernels().GATHER, theirs, 0)
+            theirs.flags.writeable = False  # (as a received view: read it, never change it)
+            self._theirs = theirs
+        return self._theirs
+
+    def __iter__(self) -> Any:
+        return iter([self[0], self[1]])
+
+    def assign_sub_scaled(self, target: np.ndarray, lr: Any) -> None:
+        """``target -= (a0 + a1) * lr``, in place (``target``: this rank's copy, ``mine``'s shape and dtype)."""
+        self._run(kernels().UPDATE, target, lr)
+
+    def reduced(self) -> np.ndarray:
+        """``a0 + a1``, a new array (through the ring unless the peer's array was gathered already)."""
+        if self._theirs is not None:
+            summed: np.ndarray = np.add(self[0], self[1])
+            return summed  # rank order: all-gather-reduce's bits (reducing._reduce_owned)
+        out = np.empty_like(self.mine)
+        self._run(kernels().SUM, out, 0)
+        return out
+
+    def _run(self, mode: int, target: np.ndarray, lr: Any) -> None:
+        if self.done:
+            raise RuntimeError("a ring exchange runs once per array")  # pragma: no cover - a consumer's bug
+        self.done = True
+        exchange(self.ring, mode, self.mine, target, lr, self.step_aborted, self.deadline, self.what)
+
+
+def ring_eligible(transport: Any, world_size: int, arrays: list[np.ndarray]) -> bool:
+    """Whether this rank offers a ring for this batch (the peer may not: the hellos settle it)."""
+    if world_size != 2 or not hasattr(transport, "pair_ring") or not enabled() or unavailable_reason():
+        return False
+    if sum(a.nbytes for a in arrays) < MIN_BYTES:
+        return False
+    first = arrays[0].dtype
+    return first.name in DTYPES and all(a.dtype == first and a.flags.c_contiguous for a in arrays)
