@@ -21,7 +21,7 @@ PACKAGE = Path(interdist.__file__).parent
 # Bottom first. A module belongs to the first layer with a prefix that matches it.
 LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["interdist._context", "interdist._convert", "interdist._gpu", "interdist._nest",
-              "interdist._reduction", "interdist.reduce_op", "interdist.errors", "interdist._event_types", "interdist.events",
+              "interdist._reduction", "interdist._jit", "interdist.reduce_op", "interdist.errors", "interdist._event_types", "interdist.events",
               "interdist.chrome_trace",
               "interdist.config", "interdist.device", "interdist.autodiff"]),
     ("contract", ["interdist.protocol", "interdist.control"]),
@@ -46,8 +46,9 @@ LAYERS: list[tuple[str, list[str]]] = [
 # (Bokeh, ipywidgets, jupyter_server behind it) and so must not load with ``import interdist``; and
 # interdist.server, the command-line module, which ``import interdist`` loads only when ``interdist.Server``
 # is first used (``python -m interdist.server`` must find it not yet imported: runpy's RuntimeWarning); and
-# the ring's compiled kernels, which import numba (the optional ``fast`` extra) and compile on first use.
-LAZY_OK = ("interdist.dashboard", "interdist.lab", "interdist.server", "interdist.collectives._ring_kernels")
+# compiled kernels, which import numba (the optional ``fast`` extra) and compile on first use.
+LAZY_OK = ("interdist.dashboard", "interdist.lab", "interdist.server", "interdist.collectives._ring_kernels",
+           "interdist.replica._update_kernels")
 
 # Modules that must not import Dask at all: the SPMD engine and what it stands on run without it
 # (the default strategy runs the engine in the notebook; a fake transport is enough to test it).

@@ -259,13 +259,13 @@ class Collectives(TwoRoundMixin, RingMixin):
             return self._reduce_broadcast(step, seq, arrays, shapes, op, what)
         if self.algorithm == RS:
             return self._reduce_scatter_all_gather(step, seq, arrays, shapes, op, what)
-        if self.algorithm == AG:
-            return self._all_gather_reduce(step, seq, arrays, shapes, op, what)
-        chosen = self.choose(sum(a.size for a in arrays))
+        chosen = self.algorithm if self.algorithm != AUTO else self.choose(sum(a.size for a in arrays))
         if chosen == RS:
             return self._reduce_scatter_all_gather(step, seq, arrays, shapes, op, what)
         if chosen == RB:
             return self._reduce_broadcast(step, seq, arrays, shapes, op, what)
+        if op in (ReduceOp.SUM, ReduceOp.MEAN) and ring.ring_eligible(self.transport, self.world_size, arrays):
+            return self._ring_all_reduce(step, seq, arrays, shapes, op, what, None)  # (ring_path.py)
         return self._all_gather_reduce(step, seq, arrays, shapes, op, what)
 
     def choose(self, elements: int, cache: dict[Any, str] | None = None) -> str:

@@ -12,7 +12,9 @@ MPI in the same minutes (docs/performance.md, "The sixth run").
 
 What it takes: two replicas in the group, on one host (the shared-memory transport's local peer), numba
 (the ``fast`` extra; without it the all-gather-reduce runs as before), a float32 or float64 batch of
-C-contiguous NumPy arrays, and ``interdist.collectives.ring`` not turned off. Which way a collective goes is
+C-contiguous NumPy arrays of at least ``MIN_BYTES`` where the all-gather-reduce would run (``AUTO``'s choice
+at 2 replicas on one host), a SUM or MEAN (an optimizer's gradients: ``all_reduce_consumed``; or
+``all_reduce``), and ``interdist.collectives.ring`` not turned off. Which way a collective goes is
 agreed in it: each rank sends a small *hello* (``HELLO``: the batch's description, the ring it made or
 mapped) where it would send its contribution; when both said hello over the same ring, the chunks go
 through the ring, else each sends its contribution under the collective's negated sequence number and the
@@ -39,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from interdist import config
+from interdist import _jit, config
 from interdist.collectives.segments import PREFIX, _close, _unlink, _untracked, shm_available
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
 
@@ -54,7 +56,8 @@ SIZE = _COUNTERS + 2 * SLOTS * CHUNK_BYTES
 #: Looks at a counter without progress before the kernel returns to its caller (who checks for an abort of
 #: the step and the timeout, then goes on): ~1-5 ms on the development machine.
 SPIN_SLICE = 1 << 17
-#: Bytes of a batch from which a ring all-reduce is taken (the consumed all-reduce's own threshold is 1 MB).
+#: Bytes of a batch from which a ring all-reduce is taken (below, the all-gather-reduce's one copy costs less
+#: than the hellos and the compiled call; the consumed all-reduce's own threshold is the same 1 MB).
 MIN_BYTES = 1 << 20
 
 #: The algorithm a ring all-reduce reports (``Timing``): an all-gather-reduce, pipelined through the ring.
@@ -75,11 +78,7 @@ def unavailable_reason() -> str:
     """Why this process cannot run ring all-reduces ("" when it can)."""
     if not shm_available():
         return "this platform has no named POSIX shared memory"
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return "numba is not installed (pip install 'interdist[fast]')"
-    return ""
+    return _jit.unavailable_reason()
 
 
 @functools.cache

@@ -20,6 +20,7 @@ import numpy as np
 from interdist.collectives.base import Packet, Timing, Transport, _parse, frame_layout
 from interdist.collectives.ring import RING_ALGORITHM, Ring, RingParts, hello, is_hello, kernels, read_hello
 from interdist.errors import ReplicaMismatchError
+from interdist.reduce_op import ReduceOp
 
 
 class PairRing:
@@ -110,8 +111,9 @@ class RingMixin:
         what: str,
         consume: Any,
     ) -> list[Any]:
-        """The consumed all-reduce of two replicas on one host: a hello each, then the ring when both offered
-        the same one, else the all-gather-reduce (its contributions under ``-seq``: the hellos took ``seq``)."""
+        """The all-reduce (SUM or MEAN; with ``consume``, the consumed one's: SUM) of two replicas on one host: a
+        hello each, then the ring when both offered the same one, else the all-gather-reduce (its contributions
+        under ``-seq``: the hellos took ``seq``)."""
         t0 = time.perf_counter()
         layout = frame_layout(arrays, op.value)
         if layout is None:  # (eligible batches are framed: float32/float64 NumPy arrays)
@@ -147,7 +149,10 @@ class RingMixin:
                 parts = RingParts(mine, a, aborted, deadline, what)
                 used = consume is not None and consume(i, parts)
                 if not used:
-                    out.append(parts.reduced())
+                    summed = parts.reduced()
+                    if op is ReduceOp.MEAN:  # as _reduce_owned's: the float sum divided in its dtype
+                        np.true_divide(summed, np.asarray(2, dtype=summed.dtype), out=summed)
+                    out.append(summed)
                     continue
                 if not parts.done:  # used without a look at the values: the peer's chunks must still be taken
                     parts[1 - self.rank]

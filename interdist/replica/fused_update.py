@@ -17,12 +17,13 @@ None and the optimizer calls ``assign_sub`` as before.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
 import numpy as np
 
-from interdist import _context
+from interdist import _context, _jit
 from interdist.collectives.ring import RingParts
 from interdist.replica.variable import _SOLE_HOLDER, ReplicaVariable, UnreadVariable
 
@@ -30,6 +31,16 @@ from interdist.replica.variable import _SOLE_HOLDER, ReplicaVariable, UnreadVari
 TILE_BYTES = 128 << 10
 #: Below this many bytes one pass of each ufunc costs less than the loop: NumPy's two-step path.
 MIN_BYTES = 1 << 20
+#: Where numba is installed (the ``fast`` extra), copies of these dtypes are updated by a compiled kernel
+#: (``_update_kernels.py``: one pass, no temporary, NumPy's bits) instead of the ufuncs tile by tile.
+COMPILED_DTYPES = ("float32", "float64")
+
+
+@functools.cache
+def _update_kernels() -> Any:
+    from interdist.replica import _update_kernels as kernels
+
+    return kernels
 
 
 def assign_sub_scaled(var: Any, grad: Any, lr: Any) -> Any | None:
@@ -76,6 +87,14 @@ def sum_assign_sub_scaled(var: Any, parts: list[Any] | RingParts, lr: Any) -> bo
     raw: np.ndarray = var.raw
     lr = raw.dtype.type(lr)
     flat, flats = raw.reshape(-1), [p.reshape(-1) for p in parts]
+    if len(flats) <= 2 and raw.dtype.name in COMPILED_DTYPES and not _jit.unavailable_reason():
+        kernels = _update_kernels()  # one compiled pass, the same operations (_update_kernels.py)
+        if len(flats) == 1:
+            kernels.sub_scaled(flat, flats[0], lr)
+        else:
+            kernels.sub_sum_scaled(flat, flats[0], flats[1], lr)
+        var._replica.touched.add(var.var_id)
+        return True
     step = max(1, TILE_BYTES // raw.itemsize)
     tmp = np.empty(min(step, flat.size), raw.dtype)
     for start in range(0, flat.size, step):

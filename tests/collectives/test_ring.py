@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from interdist import _jit
 from interdist.collectives import ring
 from interdist.collectives.algorithms import AG, CONSUME_MIN_BYTES, Collectives
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError, ReplicaMismatchError
@@ -212,12 +213,14 @@ def test_hello_round_trip() -> None:
 
 def test_without_numba_no_ring_is_offered(monkeypatch: pytest.MonkeyPatch) -> None:
     ring.unavailable_reason.cache_clear()
+    _jit.unavailable_reason.cache_clear()
     monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
     try:
         assert "numba is not installed" in ring.unavailable_reason()
         assert not ring.ring_eligible(shm_group(2)[0], 2, [np.zeros(BIG, np.float32)])
     finally:
         ring.unavailable_reason.cache_clear()
+        _jit.unavailable_reason.cache_clear()
 
 
 def test_a_replaced_peer_gets_a_new_ring() -> None:
@@ -233,3 +236,33 @@ def test_a_replaced_peer_gets_a_new_ring() -> None:
     finally:
         for t in group:
             t.close()
+
+
+@pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.MEAN])
+def test_all_reduce_of_a_large_batch_goes_through_the_ring_with_the_same_bits(op: ReduceOp) -> None:
+    from interdist.collectives.reducing import _reduce_owned
+
+    def body(rank: int, coll: Collectives) -> Any:
+        out = []
+        for call in range(3):
+            got = coll.all_reduce(1, call + 1, [_data(rank + call, BIG), _data(rank + call, 3)], op, "t")
+            out.append((got, int(coll.transport._ring.state[1]) if coll.transport._ring is not None else -1))
+        return out
+
+    for res in run_threads(shm_group(2), body, algorithm=AG, timeout=30):
+        assert not isinstance(res, BaseException), res
+        for call, (got, _) in enumerate(res):
+            for i, (n, dt) in enumerate([(BIG, np.float32), (3, np.float32)]):
+                want = _reduce_owned([_data(call, n, dt), _data(1 + call, n, dt)], op)
+                assert got[i].dtype == want.dtype and np.array_equal(got[i], want), (call, i)
+        per_call = -(-BIG // CHUNK32) + 1  # the float32 array's chunks, and the small one's
+        assert [used for _, used in res][1:] == [per_call, 2 * per_call]
+
+
+def test_different_reduce_ops_fail_both_ranks_through_the_hellos() -> None:
+    def body(rank: int, coll: Collectives) -> Any:
+        coll.all_reduce(1, 1, [_data(rank, BIG)], ReduceOp.SUM, "t")  # maps the ring
+        return coll.all_reduce(1, 2, [_data(rank, BIG)], ReduceOp.SUM if rank == 0 else ReduceOp.MEAN, "t")
+
+    for res in run_threads(shm_group(2), body, algorithm=AG, timeout=30):
+        assert isinstance(res, ReplicaMismatchError) and "different reduce ops" in str(res), res

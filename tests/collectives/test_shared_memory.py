@@ -304,10 +304,19 @@ def test_large_segments_are_given_back_after_the_step(mirrored2: idist.MirroredS
         mapped = [shm.size for shm, _ in t._mapped.values()]
         return json.dumps({"slots": slots, "mapped": mapped})
 
-    out = mirrored2.run(big)
-    assert [float(np.asarray(v)[0]) for v in mirrored2.experimental_local_results(out)] == [2.0, 2.0]
-    mirrored2.run(small)
-    mirrored2.run(small)
+    def ring(on: bool) -> None:  # two replicas' large all-reduces go through the ring (ring.py), not segments
+        import dask
+
+        dask.config.set({"interdist.collectives.ring": on})
+
+    mirrored2.run(ring, args=(False,))
+    try:
+        out = mirrored2.run(big)
+        assert [float(np.asarray(v)[0]) for v in mirrored2.experimental_local_results(out)] == [2.0, 2.0]
+        mirrored2.run(small)
+        mirrored2.run(small)
+    finally:
+        mirrored2.run(ring, args=(True,))
     for m in mirrored2._system(held):
         h = json.loads(m.value)
         assert all(c <= KEEP_BYTES for c in h["slots"]) and all(sz <= KEEP_BYTES + (1 << 20) for sz in h["mapped"]), h
