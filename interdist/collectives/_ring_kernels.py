@@ -5,10 +5,8 @@ first time a ring all-reduce runs, and a process without numba never does (``rin
 
 The counters are read with acquire loads and written with release stores (LLVM's atomics, through numba's
 ``intrinsic``): a chunk's bytes are visible to the peer before the count that publishes it, on any CPU,
-and the compiler never hoists a load out of a wait loop. The sums and the update are the NumPy ufuncs'
-operations one element at a time (float adds in rank order, then ``* lr``, then ``w - t``; no fused
-multiply-add: numba leaves floating-point contraction off unless ``fastmath`` is set), so the bits equal
-``fused_update.sum_assign_sub_scaled``'s and those of ``all_reduce`` followed by ``assign_sub``.
+and the compiler never hoists a load out of a wait loop. The sum is NumPy's add one element at a time, in
+rank order (``a0 + a1``), so the bits equal the all-gather-reduce's (``reducing._reduce_owned``).
 """
 
 from __future__ import annotations
@@ -23,10 +21,6 @@ from numba.extending import intrinsic
 # Words of the counters (int64, each on a cache line of its own; ring.py lays them out).
 HEAD = (0, 8)  # chunks rank r published in its ring (written by r)
 TAIL = (16, 24)  # chunks of rank r's ring its peer consumed (written by the peer)
-
-UPDATE = 0  # w -= (a0 + a1) * lr
-SUM = 1  # w = a0 + a1
-GATHER = 2  # w = the peer's array
 
 
 @intrinsic
@@ -75,22 +69,15 @@ def _copy(dst: Any, src: Any) -> None:
 
 
 @njit(nogil=True, boundscheck=False, inline="always", cache=True)
-def _consume(mode: int, a: Any, b: Any, w: Any, lr: Any) -> None:
-    if mode == UPDATE:
-        for j in range(a.size):
-            t = a[j] + b[j]
-            t = t * lr
-            w[j] = w[j] - t
-    else:
-        for j in range(a.size):
-            w[j] = a[j] + b[j]
+def _add(a: Any, b: Any, out: Any) -> None:
+    for j in range(a.size):
+        out[j] = a[j] + b[j]
 
 
 @njit(nogil=True, boundscheck=False, cache=True)
 def exchange(
-    mode: int,
     mine: Any,
-    w: Any,
+    out: Any,
     ring_me: Any,
     ring_pe: Any,
     ctr: Any,
@@ -99,14 +86,13 @@ def exchange(
     chunk: int,
     slots: int,
     rank: int,
-    lr: Any,
     max_spins: int,
 ) -> int:
-    """Run the exchange of ``mine`` (this rank's array, flat) with the peer's, chunk by chunk, from where
-    ``state`` (chunks this rank published, chunks of the peer's it consumed; cumulative) says it is, ``base``
-    being the count at this array's start. Returns the chunks of this array consumed so far: all of them
-    (done), or fewer when a wait went on for ``max_spins`` looks (the caller checks for an abort and calls
-    again). ``mode``: ``UPDATE``, ``SUM`` or ``GATHER`` (into ``w``, flat, ``mine``'s size)."""
+    """Sum ``mine`` (this rank's array, flat) and the peer's into ``out`` (flat, ``mine``'s size), chunk by chunk,
+    from where ``state`` (chunks this rank published, chunks of the peer's it consumed; cumulative) says it is,
+    ``base`` being the count at this array's start. Returns the chunks of this array consumed so far: all of
+    them (done), or fewer when a wait went on for ``max_spins`` looks (the caller checks for an abort and calls
+    again)."""
     size = mine.size
     n = (size + chunk - 1) // chunk
     me = rank
@@ -142,12 +128,10 @@ def exchange(
                 return i
         at = (consumed % slots) * chunk
         theirs = ring_pe[at : at + m]
-        if mode == GATHER:
-            _copy(w[lo : lo + m], theirs)
-        elif rank == 0:
-            _consume(mode, mine[lo : lo + m], theirs, w[lo : lo + m], lr)
+        if rank == 0:
+            _add(mine[lo : lo + m], theirs, out[lo : lo + m])
         else:
-            _consume(mode, theirs, mine[lo : lo + m], w[lo : lo + m], lr)
+            _add(theirs, mine[lo : lo + m], out[lo : lo + m])
         consumed += 1
         _store_release(ctr, TAIL[pe], consumed)
     state[0] = head

@@ -265,7 +265,7 @@ class Collectives(TwoRoundMixin, RingMixin):
         if chosen == RB:
             return self._reduce_broadcast(step, seq, arrays, shapes, op, what)
         if op in (ReduceOp.SUM, ReduceOp.MEAN) and ring.ring_eligible(self.transport, self.world_size, arrays):
-            return self._ring_all_reduce(step, seq, arrays, shapes, op, what, None)  # (ring_path.py)
+            return self._ring_all_reduce(step, seq, arrays, shapes, op, what)  # (ring_path.py)
         return self._all_gather_reduce(step, seq, arrays, shapes, op, what)
 
     def choose(self, elements: int, cache: dict[Any, str] | None = None) -> str:
@@ -336,9 +336,7 @@ class Collectives(TwoRoundMixin, RingMixin):
             return None  # the small path's, or not worth it
         algorithm = self.algorithm if self.algorithm != AUTO else self.choose(sum(a.size for a in arrays))
         shapes = [a.shape for a in arrays]
-        if algorithm == AG:
-            if ring.ring_eligible(self.transport, self.world_size, arrays):
-                return self._ring_all_reduce(step, seq, arrays, shapes, op, what, consume)
+        if algorithm == AG:  # (never through the ring: its updates would not be all or nothing, ring.py)
             return self._all_gather_reduce(step, seq, arrays, shapes, op, what, consume)
         if algorithm == RB:  # the ranks other than the root: the root's sum, read where it sent it
             return self._reduce_broadcast(step, seq, arrays, shapes, op, what, consume)

@@ -1,20 +1,26 @@
 """Two replicas on one host: a large all-reduce pipelined through a small ring of shared memory, compiled.
 
-The all-gather-reduce of ``algorithms.py`` copies each rank's whole array into a shared-memory segment
-that the peer then reads: 4 MB written where the peer has just read it, and read where the peer has just
-written it, a step at a time. On the development machine (2 cores, one memory bus) that copy took 0.65-0.78
-ms inside an SGD step against 0.14 ms alone, and the step of two plain processes doing just that, with
-nothing of interdist, took 1.62-2.21 ms against MPI's 1.35-1.56 ms. Here each rank writes its array in
-chunks of ``CHUNK_BYTES`` into a ring of ``SLOTS`` of them and the peer sums each chunk (and, for SGD,
-updates its copy with it: ``UPDATE``) as it comes, in compiled code (``_ring_kernels.py``, numba): the
-ring stays in the caches. The same two plain processes took 1.26-1.36 ms a step that way, alternated with
-MPI in the same minutes (docs/performance.md, "The sixth run").
+The all-gather-reduce of ``algorithms.py`` copies each rank's whole array into a shared-memory segment that
+the peer then reads: 4 MB written where the peer has just read it, and read where the peer has just written
+it, a collective at a time; in a training step that copy took 0.65-0.78 ms against 0.14 ms alone (2 cores,
+one memory bus). Here each rank writes its array in chunks of ``CHUNK_BYTES`` into a ring of ``SLOTS`` of them
+and the peer adds each chunk to its own as it comes, into the result, in compiled code (``_ring_kernels.py``,
+numba): the ring stays in the caches and no copy of the whole array is made. A 4 MB all-reduce on 2 replicas
+took 0.65-1.09 ms against 1.95 before (docs/performance.md, "The sixth run").
+
+It serves ``all_reduce`` (SUM and MEAN: the MEAN's division after the sum, as the all-gather-reduce does), whose
+results are new arrays: a ring that stops half-way (the peer died) leaves nothing of the step anywhere. The
+optimizers' consumed all-reduce (``Collectives.all_reduce_consumed``) does not use it: there each replica
+updates its copy with the sum as the sum is made, and through a ring of a few chunks that would update part of
+a copy before the peer's last chunk is known to come. Keeping every copy all or nothing then takes a backup of
+the copy as it is updated, a write as large as the all-gather-reduce's copy; measured, the ring with that
+backup was no faster than the all-gather-reduce (with its compiled update: ``replica/_update_kernels.py``),
+so that path stays the all-gather-reduce, whose update starts only once every contribution has come.
 
 What it takes: two replicas in the group, on one host (the shared-memory transport's local peer), numba
 (the ``fast`` extra; without it the all-gather-reduce runs as before), a float32 or float64 batch of
 C-contiguous NumPy arrays of at least ``MIN_BYTES`` where the all-gather-reduce would run (``AUTO``'s choice
-at 2 replicas on one host), a SUM or MEAN (an optimizer's gradients: ``all_reduce_consumed``; or
-``all_reduce``), and ``interdist.collectives.ring`` not turned off. Which way a collective goes is
+at 2 replicas on one host), and ``interdist.collectives.ring`` not turned off. Which way a collective goes is
 agreed in it: each rank sends a small *hello* (``HELLO``: the batch's description, the ring it made or
 mapped) where it would send its contribution; when both said hello over the same ring, the chunks go
 through the ring, else each sends its contribution under the collective's negated sequence number and the
@@ -45,8 +51,9 @@ from interdist import _jit, config
 from interdist.collectives.segments import PREFIX, _close, _unlink, _untracked, shm_available
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
 
-#: Bytes of one chunk (a slot of the ring). Measured with two plain processes and the compiled kernel,
-#: 1M float32 (medians of 3 alternated runs): 64 KB 1.69-1.95 ms a step, 256 KB 1.26-1.36 ms, 1 MB 1.83-1.88.
+#: Bytes of one chunk (a slot of the ring). Measured with two plain processes running a C prototype of the
+#: exchange inside the benchmark's SGD step, 1M float32 (5 alternated runs): 64 KB 1.69-1.95 ms a step, 256 KB
+#: 1.44-1.66 ms, 1 MB 1.83-1.88 ms.
 CHUNK_BYTES = 256 << 10
 #: Slots of each rank's ring: a rank runs up to this many chunks ahead of its peer.
 SLOTS = 4
@@ -57,7 +64,7 @@ SIZE = _COUNTERS + 2 * SLOTS * CHUNK_BYTES
 #: the step and the timeout, then goes on): ~1-5 ms on the development machine.
 SPIN_SLICE = 1 << 17
 #: Bytes of a batch from which a ring all-reduce is taken (below, the all-gather-reduce's one copy costs less
-#: than the hellos and the compiled call; the consumed all-reduce's own threshold is the same 1 MB).
+#: than the hellos and the compiled call).
 MIN_BYTES = 1 << 20
 
 #: The algorithm a ring all-reduce reports (``Timing``): an all-gather-reduce, pipelined through the ring.
@@ -155,42 +162,20 @@ def read_hello(header: bytes) -> tuple[bool, str, bytes]:
     return bool(usable), bytes(header[at : at + n]).decode(), bytes(header[at + n :])
 
 
-def exchange(
-    ring: Ring,
-    mode: int,
-    mine: np.ndarray,
-    out: np.ndarray,
-    lr: Any,
-    aborted: Any,
-    deadline: float,
-    what: str,
-) -> None:
-    """Exchange ``mine`` with the peer's array of the same size through ``ring``: ``out -= (a0 + a1) * lr``
-    (``UPDATE``) or ``out = a0 + a1`` (``SUM``), in rank order. ``aborted()`` is the step's abort reason or
-    None; a wait past ``deadline`` (``time.monotonic``) raises ``CollectiveTimeoutError``."""
+def exchange(ring: Ring, mine: np.ndarray, out: np.ndarray, aborted: Any, deadline: float, what: str) -> None:
+    """``out = a0 + a1`` (in rank order): ``mine`` summed with the peer's array of the same size through ``ring``.
+    ``aborted()`` is the step's abort reason or None; a wait past ``deadline`` (``time.monotonic``) raises
+    ``CollectiveTimeoutError``."""
     k = kernels()
     flat, target = mine.reshape(-1), out.reshape(-1)
     ring_me, ring_pe = ring.rings(flat.dtype)
     chunk = CHUNK_BYTES // flat.itemsize
     n = -(-flat.size // chunk)
     base = int(ring.state[1])
-    lr = flat.dtype.type(lr)
     try:
         while True:
             done = k.exchange(
-                mode,
-                flat,
-                target,
-                ring_me,
-                ring_pe,
-                ring.counters,
-                ring.state,
-                base,
-                chunk,
-                SLOTS,
-                ring.rank,
-                lr,
-                SPIN_SLICE,
+                flat, target, ring_me, ring_pe, ring.counters, ring.state, base, chunk, SLOTS, ring.rank, SPIN_SLICE
             )
             if done >= n:
                 return
@@ -205,65 +190,6 @@ def exchange(
     except BaseException:
         ring.broken = True  # half-way: the counters no longer match the peer's
         raise
-
-
-class RingParts:
-    """What a consumer of a ring all-reduce gets for array ``i``: every rank's array in rank order, as the
-    all-gather-reduce gives them, but the exchange not run yet. ``fused_update.sum_assign_sub_scaled`` runs it
-    as SGD's update of the copy (``assign_sub_scaled``: nothing is gathered); a consumer that reads the peer's
-    array (``parts[r]``, iterating) gets a copy of it through the ring; one that neither is given the sum
-    afterwards (``RingMixin._ring_all_reduce``). Every way exchanges the same chunks, so the two ranks' consumers
-    may take different ways."""
-
-    __slots__ = ("_theirs", "deadline", "done", "mine", "ring", "step_aborted", "what")
-
-    def __init__(self, ring: Ring, mine: np.ndarray, step_aborted: Any, deadline: float, what: str) -> None:
-        self.ring, self.mine, self.step_aborted, self.deadline, self.what = ring, mine, step_aborted, deadline, what
-        self.done = False
-        self._theirs: np.ndarray | None = None
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self.mine.dtype
-
-    def __len__(self) -> int:
-        return 2
-
-    def __getitem__(self, r: int) -> np.ndarray:
-        if r < 0:
-            r += 2
-        if r == self.ring.rank:
-            return self.mine
-        if r != 1 - self.ring.rank:
-            raise IndexError(f"rank {r} of a pair")
-        if self._theirs is None:
-            theirs = np.empty_like(self.mine)
-            self._run(kernels().GATHER, theirs, 0)
-            theirs.flags.writeable = False  # (as a received view: read it, never change it)
-            self._theirs = theirs
-        return self._theirs
-
-    def __iter__(self) -> Any:
-        return iter([self[0], self[1]])
-
-    def assign_sub_scaled(self, target: np.ndarray, lr: Any) -> None:
-        """``target -= (a0 + a1) * lr``, in place (``target``: this rank's copy, ``mine``'s shape and dtype)."""
-        self._run(kernels().UPDATE, target, lr)
-
-    def reduced(self) -> np.ndarray:
-        """``a0 + a1``, a new array (through the ring unless the peer's array was gathered already)."""
-        if self._theirs is not None:
-            summed: np.ndarray = np.add(self[0], self[1])
-            return summed  # rank order: all-gather-reduce's bits (reducing._reduce_owned)
-        out = np.empty_like(self.mine)
-        self._run(kernels().SUM, out, 0)
-        return out
-
-    def _run(self, mode: int, target: np.ndarray, lr: Any) -> None:
-        if self.done:
-            raise RuntimeError("a ring exchange runs once per array")  # pragma: no cover - a consumer's bug
-        self.done = True
-        exchange(self.ring, mode, self.mine, target, lr, self.step_aborted, self.deadline, self.what)
 
 
 def ring_eligible(transport: Any, world_size: int, arrays: list[np.ndarray]) -> bool:

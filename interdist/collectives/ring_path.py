@@ -1,6 +1,6 @@
 """How the collectives meet in a ring all-reduce (``ring.py``): the hellos, and the pair's ring on the transport.
 
-``RingMixin`` is ``Collectives``' (algorithms.py): a consumed all-reduce of two replicas on one host starts
+``RingMixin`` is ``Collectives``' (algorithms.py): a large all-reduce of two replicas on one host starts
 with a hello each; both offered the same ring: the chunks go through it; else the all-gather-reduce, its
 contributions under the negated sequence number (the hellos took the collective's own). ``PairRing`` is the
 shared-memory transport's (shared_memory.py): the ring this rank shares with its one peer, made by rank 0 and
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from interdist.collectives.base import Packet, Timing, Transport, _parse, frame_layout
-from interdist.collectives.ring import RING_ALGORITHM, Ring, RingParts, hello, is_hello, kernels, read_hello
+from interdist.collectives.ring import RING_ALGORITHM, Ring, exchange, hello, is_hello, kernels, read_hello
 from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
@@ -109,15 +109,13 @@ class RingMixin:
         shapes: list[tuple[int, ...]],
         op: Any,
         what: str,
-        consume: Any,
     ) -> list[Any]:
-        """The all-reduce (SUM or MEAN; with ``consume``, the consumed one's: SUM) of two replicas on one host: a
-        hello each, then the ring when both offered the same one, else the all-gather-reduce (its contributions
-        under ``-seq``: the hellos took ``seq``)."""
+        """The all-reduce (SUM or MEAN) of two replicas on one host: a hello each, then the ring when both offered
+        the same one, else the all-gather-reduce (its contributions under ``-seq``: the hellos took ``seq``)."""
         t0 = time.perf_counter()
         layout = frame_layout(arrays, op.value)
         if layout is None:  # (eligible batches are framed: float32/float64 NumPy arrays)
-            return self._all_gather_reduce(step, seq, arrays, shapes, op, what, consume)
+            return self._all_gather_reduce(step, seq, arrays, shapes, op, what)
         transport = self.transport
         peer = 1 - self.rank
         mine = transport.pair_ring()
@@ -128,7 +126,7 @@ class RingMixin:
         got, wait = self._take(step, seq, [peer], what)
         header = got[peer].header
         if not is_hello(header):  # the peer sent its contribution (it offers no ring): all-gather-reduce
-            return self._all_gather_reduce(step, seq, arrays, shapes, op, what, consume, got=got, t0=t0, waited=wait)
+            return self._all_gather_reduce(step, seq, arrays, shapes, op, what, got=got, t0=t0, waited=wait)
         self._release(got)
         usable, name, description = read_hello(header)
         if description != layout.description:  # the same error on both ranks, as the all-gather-reduce's
@@ -140,25 +138,15 @@ class RingMixin:
         if self.rank == 1 and usable and name != my_name:
             transport.attach_ring(name)  # rank 0's ring: from the next one on
         if not (usable and my_usable and name == my_name and mine is not None):
-            return self._all_gather_reduce(step, -seq, arrays, shapes, op, what, consume, t0=t0, waited=wait)
+            return self._all_gather_reduce(step, -seq, arrays, shapes, op, what, t0=t0, waited=wait)
         deadline = time.monotonic() + self.timeout()
         aborted = functools.partial(transport.mailbox.aborted, step)
         out: list[Any] = []
-        try:
-            for i, a in enumerate(arrays):
-                parts = RingParts(mine, a, aborted, deadline, what)
-                used = consume is not None and consume(i, parts)
-                if not used:
-                    summed = parts.reduced()
-                    if op is ReduceOp.MEAN:  # as _reduce_owned's: the float sum divided in its dtype
-                        np.true_divide(summed, np.asarray(2, dtype=summed.dtype), out=summed)
-                    out.append(summed)
-                    continue
-                if not parts.done:  # used without a look at the values: the peer's chunks must still be taken
-                    parts[1 - self.rank]
-                out.append(None)
-        except BaseException:
-            mine.broken = True  # (a consumer that failed before its exchange leaves the peer's chunks untaken)
-            raise
+        for a in arrays:
+            summed = np.empty_like(a)
+            exchange(mine, a, summed, aborted, deadline, what)
+            if op is ReduceOp.MEAN:  # as _reduce_owned's: the float sum divided in its dtype
+                np.true_divide(summed, np.asarray(2, dtype=summed.dtype), out=summed)
+            out.append(summed)
         self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, sum(a.nbytes for a in arrays), RING_ALGORITHM)
         return out

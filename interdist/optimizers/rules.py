@@ -15,7 +15,7 @@ import numpy as np
 
 from interdist import _gpu
 from interdist.optimizers.base import Optimizer
-from interdist.replica.fused_update import assign_sub_scaled, parts_dtype, sum_assign_sub_scaled
+from interdist.replica.fused_update import assign_sub_scaled, sum_assign_sub_scaled
 
 
 class SGD(Optimizer):
@@ -48,7 +48,7 @@ class SGD(Optimizer):
 
     def _apply_parts(self, var: Any, parts: list[Any], slots: Any, step: int) -> bool:
         # v -= (g0 + g1 + ...) * lr, tile by tile: the sum's bits, never written whole (fused_update.py)
-        return self.momentum == 0 and sum_assign_sub_scaled(var, parts, parts_dtype(parts).type(self.learning_rate))
+        return self.momentum == 0 and sum_assign_sub_scaled(var, parts, parts[0].dtype.type(self.learning_rate))
 
     def _apply_dense(self, var: Any, grad: Any, slots: Any, step: int) -> Any:
         t = grad.dtype.type

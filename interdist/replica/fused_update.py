@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from interdist import _context, _jit
-from interdist.collectives.ring import RingParts
 from interdist.replica.variable import _SOLE_HOLDER, ReplicaVariable, UnreadVariable
 
 #: Bytes of one tile: the temporary stays in L2 (measured 32–128 KiB all within 5% on the development machine).
@@ -48,12 +47,7 @@ def assign_sub_scaled(var: Any, grad: Any, lr: Any) -> Any | None:
     return UnreadVariable(var) if sum_assign_sub_scaled(var, [grad], lr) else None
 
 
-def parts_dtype(parts: list[Any] | RingParts) -> np.dtype[Any]:
-    """The dtype of the gradients a consumed all-reduce hands an update (``parts``, or a ring's exchange)."""
-    return parts.dtype if isinstance(parts, RingParts) else parts[0].dtype
-
-
-def sum_assign_sub_scaled(var: Any, parts: list[Any] | RingParts, lr: Any) -> bool:
+def sum_assign_sub_scaled(var: Any, parts: list[Any], lr: Any) -> bool:
     """``var.assign_sub((parts[0] + parts[1] + ...) * lr)`` tile by tile in place, the sum never written whole;
     False (nothing done) where only ``assign_sub`` may do it. One part: that array itself (a gradient, or a
     reduce-broadcast root's sum read where it lies, in its shared memory, rather than copied out first).
@@ -63,21 +57,12 @@ def sum_assign_sub_scaled(var: Any, parts: list[Any] | RingParts, lr: Any) -> bo
     the same bits), scaled and subtracted while it is in the cache. Measured in 2 plain processes on the
     2-core development machine (1M float32, medians of 3 runs): all-reduce then update 1.69-2.05 ms,
     fused 1.32-1.55 ms: the 4 MB sum is neither written nor read back.
-
-    ``parts`` may be a ring's exchange not run yet (``collectives.ring.RingParts``: two replicas on one host),
-    which runs here as the update, in compiled code: the same operations, so the same bits.
     """
     if not isinstance(var, ReplicaVariable) or not parts:
         return False
     entry = _context.current()
     if entry.replica_context is not None or entry.update_replica_id is None:
         return False  # replica context: aggregation and faults apply (ReplicaVariable._update)
-    if isinstance(parts, RingParts):
-        if not _writable_in_place(var, parts.mine):
-            return False  # (the exchange then gives the sum, and assign_sub makes the new copy)
-        parts.assign_sub_scaled(var.raw, var.raw.dtype.type(lr))
-        var._replica.touched.add(var.var_id)
-        return True
     first = parts[0]
     for p in parts:
         if type(p) is not np.ndarray or p.dtype != first.dtype or p.shape != first.shape or not p.flags.c_contiguous:

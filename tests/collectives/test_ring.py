@@ -1,10 +1,10 @@
 """Two replicas on one host: large all-reduces pipelined through a ring of shared memory (collectives/ring.py).
 
-What must hold: the ring gives the all-gather-reduce's bits in every mode (SGD's update, the sum, the peer's
-array), it is used from the second large all-reduce of a pair on, two ranks that disagree about it (one
-without numba, a ring not mapped yet, one broken) still meet in the all-gather-reduce, a batch mismatch fails
-both ranks as before, and every wait in the compiled exchange ends: at the collective's timeout, or at once
-when the step is aborted.
+What must hold: the ring gives the all-gather-reduce's bits (SUM and MEAN), it is used from the second large
+all-reduce of a pair on, two ranks that disagree about it (one without numba, a ring not mapped yet, one
+broken) still meet in the all-gather-reduce, a batch mismatch fails both ranks as before, the optimizers'
+consumed all-reduce never takes it, and every wait in the compiled exchange ends: at the collective's
+timeout, or at once when the step is aborted.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 from interdist import _jit
 from interdist.collectives import ring
 from interdist.collectives.algorithms import AG, CONSUME_MIN_BYTES, Collectives
+from interdist.collectives.reducing import _reduce_owned
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError, ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
@@ -28,7 +29,7 @@ from ._harness import run_threads, shm_group
 pytestmark = pytest.mark.skipif(bool(ring.unavailable_reason()), reason=ring.unavailable_reason() or "ring")
 
 CHUNK32 = ring.CHUNK_BYTES // 4  # float32 elements of a chunk
-BIG = CONSUME_MIN_BYTES // 4 + 12_345  # float32 elements: above the threshold, not a whole number of chunks
+BIG = ring.MIN_BYTES // 4 + 12_345  # float32 elements: above the threshold, not a whole number of chunks
 
 
 def _data(seed: int, n: int, dtype: Any = np.float32) -> np.ndarray:
@@ -44,7 +45,7 @@ def _pair() -> tuple[ring.Ring, ring.Ring]:
 
 
 def _both(fn: Any) -> list[Any]:
-    """``fn(rank)`` on two threads at once (the kernels release the GIL); each result or exception."""
+    """``fn(rank)`` on two threads at once (the kernel releases the GIL); each result or exception."""
     out: list[Any] = [None, None]
 
     def go(r: int) -> None:
@@ -61,36 +62,35 @@ def _both(fn: Any) -> list[Any]:
     return out
 
 
+def _used(coll: Collectives) -> int:
+    """Chunks of its peer's this rank consumed through the ring so far (-1: no ring)."""
+    got = coll.transport._ring
+    return -1 if got is None else int(got.state[1])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [1, CHUNK32 - 1, CHUNK32, 3 * CHUNK32 + 5, BIG])
-def test_every_mode_gives_numpys_bits_in_rank_order(n: int, dtype: Any) -> None:
+def test_the_exchange_gives_numpys_sum_in_rank_order(n: int, dtype: Any) -> None:
     pair = _pair()
     try:
         mine = [_data(r, n, dtype) for r in (0, 1)]
-        w0 = [_data(10 + r, n, dtype) for r in (0, 1)]
-        lr = dtype(0.37)
 
         def rank(r: int) -> Any:
-            w = w0[r].copy()
-            summed, theirs = np.empty(n, dtype), np.empty(n, dtype)
-            never = lambda: None
-            deadline = time.monotonic() + 30
-            k = ring.kernels()
-            ring.exchange(pair[r], k.UPDATE, mine[r], w, lr, never, deadline, "t")
-            ring.exchange(pair[r], k.SUM, mine[r], summed, 0, never, deadline, "t")
-            ring.exchange(pair[r], k.GATHER, mine[r], theirs, 0, never, deadline, "t")
-            return w, summed, theirs
+            outs = []
+            for _ in range(2):  # twice: the counters go on from where they were
+                out = np.empty(n, dtype)
+                ring.exchange(pair[r], mine[r], out, lambda: None, time.monotonic() + 30, "t")
+                outs.append(out)
+            return outs
 
         results = _both(rank)
         total = np.add(mine[0], mine[1])  # the all-gather-reduce's sum: float adds in rank order
-        for r, res in enumerate(results):
+        for res in results:
             assert not isinstance(res, BaseException), res
-            w, summed, theirs = res
-            assert np.array_equal(w, w0[r] - total * lr)  # v - sum * lr: two roundings, as NumPy's two ufuncs
-            assert np.array_equal(summed, total)
-            assert np.array_equal(theirs, mine[1 - r])
+            for out in res:
+                assert np.array_equal(out, total)
         chunks = -(-n // (ring.CHUNK_BYTES // np.dtype(dtype).itemsize))
-        assert [int(x) for x in pair[0].state] == [3 * chunks, 3 * chunks]  # cumulative over the 3 exchanges
+        assert [int(x) for x in pair[0].state] == [2 * chunks, 2 * chunks]  # cumulative over both
     finally:
         for p in pair:
             p.close()
@@ -100,16 +100,15 @@ def test_a_wait_in_the_ring_ends_at_the_deadline_or_at_once_on_an_abort() -> Non
     pair = _pair()
     try:
         a = _data(0, 3 * CHUNK32)
-        k = ring.kernels()
         t0 = time.monotonic()
         with pytest.raises(CollectiveTimeoutError, match="timed out in the middle of its exchange with replica 1"):
-            ring.exchange(pair[0], k.SUM, a, np.empty_like(a), 0, lambda: None, time.monotonic() + 0.3, "all_reduce #1")
+            ring.exchange(pair[0], a, np.empty_like(a), lambda: None, time.monotonic() + 0.3, "all_reduce #1")
         assert time.monotonic() - t0 < 5
         assert pair[0].broken  # half-way: its hellos say so from now on
         assert not ring.read_hello(ring.hello(pair[0], b""))[0]
         t0 = time.monotonic()
         with pytest.raises(CollectiveAbortedError, match="all_reduce #2 was aborted: replica 0 failed"):
-            ring.exchange(pair[1], k.SUM, a, np.empty_like(a), 0, lambda: "replica 0 failed", t0 + 60, "all_reduce #2")
+            ring.exchange(pair[1], a, np.empty_like(a), lambda: "replica 0 failed", t0 + 60, "all_reduce #2")
         assert time.monotonic() - t0 < 5
         assert pair[1].broken
     finally:
@@ -117,38 +116,23 @@ def test_a_wait_in_the_ring_ends_at_the_deadline_or_at_once_on_an_abort() -> Non
             p.close()
 
 
-def _gathering_consumer(seen: list[np.ndarray]) -> Any:
-    def consume(i: int, parts: Any) -> bool:
-        seen.append(np.add(parts[0], parts[1]))  # a consumer that reads every rank's array
-        return i == 0  # the first used up, the second declined: it comes back reduced
-
-    return consume
-
-
-def test_a_pair_uses_the_ring_from_its_second_large_all_reduce_with_the_same_results() -> None:
+@pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.MEAN])
+def test_a_pair_uses_the_ring_from_its_second_large_all_reduce_with_the_same_bits(op: ReduceOp) -> None:
     def body(rank: int, coll: Collectives) -> Any:
         out = []
         for call in range(3):
-            seen: list[np.ndarray] = []
-            arrays = [_data(rank + 10 * call, BIG), _data(rank + 10 * call + 5, BIG)]
-            got = coll.all_reduce_consumed(1, call + 1, arrays, ReduceOp.SUM, "t", _gathering_consumer(seen))
-            used = coll.transport._ring is not None and int(coll.transport._ring.state[1])
-            out.append((got, seen, used))
+            got = coll.all_reduce(1, call + 1, [_data(rank + call, BIG), _data(rank + call, 3)], op, "t")
+            out.append((got, _used(coll)))
         return out
 
-    results = run_threads(shm_group(2), body, algorithm=AG, timeout=30)
-    for res in results:
+    for res in run_threads(shm_group(2), body, algorithm=AG, timeout=30):
         assert not isinstance(res, BaseException), res
-        chunks = []
-        for call, (got, seen, used) in enumerate(res):
-            first = np.add(_data(10 * call, BIG), _data(1 + 10 * call, BIG))
-            second = np.add(_data(10 * call + 5, BIG), _data(1 + 10 * call + 5, BIG))
-            assert got[0] is None
-            assert np.array_equal(got[1], second)
-            assert [np.array_equal(s, e) for s, e in zip(seen, [first, second], strict=True)] == [True, True]
-            chunks.append(used)
-        per_call = 2 * -(-BIG // CHUNK32)
-        assert chunks[1:] == [per_call, 2 * per_call]  # the first maps the ring, the next two use it
+        for call, (got, _) in enumerate(res):
+            for i, n in enumerate([BIG, 3]):
+                want = _reduce_owned([_data(call, n), _data(1 + call, n)], op)  # the all-gather-reduce's
+                assert got[i].dtype == want.dtype and np.array_equal(got[i], want), (call, i)
+        per_call = -(-BIG // CHUNK32) + 1  # the large array's chunks, and the small one's
+        assert [used for _, used in res] == [0, per_call, 2 * per_call]  # the first maps the ring
 
 
 def test_ranks_that_disagree_about_the_ring_meet_in_the_all_gather_reduce(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,10 +141,7 @@ def test_ranks_that_disagree_about_the_ring_meet_in_the_all_gather_reduce(monkey
     monkeypatch.setattr(ring, "ring_eligible", lambda t, w, a: t.rank != 1 and real(t, w, a))
 
     def body(rank: int, coll: Collectives) -> Any:
-        return [
-            coll.all_reduce_consumed(1, call + 1, [_data(rank + call, BIG)], ReduceOp.SUM, "t", lambda i, p: False)
-            for call in range(3)
-        ]
+        return [coll.all_reduce(1, call + 1, [_data(rank + call, BIG)], ReduceOp.SUM, "t") for call in range(3)]
 
     for res in run_threads(shm_group(2), body, algorithm=AG, timeout=30):
         assert not isinstance(res, BaseException), res
@@ -174,10 +155,8 @@ def test_a_broken_ring_is_not_used_again_and_the_pair_goes_on() -> None:
         for call in range(4):
             if call == 2 and rank == 1:
                 coll.transport._ring.broken = True  # as after an exchange stopped half-way
-            got = coll.all_reduce_consumed(
-                1, call + 1, [_data(rank + call, BIG)], ReduceOp.SUM, "t", lambda i, p: False
-            )
-            out.append((got[0], int(coll.transport._ring.state[1])))
+            got = coll.all_reduce(1, call + 1, [_data(rank + call, BIG)], ReduceOp.SUM, "t")
+            out.append((got[0], _used(coll)))
         return out
 
     for res in run_threads(shm_group(2), body, algorithm=AG, timeout=30):
@@ -190,14 +169,36 @@ def test_a_broken_ring_is_not_used_again_and_the_pair_goes_on() -> None:
 
 def test_a_batch_mismatch_fails_both_ranks_as_before() -> None:
     def body(rank: int, coll: Collectives) -> Any:
-        coll.all_reduce_consumed(1, 1, [_data(rank, BIG)], ReduceOp.SUM, "t", lambda i, p: False)  # maps the ring
+        coll.all_reduce(1, 1, [_data(rank, BIG)], ReduceOp.SUM, "t")  # maps the ring
         n = BIG if rank == 0 else BIG + 1
-        return coll.all_reduce_consumed(1, 2, [_data(rank, n)], ReduceOp.SUM, "all_reduce #2", lambda i, p: False)
+        return coll.all_reduce(1, 2, [_data(rank, n)], ReduceOp.SUM, "all_reduce #2")
 
-    results = run_threads(shm_group(2), body, algorithm=AG, timeout=30)
-    for res in results:
+    for res in run_threads(shm_group(2), body, algorithm=AG, timeout=30):
         assert isinstance(res, ReplicaMismatchError), res
         assert f"({BIG},)" in str(res) and f"({BIG + 1},)" in str(res)
+
+
+def test_different_reduce_ops_fail_both_ranks_through_the_hellos() -> None:
+    def body(rank: int, coll: Collectives) -> Any:
+        coll.all_reduce(1, 1, [_data(rank, BIG)], ReduceOp.SUM, "t")  # maps the ring
+        return coll.all_reduce(1, 2, [_data(rank, BIG)], ReduceOp.SUM if rank == 0 else ReduceOp.MEAN, "t")
+
+    for res in run_threads(shm_group(2), body, algorithm=AG, timeout=30):
+        assert isinstance(res, ReplicaMismatchError) and "different reduce ops" in str(res), res
+
+
+def test_the_optimizers_consumed_all_reduce_never_takes_the_ring() -> None:
+    """Its consumer updates a copy as the sum is made: through the ring that would not be all or nothing."""
+
+    def body(rank: int, coll: Collectives) -> Any:
+        seen = []
+        for call in range(3):
+            arrays = [_data(rank + call, CONSUME_MIN_BYTES // 4)]
+            coll.all_reduce_consumed(1, call + 1, arrays, ReduceOp.SUM, "t", lambda i, p: bool(seen.append(len(p))))
+        return seen, _used(coll)
+
+    for res in run_threads(shm_group(2), body, algorithm=AG, timeout=30):
+        assert res == ([2, 2, 2], -1)  # every rank's array each time (the all-gather-reduce's), and no ring made
 
 
 def test_hello_round_trip() -> None:
@@ -236,33 +237,3 @@ def test_a_replaced_peer_gets_a_new_ring() -> None:
     finally:
         for t in group:
             t.close()
-
-
-@pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.MEAN])
-def test_all_reduce_of_a_large_batch_goes_through_the_ring_with_the_same_bits(op: ReduceOp) -> None:
-    from interdist.collectives.reducing import _reduce_owned
-
-    def body(rank: int, coll: Collectives) -> Any:
-        out = []
-        for call in range(3):
-            got = coll.all_reduce(1, call + 1, [_data(rank + call, BIG), _data(rank + call, 3)], op, "t")
-            out.append((got, int(coll.transport._ring.state[1]) if coll.transport._ring is not None else -1))
-        return out
-
-    for res in run_threads(shm_group(2), body, algorithm=AG, timeout=30):
-        assert not isinstance(res, BaseException), res
-        for call, (got, _) in enumerate(res):
-            for i, (n, dt) in enumerate([(BIG, np.float32), (3, np.float32)]):
-                want = _reduce_owned([_data(call, n, dt), _data(1 + call, n, dt)], op)
-                assert got[i].dtype == want.dtype and np.array_equal(got[i], want), (call, i)
-        per_call = -(-BIG // CHUNK32) + 1  # the float32 array's chunks, and the small one's
-        assert [used for _, used in res][1:] == [per_call, 2 * per_call]
-
-
-def test_different_reduce_ops_fail_both_ranks_through_the_hellos() -> None:
-    def body(rank: int, coll: Collectives) -> Any:
-        coll.all_reduce(1, 1, [_data(rank, BIG)], ReduceOp.SUM, "t")  # maps the ring
-        return coll.all_reduce(1, 2, [_data(rank, BIG)], ReduceOp.SUM if rank == 0 else ReduceOp.MEAN, "t")
-
-    for res in run_threads(shm_group(2), body, algorithm=AG, timeout=30):
-        assert isinstance(res, ReplicaMismatchError) and "different reduce ops" in str(res), res
