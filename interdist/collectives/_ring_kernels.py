@@ -69,6 +69,20 @@ def _copy(dst: Any, src: Any) -> None:
 
 
 @njit(nogil=True, boundscheck=False, inline="always", cache=True)
+def _wait_for(ctr: Any, word: int, at_least: int, max_spins: int) -> bool:
+    """Spin until counter ``word`` reaches ``at_least`` (yielding the core every 64 looks): False after
+    ``max_spins`` looks without it."""
+    spins = 0
+    while _load_acquire(ctr, word) < at_least:
+        spins += 1
+        if spins % 64 == 0:
+            _sched_yield()
+        if spins > max_spins:
+            return False
+    return True
+
+
+@njit(nogil=True, boundscheck=False, inline="always", cache=True)
 def _add(a: Any, b: Any, out: Any) -> None:
     for j in range(a.size):
         out[j] = a[j] + b[j]
@@ -104,28 +118,18 @@ def exchange(
         lo = i * chunk
         m = min(chunk, size - lo)
         if head - base <= i:  # this rank's chunk i is not published yet
-            spins = 0
-            while head - _load_acquire(ctr, TAIL[me]) >= slots:  # the peer has not freed a slot
-                spins += 1
-                if spins % 64 == 0:
-                    _sched_yield()
-                if spins > max_spins:
-                    state[0] = head
-                    state[1] = consumed
-                    return i
+            if not _wait_for(ctr, TAIL[me], head - slots + 1, max_spins):  # the peer frees a slot
+                state[0] = head
+                state[1] = consumed
+                return i
             at = (head % slots) * chunk
             _copy(ring_me[at : at + m], mine[lo : lo + m])
             head += 1
             _store_release(ctr, HEAD[me], head)
-        spins = 0
-        while _load_acquire(ctr, HEAD[pe]) <= consumed:  # the peer's chunk i has not come
-            spins += 1
-            if spins % 64 == 0:
-                _sched_yield()
-            if spins > max_spins:
-                state[0] = head
-                state[1] = consumed
-                return i
+        if not _wait_for(ctr, HEAD[pe], consumed + 1, max_spins):  # the peer's chunk i comes
+            state[0] = head
+            state[1] = consumed
+            return i
         at = (consumed % slots) * chunk
         theirs = ring_pe[at : at + m]
         if rank == 0:

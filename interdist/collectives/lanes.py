@@ -29,15 +29,13 @@ are used on x86-64 only. A receiver blocked with lanes still looks at them every
 from __future__ import annotations
 
 import contextlib
-import os
 import platform
-import secrets
 import struct
 import threading
 from multiprocessing import shared_memory
 from typing import Any
 
-from interdist.collectives.segments import PREFIX, _close, _unlink, _untracked, shm_available
+from interdist.collectives.segments import _close, _unlink, attach_pair_segment, create_pair_segment, shm_available
 
 #: Steps no collective has (they are below every mailbox's floor): a channel packet of ``NUDGE_STEP``
 #: only wakes its reader; one of ``OFFER_STEP`` hands it the sender's lane (the header: its name).
@@ -90,24 +88,14 @@ class Lane:
     @classmethod
     def create(cls) -> Lane | None:
         """A new lane (``None`` when no segment can be made here)."""
-        try:
-            shm = shared_memory.SharedMemory(
-                name=f"{PREFIX}{os.getpid()}-lane-{secrets.token_hex(6)}", create=True, size=SIZE
-            )
-        except (OSError, ValueError):
-            return None
-        return cls(_untracked(shm))
+        shm = create_pair_segment("lane", SIZE)
+        return None if shm is None else cls(shm)
 
     @classmethod
     def attach(cls, name: str) -> Lane | None:
         """The receiver's side of the lane ``name`` (``None`` when it cannot be mapped from here)."""
-        try:
-            shm = _untracked(shared_memory.SharedMemory(name=name))
-        except (OSError, ValueError):
-            return None
-        _unlink(shm)  # its only reader mapped it: the name goes, the memory stays while mapped
-        if shm.size < SIZE:
-            _close(shm)
+        shm = attach_pair_segment(name, SIZE)  # (its only reader mapped it: the name goes)
+        if shm is None:
             return None
         lane = cls(shm)
         lane.words[_ATTACHED] = 1

@@ -38,8 +38,6 @@ is not used again by this rank (its hellos say so, and the peer's path falls bac
 from __future__ import annotations
 
 import functools
-import os
-import secrets
 import struct
 import time
 from multiprocessing import shared_memory
@@ -48,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from interdist import _jit, config
-from interdist.collectives.segments import PREFIX, _close, _unlink, _untracked, shm_available
+from interdist.collectives.segments import _close, _unlink, attach_pair_segment, create_pair_segment, shm_available
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError
 
 #: Bytes of one chunk (a slot of the ring). Measured with two plain processes running a C prototype of the
@@ -113,25 +111,13 @@ class Ring:
 
     @classmethod
     def create(cls) -> Ring | None:
-        try:
-            shm = shared_memory.SharedMemory(
-                name=f"{PREFIX}{os.getpid()}-ring-{secrets.token_hex(6)}", create=True, size=SIZE
-            )
-        except (OSError, ValueError):
-            return None
-        return cls(_untracked(shm), 0)
+        shm = create_pair_segment("ring", SIZE)
+        return None if shm is None else cls(shm, 0)
 
     @classmethod
     def attach(cls, name: str) -> Ring | None:
-        try:
-            shm = _untracked(shared_memory.SharedMemory(name=name))
-        except (OSError, ValueError):
-            return None
-        _unlink(shm)  # its other user made it: the name goes, the memory stays while mapped
-        if shm.size < SIZE:
-            _close(shm)
-            return None
-        return cls(shm, 1)
+        shm = attach_pair_segment(name, SIZE)  # (its other user made it: the name goes)
+        return None if shm is None else cls(shm, 1)
 
     def rings(self, dtype: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray]:
         """(this rank's ring, the peer's), as ``dtype``."""

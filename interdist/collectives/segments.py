@@ -9,6 +9,7 @@ process killed before it handed one over are removed by the next transport made 
 from __future__ import annotations
 
 import os
+import secrets
 from multiprocessing import resource_tracker, shared_memory
 
 try:  # POSIX: unlink a segment by name without the resource tracker (_untracked)
@@ -46,6 +47,33 @@ def _unlink(shm: shared_memory.SharedMemory) -> None:
         _posixshmem.shm_unlink(shm._name)  # type: ignore[attr-defined]
     except FileNotFoundError:  # already gone (the other side removed it)
         pass
+
+
+def create_pair_segment(kind: str, size: int) -> shared_memory.SharedMemory | None:
+    """A new segment of ``size`` bytes for one peer to map (a lane, a ring), named after this process; ``None``
+    when none can be made here."""
+    try:
+        shm = shared_memory.SharedMemory(
+            name=f"{PREFIX}{os.getpid()}-{kind}-{secrets.token_hex(6)}", create=True, size=size
+        )
+    except (OSError, ValueError):
+        return None
+    return _untracked(shm)
+
+
+def attach_pair_segment(name: str, size: int) -> shared_memory.SharedMemory | None:
+    """Map the segment ``name`` its maker named to this process, and unlink the name (its only other user
+    mapped it: the memory stays while mapped); ``None`` when it cannot be mapped from here or is smaller than
+    ``size``."""
+    try:
+        shm = _untracked(shared_memory.SharedMemory(name=name))
+    except (OSError, ValueError):
+        return None
+    _unlink(shm)
+    if shm.size < size:
+        _close(shm)
+        return None
+    return shm
 
 
 def sweep_stale() -> None:
