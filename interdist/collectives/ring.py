@@ -180,7 +180,9 @@ def exchange(ring: Ring, mine: np.ndarray, out: np.ndarray, aborted: Any, deadli
 
 def ring_eligible(transport: Any, world_size: int, arrays: list[np.ndarray]) -> bool:
     """Whether this rank offers a ring for this batch (the peer may not: the hellos settle it)."""
-    if world_size != 2 or not hasattr(transport, "pair_ring") or not enabled() or unavailable_reason():
+    if world_size != 2 or not hasattr(transport, "ring_possible") or not enabled() or unavailable_reason():
+        return False
+    if not transport.ring_possible():  # (another host, shared memory off, a broken ring: no hello at all)
         return False
     if sum(a.nbytes for a in arrays) < MIN_BYTES:
         return False

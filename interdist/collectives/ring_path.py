@@ -38,14 +38,22 @@ class PairRing:
         _ring_peer: str
         _ring_failed: bool
 
+    def ring_possible(self) -> bool:
+        """Whether this rank offers a ring at all (a hello costs a message round): two replicas, its peer on this
+        host, shared memory on, and no ring of this peer's left broken (a replaced peer gets a new one)."""
+        if self.world_size != 2 or self._closed or self.threshold < 0 or not self.is_local(1 - self.rank):
+            return False
+        ring = self._ring
+        if ring is not None and ring.broken and self._ring_peer == self.inner.peer_id(1 - self.rank):
+            return False
+        return not (self.rank == 0 and self._ring_failed)
+
     def pair_ring(self) -> Ring | None:
         """The ring this rank shares with its one peer on this host, for its hello: rank 0 makes it the first
         time; rank 1 has one once it mapped the one rank 0 named (``attach_ring``). None: none (yet)."""
-        if self.world_size != 2 or self._closed or self.threshold < 0:
+        if not self.ring_possible():
             return None
         peer = 1 - self.rank
-        if not self.is_local(peer):
-            return None
         peer_id = self.inner.peer_id(peer)
         with self._lock:
             if self._ring is not None and self._ring_peer != peer_id:

@@ -237,3 +237,31 @@ def test_a_replaced_peer_gets_a_new_ring() -> None:
     finally:
         for t in group:
             t.close()
+
+
+def test_no_hello_where_no_ring_can_be() -> None:
+    """A peer on another host, shared memory off, or a ring of this peer's left broken: no hello (a message
+    round for nothing); a replaced peer gets one again."""
+    from interdist.collectives.local import local_group
+    from interdist.collectives.shared_memory import SharedMemoryTransport
+
+    far = [SharedMemoryTransport(t, is_local=lambda d: False, threshold=1024) for t in local_group(2)]
+    off = [SharedMemoryTransport(t, threshold=-1) for t in local_group(2)]
+    group = shm_group(2)
+    try:
+        batch = [np.zeros(BIG, np.float32)]
+        assert not ring.ring_eligible(far[0], 2, batch)
+        assert not ring.ring_eligible(off[0], 2, batch)
+        assert ring.ring_eligible(group[0], 2, batch)
+        assert not ring.ring_eligible(group[0], 2, [np.zeros(BIG, np.int64)])  # (floats only)
+        ids = {1: "worker-a"}
+        group[0].inner.peer_id = lambda dst: ids.get(dst, str(dst))  # type: ignore[method-assign]
+        made = group[0].pair_ring()
+        assert made is not None
+        made.broken = True
+        assert not ring.ring_eligible(group[0], 2, batch)
+        ids[1] = "worker-b"
+        assert ring.ring_eligible(group[0], 2, batch)
+    finally:
+        for t in far + off + group:
+            t.close()
