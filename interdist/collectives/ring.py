@@ -180,11 +180,9 @@ def exchange(ring: Ring, mine: np.ndarray, out: np.ndarray, aborted: Any, deadli
 
 def ring_eligible(transport: Any, world_size: int, arrays: list[np.ndarray]) -> bool:
     """Whether this rank offers a ring for this batch (the peer may not: the hellos settle it)."""
-    if world_size != 2 or not hasattr(transport, "ring_possible") or not enabled() or unavailable_reason():
-        return False
-    if not transport.ring_possible():  # (another host, shared memory off, a broken ring: no hello at all)
-        return False
-    if sum(a.nbytes for a in arrays) < MIN_BYTES:
-        return False
+    if world_size != 2 or sum(a.nbytes for a in arrays) < MIN_BYTES or not hasattr(transport, "ring_possible"):
+        return False  # (the cheap tests first: numba is imported by the first batch that passes them)
+    if not enabled() or unavailable_reason() or not transport.ring_possible():
+        return False  # (no numba, the ring turned off, another host, shared memory off, a broken ring: no hello)
     first = arrays[0].dtype
     return first.name in DTYPES and all(a.dtype == first and a.flags.c_contiguous for a in arrays)

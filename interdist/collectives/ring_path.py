@@ -127,8 +127,8 @@ class RingMixin:
         transport = self.transport
         peer = 1 - self.rank
         mine = transport.pair_ring()
-        if mine is not None and mine.state[0] == 0 and mine.state[1] == 0:
-            kernels()  # compiled (or loaded) before the hello, not while the peer waits in the ring
+        if mine is not None:
+            kernels()  # compiled (or loaded) before the hello, not while the peer waits in the ring (cached after)
         sent = hello(mine, layout.description)
         transport.send_packet([peer], step, seq, Packet(sent), detached=True)
         got, wait = self._take(step, seq, [peer], what)
@@ -142,10 +142,9 @@ class RingMixin:
             meta = (list(shapes), [a.dtype.str for a in arrays], op.value)
             self._check(meta, {peer: (list(theirs.shapes), list(theirs.strs), theirs.op)})
             raise ReplicaMismatchError(f"{what}: the replicas' batches differ")  # pragma: no cover - _check raised
-        my_usable, my_name, _ = read_hello(sent)
-        if self.rank == 1 and usable and name != my_name:
+        if self.rank == 1 and usable and (mine is None or name != mine.name):
             transport.attach_ring(name)  # rank 0's ring: from the next one on
-        if not (usable and my_usable and name == my_name and mine is not None):
+        if mine is None or mine.broken or not usable or name != mine.name:  # (what the two hellos said)
             return self._all_gather_reduce(step, -seq, arrays, shapes, op, what, t0=t0, waited=wait)
         deadline = time.monotonic() + self.timeout()
         aborted = functools.partial(transport.mailbox.aborted, step)
