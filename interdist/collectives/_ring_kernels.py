@@ -88,6 +88,15 @@ def _add(a: Any, b: Any, out: Any) -> None:
         out[j] = a[j] + b[j]
 
 
+@njit(nogil=True, boundscheck=False, inline="always", cache=True)
+def _add_sub_scaled(a: Any, b: Any, w: Any, lr: Any, out: Any) -> None:
+    # _update_kernels.sub_sum_scaled's operations (the same bits), written to ``out`` rather than ``w``
+    for j in range(a.size):
+        t = a[j] + b[j]
+        t = t * lr
+        out[j] = w[j] - t
+
+
 @njit(nogil=True, boundscheck=False, cache=True)
 def exchange(
     mine: Any,
@@ -101,12 +110,15 @@ def exchange(
     slots: int,
     rank: int,
     max_spins: int,
+    w: Any,
+    lr: Any,
 ) -> int:
     """Sum ``mine`` (this rank's array, flat) and the peer's into ``out`` (flat, ``mine``'s size), chunk by chunk,
     from where ``state`` (chunks this rank published, chunks of the peer's it consumed; cumulative) says it is,
-    ``base`` being the count at this array's start. Returns the chunks of this array consumed so far: all of
-    them (done), or fewer when a wait went on for ``max_spins`` looks (the caller checks for an abort and calls
-    again)."""
+    ``base`` being the count at this array's start. With ``w`` (flat, ``mine``'s size; else an empty array)
+    ``out`` gets ``w - sum * lr`` instead, an SGD step's new copy, the sum never written. Returns the chunks of
+    this array consumed so far: all of them (done), or fewer when a wait went on for ``max_spins`` looks (the
+    caller checks for an abort and calls again)."""
     size = mine.size
     n = (size + chunk - 1) // chunk
     me = rank
@@ -132,10 +144,15 @@ def exchange(
             return i
         at = (consumed % slots) * chunk
         theirs = ring_pe[at : at + m]
-        if rank == 0:
-            _add(mine[lo : lo + m], theirs, out[lo : lo + m])
+        if w.size == 0:
+            if rank == 0:
+                _add(mine[lo : lo + m], theirs, out[lo : lo + m])
+            else:
+                _add(theirs, mine[lo : lo + m], out[lo : lo + m])
+        elif rank == 0:
+            _add_sub_scaled(mine[lo : lo + m], theirs, w[lo : lo + m], lr, out[lo : lo + m])
         else:
-            _add(theirs, mine[lo : lo + m], out[lo : lo + m])
+            _add_sub_scaled(theirs, mine[lo : lo + m], w[lo : lo + m], lr, out[lo : lo + m])
         consumed += 1
         _store_release(ctr, TAIL[pe], consumed)
     state[0] = head

@@ -328,15 +328,19 @@ class Collectives(TwoRoundMixin, RingMixin):
         ``i`` is None) or False (then the result's ``i`` is the reduced array, as ``all_reduce`` gives it).
         Where all-gather-reduce runs, after every rank's batch was found to agree (so a mismatch still fails
         every rank before anything is consumed); where reduce-broadcast runs, on the ranks other than the
-        root, with ``parts`` the root's sum alone (a view of its packet). None (nothing sent) anywhere
-        else: the caller takes ``all_reduce``."""
+        root, with ``parts`` the root's sum alone (a view of its packet). Where the ring of two replicas
+        runs (``ring.py``), ``consume.ring_update(i, array)`` (if it has one) offers a ``ring.RingUpdate``
+        instead, committed once the whole batch went through (result ``i`` None), or None (result ``i`` the
+        sum). None (nothing sent) anywhere else: the caller takes ``all_reduce``."""
         if self.world_size < 2 or op is not ReduceOp.SUM or any(type(a) is not np.ndarray for a in arrays):
             return None  # (a consumer is given the parts of a sum: a MEAN's division would be its own)
         if sum(a.nbytes for a in arrays) < CONSUME_MIN_BYTES:
             return None  # the small path's, or not worth it
         algorithm = self.algorithm if self.algorithm != AUTO else self.choose(sum(a.size for a in arrays))
         shapes = [a.shape for a in arrays]
-        if algorithm == AG:  # (never through the ring: its updates would not be all or nothing, ring.py)
+        if algorithm == AG:
+            if ring.ring_eligible(self.transport, self.world_size, arrays):  # (updates into new copies: ring.py)
+                return self._ring_all_reduce(step, seq, arrays, shapes, op, what, consume)
             return self._all_gather_reduce(step, seq, arrays, shapes, op, what, consume)
         if algorithm == RB:  # the ranks other than the root: the root's sum, read where it sent it
             return self._reduce_broadcast(step, seq, arrays, shapes, op, what, consume)

@@ -9,13 +9,14 @@ numba): the ring stays in the caches and no copy of the whole array is made. A 4
 took 0.65-1.09 ms against 1.95 before (docs/performance.md, "The sixth run").
 
 It serves ``all_reduce`` (SUM and MEAN: the MEAN's division after the sum, as the all-gather-reduce does), whose
-results are new arrays: a ring that stops half-way (the peer died) leaves nothing of the step anywhere. The
-optimizers' consumed all-reduce (``Collectives.all_reduce_consumed``) does not use it: there each replica
-updates its copy with the sum as the sum is made, and through a ring of a few chunks that would update part of
-a copy before the peer's last chunk is known to come. Keeping every copy all or nothing then takes a backup of
-the copy as it is updated, a write as large as the all-gather-reduce's copy; measured, the ring with that
-backup was no faster than the all-gather-reduce (with its compiled update: ``replica/_update_kernels.py``),
-so that path stays the all-gather-reduce, whose update starts only once every contribution has come.
+results are new arrays: a ring that stops half-way (the peer died) leaves nothing of the step anywhere. It also
+serves the optimizers' consumed all-reduce (``Collectives.all_reduce_consumed``), where the all-gather-reduce
+updates each copy in place as the sum is made, once every contribution has come. A ring of a few chunks cannot
+wait for that, so there the consumer offers a ``RingUpdate``: SGD's step, ``w - sum * lr``, written into a new
+array as the sum comes, made the copy (``commit``) only once every array of the batch went through; a peer that
+dies half-way leaves every copy as it was. Updating the copy in place as the sum came would tear it; keeping a
+backup of it as it went cost as much as the ring saved (docs/performance.md, "The sixth run"); the new array a
+step costs no more than the in-place write ("The seventh run").
 
 What it takes: two replicas in the group, on one host (the shared-memory transport's local peer), numba
 (the ``fast`` extra; without it the all-gather-reduce runs as before), a float32 or float64 batch of
@@ -40,8 +41,9 @@ from __future__ import annotations
 import functools
 import struct
 import time
+from collections.abc import Callable
 from multiprocessing import shared_memory
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -71,6 +73,17 @@ RING_ALGORITHM = "all-gather-reduce"
 HELLO = b"RNG1"
 _HELLO_HEAD = struct.Struct("<4sBH")  # magic, usable (0/1), length of the ring's name; then the name, the description
 DTYPES = ("float32", "float64")
+
+
+class RingUpdate(NamedTuple):
+    """What a consumer of an all-reduce (``Collectives.all_reduce_consumed``) offers the ring: SGD's step of a
+    copy, ``out = w - sum * lr``, computed as the sum comes; ``commit()`` makes ``out`` the copy once every
+    array of the batch went through (nothing is committed when the ring stops half-way: all or nothing)."""
+
+    w: np.ndarray
+    lr: Any
+    out: np.ndarray
+    commit: Callable[[], None]
 
 
 def enabled() -> bool:
@@ -148,12 +161,22 @@ def read_hello(header: bytes) -> tuple[bool, str, bytes]:
     return bool(usable), bytes(header[at : at + n]).decode(), bytes(header[at + n :])
 
 
-def exchange(ring: Ring, mine: np.ndarray, out: np.ndarray, aborted: Any, deadline: float, what: str) -> None:
-    """``out = a0 + a1`` (in rank order): ``mine`` summed with the peer's array of the same size through ``ring``.
-    ``aborted()`` is the step's abort reason or None; a wait past ``deadline`` (``time.monotonic``) raises
-    ``CollectiveTimeoutError``."""
+def exchange(
+    ring: Ring,
+    mine: np.ndarray,
+    out: np.ndarray,
+    aborted: Any,
+    deadline: float,
+    what: str,
+    update: tuple[np.ndarray, Any] | None = None,
+) -> None:
+    """``out = a0 + a1`` (in rank order): ``mine`` summed with the peer's array of the same size through ``ring``;
+    with ``update = (w, lr)``, ``out = w - (a0 + a1) * lr`` instead (``w``: ``mine``'s size and dtype, ``lr``
+    that dtype's scalar), the sum never written whole. ``aborted()`` is the step's abort reason or None; a wait
+    past ``deadline`` (``time.monotonic``) raises ``CollectiveTimeoutError``."""
     k = kernels()
     flat, target = mine.reshape(-1), out.reshape(-1)
+    w, lr = (update[0].reshape(-1), update[1]) if update is not None else (flat[:0], flat.dtype.type(0))
     ring_me, ring_pe = ring.rings(flat.dtype)
     chunk = CHUNK_BYTES // flat.itemsize
     n = -(-flat.size // chunk)
@@ -161,7 +184,19 @@ def exchange(ring: Ring, mine: np.ndarray, out: np.ndarray, aborted: Any, deadli
     try:
         while True:
             done = k.exchange(
-                flat, target, ring_me, ring_pe, ring.counters, ring.state, base, chunk, SLOTS, ring.rank, SPIN_SLICE
+                flat,
+                target,
+                ring_me,
+                ring_pe,
+                ring.counters,
+                ring.state,
+                base,
+                chunk,
+                SLOTS,
+                ring.rank,
+                SPIN_SLICE,
+                w,
+                lr,
             )
             if done >= n:
                 return

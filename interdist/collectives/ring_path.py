@@ -117,9 +117,14 @@ class RingMixin:
         shapes: list[tuple[int, ...]],
         op: Any,
         what: str,
+        consume: Any = None,
     ) -> list[Any]:
         """The all-reduce (SUM or MEAN) of two replicas on one host: a hello each, then the ring when both offered
-        the same one, else the all-gather-reduce (its contributions under ``-seq``: the hellos took ``seq``)."""
+        the same one, else the all-gather-reduce (its contributions under ``-seq``: the hellos took ``seq``).
+
+        ``consume`` (``all_reduce_consumed``'s, SUM only): the all-gather-reduce passes it its parts; the ring
+        asks its ``ring_update(i, array)`` for a ``RingUpdate`` (None: that array's sum is returned) and
+        returns None at each array it updated, committed only once the whole batch went through."""
         t0 = time.perf_counter()
         layout = frame_layout(arrays, op.value)
         if layout is None:  # (eligible batches are framed: float32/float64 NumPy arrays)
@@ -134,7 +139,7 @@ class RingMixin:
         got, wait = self._take(step, seq, [peer], what)
         header = got[peer].header
         if not is_hello(header):  # the peer sent its contribution (it offers no ring): all-gather-reduce
-            return self._all_gather_reduce(step, seq, arrays, shapes, op, what, got=got, t0=t0, waited=wait)
+            return self._all_gather_reduce(step, seq, arrays, shapes, op, what, consume, got=got, t0=t0, waited=wait)
         self._release(got)
         usable, name, description = read_hello(header)
         if description != layout.description:  # the same error on both ranks, as the all-gather-reduce's
@@ -145,15 +150,25 @@ class RingMixin:
         if self.rank == 1 and usable and (mine is None or name != mine.name):
             transport.attach_ring(name)  # rank 0's ring: from the next one on
         if mine is None or mine.broken or not usable or name != mine.name:  # (what the two hellos said)
-            return self._all_gather_reduce(step, -seq, arrays, shapes, op, what, t0=t0, waited=wait)
+            return self._all_gather_reduce(step, -seq, arrays, shapes, op, what, consume, t0=t0, waited=wait)
         deadline = time.monotonic() + self.timeout()
         aborted = functools.partial(transport.mailbox.aborted, step)
         out: list[Any] = []
-        for a in arrays:
+        commits = []
+        offer = getattr(consume, "ring_update", None)
+        for i, a in enumerate(arrays):
+            update = offer(i, a) if offer is not None else None
+            if update is not None:
+                exchange(mine, a, update.out, aborted, deadline, what, (update.w, update.lr))
+                commits.append(update.commit)
+                out.append(None)
+                continue
             summed = np.empty_like(a)
             exchange(mine, a, summed, aborted, deadline, what)
             if op is ReduceOp.MEAN:  # as _reduce_owned's: the float sum divided in its dtype
                 np.true_divide(summed, np.asarray(2, dtype=summed.dtype), out=summed)
             out.append(summed)
+        for commit in commits:  # every array went through: the new copies, all at once
+            commit()
         self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, sum(a.nbytes for a in arrays), RING_ALGORITHM)
         return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pickle
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -193,6 +194,28 @@ class Optimizer:
             return False
         slots["iterations"] = step
         return True
+
+    def _ring_update(self, var: Any, grad: Any) -> Any | None:
+        """``_update_one(var, <the sum of every replica's grad>)`` as a two replicas' ring all-reduce can make it,
+        the update written as the sum comes into a new copy swapped in once the batch went through
+        (``ring.RingUpdate``), where the subclass can (``_ring_target``); None: the sum is made and
+        ``_update_one`` runs."""
+        if type(self)._ring_target is Optimizer._ring_target:
+            return None
+        if not getattr(var, "_applies_updates", True) or isinstance(var, PSVariable):
+            return None
+        slots = self._slots(var)
+        step = slots.get("iterations", 0) + 1
+
+        def done() -> None:
+            slots["iterations"] = step
+
+        return self._ring_target(var, grad, done)
+
+    def _ring_target(self, var: Any, grad: Any, done: Callable[[], None]) -> Any | None:
+        """``_ring_update``'s ``RingUpdate`` of ``var`` for a summed ``grad``'s ``_apply_dense``, ``done()`` to be
+        called by its commit; None where the subclass has none (the default)."""
+        return None
 
     def _apply_parts(self, var: Any, parts: list[Any], slots: Any, step: int) -> bool:
         """``_apply_dense`` of the sum of ``parts``, fused with the sum, or False (nothing done): then the

@@ -280,9 +280,7 @@ class ReplicaExtendedView(_ReportsNotebookClass):
         nbytes = int(sum(g.nbytes for g in grads))
         rank, coll = replica.rank, replica.collectives
 
-        def consume(i: int, parts: list[np.ndarray]) -> bool:  # the update of a large gradient, fused with its sum
-            with _context.enter(self._strategy, None), _context.enter(self._strategy, None, update_replica_id=rank):
-                return bool(optimizer._update_from_parts(pairs[i][1], parts))
+        consume = _FusedUpdates(self._strategy, optimizer, [v for _, v in pairs], rank)
 
         def all_reduce(step: int, seq: int, what: str) -> list[Any]:
             fused = coll.all_reduce_consumed(step, seq, grads, ReduceOp.SUM, what, consume)
@@ -317,3 +315,22 @@ class ReplicaExtendedView(_ReportsNotebookClass):
     experimental_should_init = True
     should_checkpoint = True
     should_save_summary = True
+
+
+class _FusedUpdates:
+    """``Collectives.all_reduce_consumed``'s consumer of ``apply_gradients``: each large gradient's update fused
+    with its sum, inside the contexts of the ``merge_call`` path's update (the sum's cross-replica context,
+    the update of this replica's copy)."""
+
+    def __init__(self, strategy: Any, optimizer: Any, variables: list[Any], rank: int) -> None:
+        self._strategy, self._optimizer, self._variables, self._rank = strategy, optimizer, variables, rank
+
+    def __call__(self, i: int, parts: list[np.ndarray]) -> bool:
+        """The all-gather-reduce's (and reduce-broadcast's): the update made from every rank's part."""
+        with _context.enter(self._strategy, None), _context.enter(self._strategy, None, update_replica_id=self._rank):
+            return bool(self._optimizer._update_from_parts(self._variables[i], parts))
+
+    def ring_update(self, i: int, grad: np.ndarray) -> Any | None:
+        """The ring's (``ring.RingUpdate``): the update written into a new copy as the sum comes."""
+        with _context.enter(self._strategy, None), _context.enter(self._strategy, None, update_replica_id=self._rank):
+            return self._optimizer._ring_update(self._variables[i], grad)

@@ -19,7 +19,7 @@ import pytest
 
 from interdist import _jit
 from interdist.collectives import ring
-from interdist.collectives.algorithms import AG, CONSUME_MIN_BYTES, Collectives
+from interdist.collectives.algorithms import AG, Collectives
 from interdist.collectives.reducing import _reduce_owned
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError, ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
@@ -91,6 +91,37 @@ def test_the_exchange_gives_numpys_sum_in_rank_order(n: int, dtype: Any) -> None
                 assert np.array_equal(out, total)
         chunks = -(-n // (ring.CHUNK_BYTES // np.dtype(dtype).itemsize))
         assert [int(x) for x in pair[0].state] == [2 * chunks, 2 * chunks]  # cumulative over both
+    finally:
+        for p in pair:
+            p.close()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [CHUNK32 - 1, 3 * CHUNK32 + 5, BIG])
+def test_the_exchange_with_an_update_writes_sgds_step_with_numpys_bits(n: int, dtype: Any) -> None:
+    # out = w - (a0 + a1) * lr: the all-gather-reduce's sum, then SGD's two ufuncs (assign_sub(g * lr))
+    pair = _pair()
+    try:
+        mine = [_data(r, n, dtype) for r in (0, 1)]
+        w = _data(7, n, dtype)
+        lr = np.dtype(dtype).type(0.1)
+        kept = w.copy()
+
+        def rank(r: int) -> Any:
+            out = np.empty(n, dtype)
+            ring.exchange(pair[r], mine[r], out, lambda: None, time.monotonic() + 30, "t", (w, lr))
+            summed = np.empty(n, dtype)  # then a plain sum: the ring's counters go on
+            ring.exchange(pair[r], mine[r], summed, lambda: None, time.monotonic() + 30, "t")
+            return out, summed
+
+        results = _both(rank)
+        total = np.add(mine[0], mine[1])
+        expected = np.subtract(w, np.multiply(total, lr))
+        for res in results:
+            assert not isinstance(res, BaseException), res
+            assert res[0].dtype == dtype and np.array_equal(res[0], expected)
+            assert np.array_equal(res[1], total)
+        assert np.array_equal(w, kept)  # w is read, never written
     finally:
         for p in pair:
             p.close()
@@ -187,18 +218,48 @@ def test_different_reduce_ops_fail_both_ranks_through_the_hellos() -> None:
         assert isinstance(res, ReplicaMismatchError) and "different reduce ops" in str(res), res
 
 
-def test_the_optimizers_consumed_all_reduce_never_takes_the_ring() -> None:
-    """Its consumer updates a copy as the sum is made: through the ring that would not be all or nothing."""
+def test_the_consumed_all_reduce_takes_the_ring_and_commits_its_updates_after_the_whole_batch() -> None:
+    """The optimizers' fused all-reduce: the first call maps the ring (the all-gather-reduce gives the consumer
+    every rank's part); from the second, the ring writes each ``RingUpdate``'s new copy as the sum comes and
+    commits them all once the batch went through; an array offered no update gets its sum back."""
+    chunks = -(-BIG // CHUNK32)
 
     def body(rank: int, coll: Collectives) -> Any:
-        seen = []
+        log: list[Any] = []
+
+        class Consumer:
+            def __call__(self, i: int, parts: list[np.ndarray]) -> bool:
+                log.append(("parts", i, len(parts)))
+                return False
+
+            def ring_update(self, i: int, a: np.ndarray) -> ring.RingUpdate | None:
+                if i == 1:
+                    return None
+                w = np.full(a.size, 10, a.dtype)
+                out = np.empty_like(a)
+                return ring.RingUpdate(w, a.dtype.type(0.5), out, lambda: log.append(("commit", _used(coll), out)))
+
+        results = []
         for call in range(3):
-            arrays = [_data(rank + call, CONSUME_MIN_BYTES // 4)]
-            coll.all_reduce_consumed(1, call + 1, arrays, ReduceOp.SUM, "t", lambda i, p: bool(seen.append(len(p))))
-        return seen, _used(coll)
+            arrays = [_data(rank + call, BIG), _data(rank + call + 10, BIG)]
+            results.append(coll.all_reduce_consumed(1, call + 1, arrays, ReduceOp.SUM, "t", Consumer()))
+        return log, results
 
     for res in run_threads(shm_group(2), body, algorithm=AG, timeout=30):
-        assert res == ([2, 2, 2], -1)  # every rank's array each time (the all-gather-reduce's), and no ring made
+        assert not isinstance(res, BaseException), res
+        log, results = res
+        assert log[:2] == [("parts", 0, 2), ("parts", 1, 2)]  # the first: the all-gather-reduce (no ring yet)
+        assert [entry[:2] for entry in log[2:]] == [("commit", 2 * chunks), ("commit", 4 * chunks)]  # after both
+        for call, got in enumerate(results):
+            a = [_data(r + call, BIG) for r in (0, 1)]
+            b = [_data(r + call + 10, BIG) for r in (0, 1)]
+            assert np.array_equal(got[1], np.add(b[0], b[1]))
+            if call == 0:
+                assert np.array_equal(got[0], np.add(a[0], a[1]))
+            else:
+                assert got[0] is None
+                out = log[1 + call][2]
+                assert np.array_equal(out, np.float32(10) - np.add(a[0], a[1]) * np.float32(0.5))
 
 
 def test_hello_round_trip() -> None:

@@ -69,3 +69,72 @@ def test_all_reduces_through_the_ring_give_the_all_gather_reduces_bits_and_numpy
         g = [(w * np.float32(0.01) + np.float32(r + 1)) * np.float32(0.5) for r in (0, 1)]
         w = w - np.add(g[0], g[1]) * np.float32(0.1)
     assert np.array_equal(with_ring[0], w)
+
+
+def _sgd(
+    s: Any, on: bool, dtype: Any, momentum: float, steps: int = 4
+) -> tuple[list[np.ndarray], list[Any], list[int]]:
+    """``steps`` of ``SGD.apply_gradients`` inside ``run``; each step also holds a read of the copy across the
+    update and reports whether it kept its values while the copy moved on."""
+    w0 = np.random.default_rng(5).normal(size=N).astype(dtype)
+    with s.scope():
+        w = idist.Variable(w0, name=f"w_sgd_{on}_{np.dtype(dtype).name}_{momentum}")
+        opt = idist.optimizers.SGD(0.1, momentum=momentum)
+
+    def step() -> bool:
+        r = idist.get_replica_context().replica_id_in_sync_group
+        t = np.dtype(dtype).type
+        g = (np.asarray(w) * t(0.01) + t(r + 1)) * t(0.5)
+        held = np.asarray(w)  # a read alive across the update
+        kept = held.copy()
+        opt.apply_gradients([(g, w)])
+        return bool(np.array_equal(held, kept) and not np.array_equal(np.asarray(w), kept))
+
+    s.run(_set_ring, args=(on,))
+    try:
+        before = s.experimental_local_results(s.run(_chunks_used))
+        held = [s.experimental_local_results(s.run(step)) for _ in range(steps)]
+        after = s.experimental_local_results(s.run(_chunks_used))
+    finally:
+        s.run(_set_ring, args=(True,))
+    used = [a[1] - max(b[1], 0) for a, b in zip(after, before, strict=True)]
+    return [np.asarray(c) for c in s.experimental_local_results(w)], held, used
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sgd_through_the_ring_gives_the_all_gather_reduces_copies_and_leaves_reads_alone(
+    mirrored2: Any, dtype: Any
+) -> None:
+    # The ring writes w - (g0 + g1) * lr into a new copy as the sum comes (fused_update.ring_swap); the
+    # all-gather-reduce updates the copy in place once every part came. The same bits, NumPy's, either way; a
+    # read taken before the step keeps what it read (copy on write), as a TF tensor read from a variable.
+    with_ring, held_ring, used = _sgd(mirrored2, True, dtype, 0.0)
+    without, held_plain, unused = _sgd(mirrored2, False, dtype, 0.0)
+    assert min(used) > 0, used
+    assert unused == [0, 0]
+    assert all(all(h) for h in held_ring) and all(all(h) for h in held_plain)
+    t = np.dtype(dtype).type
+    w = np.random.default_rng(5).normal(size=N).astype(dtype)
+    for _ in range(4):
+        g = [(w * t(0.01) + t(r + 1)) * t(0.5) for r in (0, 1)]
+        w = w - np.add(g[0], g[1]) * t(0.1)
+    for copies in (with_ring, without):
+        assert copies[0].dtype == dtype
+        assert np.array_equal(copies[0], copies[1])
+        assert np.array_equal(copies[0], w), np.flatnonzero(copies[0] != w)[:5]
+
+
+def test_sgd_with_momentum_takes_the_rings_sum_and_its_own_update(mirrored2: Any) -> None:
+    # No fused kernel for momentum: the ring returns the sum, then _apply_dense (Keras' rule) runs.
+    with_ring, _, used = _sgd(mirrored2, True, np.float32, 0.9)
+    without, _, _ = _sgd(mirrored2, False, np.float32, 0.9)
+    assert min(used) > 0, used
+    assert np.array_equal(with_ring[0], with_ring[1]) and np.array_equal(with_ring[0], without[0])
+    w = np.random.default_rng(5).normal(size=N).astype(np.float32)
+    m = np.zeros_like(w)
+    for _ in range(4):
+        g = [(w * np.float32(0.01) + np.float32(r + 1)) * np.float32(0.5) for r in (0, 1)]
+        grad = np.add(g[0], g[1])
+        m = m * np.float32(0.9) - grad * np.float32(0.1)
+        w = w + m
+    assert np.array_equal(with_ring[0], w), np.flatnonzero(with_ring[0] != w)[:5]

@@ -1,7 +1,8 @@
 """A replica that dies while its peer waits inside the ring (collectives/ring.py): the peer's wait in compiled
 code ends at the step's abort, the death is named, no copy took the step (the ring's sums are new arrays,
-dropped with the step), and the pair trains on through a new ring with the restarted worker, the copies
-equal to uninterrupted NumPy steps."""
+dropped with the step; SGD's update through the ring writes a new copy, swapped in only once the batch went
+through), and the pair trains on through a new ring with the restarted worker, the copies equal to
+uninterrupted NumPy steps."""
 
 from __future__ import annotations
 
@@ -59,17 +60,22 @@ def _ring_chunks() -> tuple[int, int, str]:
     return ctx.replica_id_in_sync_group, -1 if got is None else int(got.state[1]), "" if got is None else got.name
 
 
+@pytest.mark.parametrize("how", ["all_reduce", "apply_gradients"])
 @pytest.mark.parametrize("die", [_die_entering_the_ring, _die_half_way_through_the_ring], ids=["entering", "half-way"])
-def test_a_replica_dying_while_its_peer_waits_in_the_ring_is_named_and_the_pair_goes_on(die: Any) -> None:
+def test_a_replica_dying_while_its_peer_waits_in_the_ring_is_named_and_the_pair_goes_on(die: Any, how: str) -> None:
     w0 = np.random.default_rng(1).normal(size=N).astype(np.float32)
     with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
         with s.scope():
             w = idist.Variable(w0, name="w_ring_fault")
+            opt = idist.optimizers.SGD(0.1)
 
-        def step() -> None:  # a loop that all-reduces its gradients itself, then updates its copy
+        def step() -> None:
             ctx = idist.get_replica_context()
-            total = ctx.all_reduce("sum", np.full(N, ctx.replica_id_in_sync_group + 1.0, np.float32))  # 3
-            w.assign_sub(total * np.float32(0.1))
+            grad = np.full(N, ctx.replica_id_in_sync_group + 1.0, np.float32)  # summed: 3
+            if how == "apply_gradients":  # SGD's update written through the ring (fused_update.ring_swap)
+                opt.apply_gradients([(grad, w)])
+            else:  # a loop that all-reduces its gradients itself, then updates its copy
+                w.assign_sub(ctx.all_reduce("sum", grad) * np.float32(0.1))
 
         for _ in range(3):
             s.run(step)
@@ -82,17 +88,20 @@ def test_a_replica_dying_while_its_peer_waits_in_the_ring_is_named_and_the_pair_
             s.run(step)
         assert time.monotonic() - t0 < 15  # named: the peer's wait inside the ring ended with the step's abort
         # Neither copy took the aborted step: replica 0 waited for replica 1's first chunk ("entering") or its
-        # 4th ("half-way"), and its sum was dropped with the step.
+        # 4th ("half-way"), and its sum (or its new copy, three chunks of it written) was dropped with the step.
         with pytest.warns(UserWarning):
             s.run(step)  # the restarted replica gets the copies back, then the step runs
         for _ in range(3):
             s.run(step)
         after = s.experimental_local_results(s.run(_ring_chunks))
         copies = [np.asarray(c) for c in s.experimental_local_results(w)]
+        steps = [int(np.asarray(v)) for v in s.experimental_local_results(opt.iterations)]
+    assert steps == ([7, 7] if how == "apply_gradients" else [0, 0])
     assert after[0][2] != before[0][2] and after[0][2] == after[1][2]  # a new ring with the new worker
     assert [a[1] > 0 for a in after] == [True, True]
     expected = w0.copy()
     for _ in range(3 + 4):  # the three steps before, the four after; the aborted one nowhere
         expected = expected - np.float32(3.0) * np.float32(0.1)
+
     assert np.array_equal(copies[0], copies[1])
     assert np.array_equal(copies[0], expected)

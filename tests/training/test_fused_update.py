@@ -1,8 +1,9 @@
 """SGD's update of a large copy runs tile by tile in place (replica/fused_update.py), with NumPy's bits.
 
 Inside ``run``, of mirrored variables, the update is fused with the gradients' all-reduce: a tile of the
-sum is added up in rank order and applied while in the cache (``sum_assign_sub_scaled``); the bits must be
-those of the sum, then ``v - sum * lr``.
+sum is added up in rank order and applied while in the cache (``sum_assign_sub_scaled``), or, where two
+replicas' ring runs (collectives/ring.py), ``v - sum * lr`` is written into a new copy as the sum comes
+(``ring_swap``); the bits must be those of the sum, then ``v - sum * lr``.
 
 ``v.assign_sub(g * lr)`` is what Keras' SGD does (TF 2.21: two roundings, the product's and the
 difference's); the tiled path runs the same two float32 ufuncs tile by tile, so every element must equal
@@ -12,23 +13,49 @@ update keeps its value), and every case the path does not cover must take ``assi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import dask
 import numpy as np
+import pytest
 
 import interdist as idist
+from interdist.collectives import ring
 from interdist.optimizers import rules
 from interdist.replica import fused_update
 
 N = (1 << 20) // 4 + 12_345  # above MIN_BYTES, not a whole number of tiles
+WAYS = [
+    "all-gather-reduce",
+    pytest.param("ring", marks=pytest.mark.skipif(bool(ring.unavailable_reason()), reason="ring")),
+]
 
 
-def test_the_tiled_update_gives_numpys_bits_on_every_replica(mirrored2: Any) -> None:
+def _set_ring(on: bool) -> None:
+    dask.config.set({"interdist.collectives.ring": on})  # in the worker's process, for its later collectives
+    if on:  # the pair's first large all-reduce maps the ring: from here on the ring carries them
+        idist.get_replica_context().all_reduce("sum", np.zeros(N, np.float32))
+
+
+@contextmanager
+def _way(s: Any, way: str) -> Iterator[str]:
+    """The path a 2-replica fused update takes, by the way its all-reduce goes: "sum" or "ring"."""
+    s.run(_set_ring, args=(way == "ring",))
+    try:
+        yield "ring" if way == "ring" else "sum"
+    finally:
+        s.run(_set_ring, args=(True,))
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_the_tiled_update_gives_numpys_bits_on_every_replica(mirrored2: Any, way: str) -> None:
     rng = np.random.default_rng(7)
     w0 = rng.normal(size=N).astype(np.float32)
     grads = [rng.normal(size=N).astype(np.float32) for _ in range(2)]
     with mirrored2.scope():
-        w = idist.Variable(w0, name="w_fused")
+        w = idist.Variable(w0, name=f"w_fused_{way}")
         opt = idist.optimizers.SGD(0.37)
 
     def step(g: Any) -> Any:
@@ -37,9 +64,10 @@ def test_the_tiled_update_gives_numpys_bits_on_every_replica(mirrored2: Any) -> 
     per_replica = mirrored2.experimental_distribute_values_from_function(
         lambda ctx: grads[ctx.replica_id_in_sync_group]
     )
-    for _ in range(3):
-        paths = mirrored2.experimental_local_results(mirrored2.run(step, args=(per_replica,)))
-        assert [list(p) for p in paths] == [["sum"], ["sum"]]  # fused with the all-reduce (algorithms.py)
+    with _way(mirrored2, way) as fused:
+        for _ in range(3):
+            paths = mirrored2.experimental_local_results(mirrored2.run(step, args=(per_replica,)))
+            assert [list(p) for p in paths] == [[fused], [fused]]  # fused with the all-reduce (algorithms.py)
     expected = w0.copy()
     total = grads[0] + grads[1]  # the all-reduce adds in rank order
     for _ in range(3):
@@ -53,12 +81,16 @@ def test_the_tiled_update_gives_numpys_bits_on_every_replica(mirrored2: Any) -> 
 
 def _with_spy(fn: Any) -> Any:
     """``fn``'s result and the path each SGD update it made took: ``"sum"`` (the update fused with the
-    gradients' all-reduce, ``sum_assign_sub_scaled``), ``"tiled"`` (``assign_sub_scaled`` on the reduced
-    gradient) or ``"assign_sub"``.
+    gradients' all-reduce, ``sum_assign_sub_scaled``), ``"ring"`` (written into a new copy by the ring,
+    ``ring_swap``), ``"tiled"`` (``assign_sub_scaled`` on the reduced gradient) or ``"assign_sub"``.
 
     Runs where ``fn`` runs (on a replica's worker): the spies are set in that process for the call."""
     taken: list[str] = []
-    real, real_sum = fused_update.assign_sub_scaled, fused_update.sum_assign_sub_scaled
+    real, real_sum, real_ring = (
+        fused_update.assign_sub_scaled,
+        fused_update.sum_assign_sub_scaled,
+        fused_update.ring_swap,
+    )
 
     def spy(*args: Any) -> Any:
         out = real(*args)
@@ -71,16 +103,23 @@ def _with_spy(fn: Any) -> Any:
             taken.append("sum")  # (declined: the update goes on through spy)
         return out
 
-    rules.assign_sub_scaled, rules.sum_assign_sub_scaled = spy, spy_sum
+    def spy_ring(*args: Any) -> Any:
+        out = real_ring(*args)
+        if out is not None:
+            taken.append("ring")
+        return out
+
+    rules.assign_sub_scaled, rules.sum_assign_sub_scaled, rules.ring_swap = spy, spy_sum, spy_ring
     try:
         return fn(), taken
     finally:
-        rules.assign_sub_scaled, rules.sum_assign_sub_scaled = real, real_sum
+        rules.assign_sub_scaled, rules.sum_assign_sub_scaled, rules.ring_swap = real, real_sum, real_ring
 
 
-def test_a_read_alive_across_the_update_keeps_its_value(mirrored2: Any) -> None:
+@pytest.mark.parametrize("way", WAYS)
+def test_a_read_alive_across_the_update_keeps_its_value(mirrored2: Any, way: str) -> None:
     with mirrored2.scope():
-        w = idist.Variable(np.ones(N, np.float32), name="w_read")
+        w = idist.Variable(np.ones(N, np.float32), name=f"w_read_{way}")
         opt = idist.optimizers.SGD(0.1)
 
     def two_updates() -> Any:
@@ -90,11 +129,14 @@ def test_a_read_alive_across_the_update_keeps_its_value(mirrored2: Any) -> None:
         opt.apply_gradients([(g, w)])
         return held[:3].copy(), np.asarray(w)[:3].copy()
 
-    out = mirrored2.experimental_local_results(mirrored2.run(lambda: _with_spy(two_updates)))
+    with _way(mirrored2, way) as fused:
+        out = mirrored2.experimental_local_results(mirrored2.run(lambda: _with_spy(two_updates)))
     first = np.float32(1) - np.float32(1.0) * np.float32(0.1)  # both replicas' 0.5 summed, times lr
     second = first - np.float32(1.0) * np.float32(0.1)
+    # All-gather-reduce: fused with the all-reduce, then a copy on write (the read holds the copy). The ring
+    # writes every step into a new copy: the read keeps the old one either way.
     for (held, after), taken in out:
-        assert list(taken) == ["sum", "assign_sub"]  # fused with the all-reduce, then a copy on write
+        assert list(taken) == (["sum", "assign_sub"] if fused == "sum" else ["ring", "ring"])
         assert np.asarray(held).tolist() == [first] * 3
         assert np.asarray(after).tolist() == [second] * 3
 
