@@ -38,15 +38,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import dask
 import numpy as np
 from _common import median_time
 
 import interdist as idist
 from interdist.collectives import cost_model as cm
+from interdist.collectives import ring
 
 TRAIN = (4 << 10, 64 << 10, 1 << 20, 16 << 20)
 HELD_OUT = (16 << 10, 256 << 10, 4 << 20)
 ALGS = (cm.AG, cm.RS, cm.RB)
+RING = "ring"  #: the ring of two replicas (an all-gather-reduce pipelined through the caches: not in the model)
 SHORT = {cm.AG: "AG", cm.RS: "RS", cm.RB: "RB"}
 HERE = Path(__file__).resolve().parent
 
@@ -56,25 +59,32 @@ def _load() -> str:
 
 
 def _times(_: Any, sizes: list[int], reps: int, comms_only: bool) -> dict[int, dict[str, list[float]]]:
-    """On every replica: seconds of each all_reduce, sizes x repeats x algorithms interleaved."""
+    """On every replica: seconds of each all_reduce, sizes x repeats x algorithms interleaved.
+
+    The ring of two replicas (collectives/ring.py) is off while the algorithms are timed, so that a forced
+    all-gather-reduce is one (the model's terms); where it can run (2 replicas, shared memory, from its
+    1 MB), it is timed too, interleaved, as ``RING`` (not fitted: compared with the model's all-gather-reduce)."""
     rep = idist.get_replica_context()._replica  # type: ignore[union-attr]
     coll, transport = rep.collectives, rep.transport
     saved_alg, saved_threshold = coll.algorithm, getattr(transport, "threshold", None)
     out: dict[int, dict[str, list[float]]] = {}
     seq = 1 << 20  # far above the step's own collectives
+    ring_possible = not comms_only and coll.world_size == 2 and not ring.unavailable_reason()
     try:
         if comms_only and saved_threshold is not None:
             transport.threshold = -1  # every packet over Dask comms (SharedMemoryTransport)
         for nbytes in sizes:
             arrays = [np.ones(nbytes // 4, np.float32)]
-            t: dict[str, list[float]] = {a: [] for a in ALGS}
+            timed = ALGS + ((RING,) if ring_possible and nbytes >= ring.MIN_BYTES else ())
+            t: dict[str, list[float]] = {a: [] for a in timed}
             for _i in range(reps):
-                for a in ALGS:
-                    coll.algorithm = a
+                for a in timed:
+                    coll.algorithm = cm.AG if a == RING else a
                     seq += 1
-                    t0 = time.perf_counter()
-                    coll.all_reduce(rep.step, seq, arrays, idist.ReduceOp.SUM, "bench_cost_model")
-                    t[a].append(time.perf_counter() - t0)
+                    with dask.config.set({"interdist.collectives.ring": a == RING}):
+                        t0 = time.perf_counter()
+                        coll.all_reduce(rep.step, seq, arrays, idist.ReduceOp.SUM, "bench_cost_model")
+                        t[a].append(time.perf_counter() - t0)
             out[nbytes] = t
     finally:
         coll.algorithm = saved_alg
@@ -84,7 +94,7 @@ def _times(_: Any, sizes: list[int], reps: int, comms_only: bool) -> dict[int, d
 
 
 def _medians(per_replica: list[Any], n: int, hosts: int) -> list[cm.Measurement]:
-    """Median over repeats of the slowest replica's time of each call."""
+    """Median over repeats of the slowest replica's time of each call (``RING``'s left to ``_ring_medians``)."""
     out = []
     first = per_replica[0]
     for nbytes in first:
@@ -94,15 +104,29 @@ def _medians(per_replica: list[Any], n: int, hosts: int) -> list[cm.Measurement]
     return out
 
 
-def measure_local(ns: list[int], reps: int) -> dict[str, list[cm.Measurement]]:
+def _ring_medians(per_replica: list[Any]) -> dict[int, float]:
+    """``RING``'s medians (as ``_medians``), by batch size."""
+    first = per_replica[0]
+    return {
+        nbytes: statistics.median(max(p[nbytes][RING][i] for p in per_replica) for i in range(len(t[RING])))
+        for nbytes, t in first.items()
+        if RING in t
+    }
+
+
+def measure_local(ns: list[int], reps: int) -> tuple[dict[str, list[cm.Measurement]], dict[int, float]]:
+    """The algorithms' measurements by link, and the ring's medians by batch size (2 replicas)."""
     got: dict[str, list[cm.Measurement]] = {"shm": [], "tcp": []}
+    rings: dict[int, float] = {}
     sizes = sorted(TRAIN + HELD_OUT)
     for n in ns:
         with idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s:
             for mode in ("shm", "tcp"):
                 res = s.run(_times, args=(0, sizes, reps if n > 1 else 3, mode == "tcp"))
-                got[mode] += _medians(list(s.experimental_local_results(res)), n, 1)
-    return got
+                per_replica = list(s.experimental_local_results(res))
+                got[mode] += _medians(per_replica, n, 1)
+                rings.update(_ring_medians(per_replica))
+    return got, rings
 
 
 def _line(m: cm.Measurement, p: cm.Params, what: str) -> float:
@@ -153,11 +177,15 @@ def _forced(algorithm: str) -> idist.CrossDeviceOps:
 
 
 def step_times(ns: list[int], sizes: tuple[int, ...], p: cm.Params, reps: int) -> list[float]:
-    """``strategy.run`` of one all_reduce, each algorithm forced through ``cross_device_ops``."""
+    """``strategy.run`` of one all_reduce, each algorithm forced through ``cross_device_ops`` (the ring of two
+    replicas off, as in the fit: the replicas read the notebook's setting when they join)."""
     ratios = []
     for n in ns:
         for a in ALGS if n > 1 else (cm.AG,):
-            with idist.MirroredStrategy([f"CPU:{i}" for i in range(n)], cross_device_ops=_forced(a)) as s:
+            with (
+                dask.config.set({"interdist.collectives.ring": False}),
+                idist.MirroredStrategy([f"CPU:{i}" for i in range(n)], cross_device_ops=_forced(a)) as s,
+            ):
                 for nbytes in sizes:
                     dv = s.run(lambda nbytes=nbytes: np.ones(nbytes // 4, np.float32))
 
@@ -284,7 +312,7 @@ def driver(arg: str) -> None:
 
 def fit_local(fitted: dict[str, cm.Params], reps: int) -> None:
     """Measure 1-4 local replicas, fit ``fitted["shm"]`` and ``fitted["tcp"]``, print every figure."""
-    got = measure_local([1, 2, 3, 4], reps)
+    got, rings = measure_local([1, 2, 3, 4], reps)
     for mode in ("shm", "tcp"):
         train = [m for m in got[mode] if m.nbytes in TRAIN and m.world_size > 1]
         held = [m for m in got[mode] if m.nbytes in HELD_OUT or m.world_size == 1]
@@ -302,6 +330,13 @@ def fit_local(fitted: dict[str, cm.Params], reps: int) -> None:
         _summary([_line(m, p, "held-out") for m in held], f"held-out {mode} (n=1: a copy of the batch)")
     # this machine's inter-host link: TCP as measured over loopback (checked between namespaces below)
     fitted["shm"] = dataclasses.replace(fitted["shm"], inter=fitted["tcp"].intra)
+    for nbytes, seconds in sorted(rings.items()):  # what AUTO's all-gather-reduce runs as at 2 replicas
+        pred = cm.predict(cm.AG, nbytes, 2, 1, params=fitted["shm"])
+        print(
+            f"ring shm  n=2 hosts=1 {nbytes / 1e6:8.4f} MB (not fitted): measured {seconds * 1e3:8.3f} ms, "
+            f"the model's all-gather-reduce {pred * 1e3:8.3f} ms, ratio {pred / seconds:5.2f}",
+            flush=True,
+        )
     check_choices(got["shm"], fitted["shm"], cm.AUTO_CANDIDATES_ONE_HOST)
     check_choices(got["shm"], fitted["shm"], cm.IMPLEMENTED)
     _summary(step_times([1, 2, 4], (64 << 10, 1 << 20, 4 << 20), fitted["shm"], max(5, reps)), "step times")
