@@ -51,7 +51,7 @@ class SGD(Optimizer):
         return self.momentum == 0 and sum_assign_sub_scaled(var, parts, parts[0].dtype.type(self.learning_rate))
 
     def _ring_target(self, var: Any, grad: Any, done: Any) -> Any | None:
-        # v - (g0 + g1) * lr written into a second copy as the ring sums (fused_update.ring_swap)
+        # v - (g0 + g1) * lr written into a new copy as the ring sums (fused_update.ring_swap)
         return None if self.momentum != 0 else ring_swap(var, grad, grad.dtype.type(self.learning_rate), done)
 
     def _apply_dense(self, var: Any, grad: Any, slots: Any, step: int) -> Any:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -324,6 +325,10 @@ class _FusedUpdates:
 
     def __init__(self, strategy: Any, optimizer: Any, variables: list[Any], rank: int) -> None:
         self._strategy, self._optimizer, self._variables, self._rank = strategy, optimizer, variables, rank
+        # A variable given twice: its updates apply one after the other (the all-gather-reduce's, in place); new
+        # copies made from the same old one would keep only the last, so the ring returns its sums instead.
+        counts = collections.Counter(id(v) for v in variables)
+        self._twice = {k for k, c in counts.items() if c > 1}
 
     def __call__(self, i: int, parts: list[np.ndarray]) -> bool:
         """The all-gather-reduce's (and reduce-broadcast's): the update made from every rank's part."""
@@ -332,5 +337,7 @@ class _FusedUpdates:
 
     def ring_update(self, i: int, grad: np.ndarray) -> Any | None:
         """The ring's (``ring.RingUpdate``): the update written into a new copy as the sum comes."""
+        if id(self._variables[i]) in self._twice:
+            return None
         with _context.enter(self._strategy, None), _context.enter(self._strategy, None, update_replica_id=self._rank):
             return self._optimizer._ring_update(self._variables[i], grad)

@@ -138,3 +138,33 @@ def test_sgd_with_momentum_takes_the_rings_sum_and_its_own_update(mirrored2: Any
         m = m * np.float32(0.9) - grad * np.float32(0.1)
         w = w + m
     assert np.array_equal(with_ring[0], w), np.flatnonzero(with_ring[0] != w)[:5]
+
+
+def test_a_variable_given_twice_takes_both_updates_through_the_ring(mirrored2: Any) -> None:
+    # apply_gradients([(g1, w), (g2, w)]): each update applies to the copy the one before left, as the
+    # all-gather-reduce's in-place updates do; two new copies made from the same old one would keep one.
+    copies = {}
+    for on in (True, False):
+        w0 = np.random.default_rng(9).normal(size=N).astype(np.float32)
+        with mirrored2.scope():
+            w = idist.Variable(w0, name=f"w_twice_{on}")
+            opt = idist.optimizers.SGD(0.1)
+
+        def step() -> None:
+            r = idist.get_replica_context().replica_id_in_sync_group
+            opt.apply_gradients([(np.full(N, r + 1.0, np.float32), w), (np.full(N, 10.0 * (r + 1), np.float32), w)])
+
+        mirrored2.run(_set_ring, args=(on,))
+        try:
+            for _ in range(3):
+                mirrored2.run(step)
+            copies[on] = [np.asarray(c) for c in mirrored2.experimental_local_results(w)]
+        finally:
+            mirrored2.run(_set_ring, args=(True,))
+    expected = np.random.default_rng(9).normal(size=N).astype(np.float32)
+    for _ in range(3):
+        expected = expected - np.float32(3.0) * np.float32(0.1)
+        expected = expected - np.float32(30.0) * np.float32(0.1)
+    for on in (True, False):
+        assert np.array_equal(copies[on][0], copies[on][1])
+        assert np.array_equal(copies[on][0], expected), (on, np.flatnonzero(copies[on][0] != expected)[:5])
