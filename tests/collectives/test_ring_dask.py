@@ -43,16 +43,22 @@ def _train(s: Any, on: bool, steps: int = 4) -> tuple[list[np.ndarray], list[Any
         w.assign_sub(total * np.float32(0.1))
         return ctx.all_reduce("mean", g)[:5]
 
+    means, used = _steps(s, on, step, steps)
+    return [np.asarray(c) for c in s.experimental_local_results(w)], means, used
+
+
+def _steps(s: Any, on: bool, step: Any, steps: int) -> tuple[list[Any], list[int]]:
+    """``steps`` runs of ``step`` with the ring ``on`` (on again after): their results, and the chunks of its
+    peer's each replica consumed through the ring meanwhile."""
     s.run(_set_ring, args=(on,))
     try:
         before = s.experimental_local_results(s.run(_chunks_used))
-        means = [s.experimental_local_results(s.run(step)) for _ in range(steps)]
+        results = [s.experimental_local_results(s.run(step)) for _ in range(steps)]
         after = s.experimental_local_results(s.run(_chunks_used))
     finally:
         s.run(_set_ring, args=(True,))
     assert [a[0] for a in after] == [0, 1]
-    used = [a[1] - max(b[1], 0) for a, b in zip(after, before, strict=True)]
-    return [np.asarray(c) for c in s.experimental_local_results(w)], means, used
+    return results, [a[1] - max(b[1], 0) for a, b in zip(after, before, strict=True)]
 
 
 def test_all_reduces_through_the_ring_give_the_all_gather_reduces_bits_and_numpys(mirrored2: Any) -> None:
@@ -90,14 +96,7 @@ def _sgd(
         opt.apply_gradients([(g, w)])
         return bool(np.array_equal(held, kept) and not np.array_equal(np.asarray(w), kept))
 
-    s.run(_set_ring, args=(on,))
-    try:
-        before = s.experimental_local_results(s.run(_chunks_used))
-        held = [s.experimental_local_results(s.run(step)) for _ in range(steps)]
-        after = s.experimental_local_results(s.run(_chunks_used))
-    finally:
-        s.run(_set_ring, args=(True,))
-    used = [a[1] - max(b[1], 0) for a, b in zip(after, before, strict=True)]
+    held, used = _steps(s, on, step, steps)
     return [np.asarray(c) for c in s.experimental_local_results(w)], held, used
 
 
@@ -140,27 +139,24 @@ def test_sgd_with_momentum_takes_the_rings_sum_and_its_own_update(mirrored2: Any
     assert np.array_equal(with_ring[0], w), np.flatnonzero(with_ring[0] != w)[:5]
 
 
+def _twice(s: Any, on: bool) -> list[np.ndarray]:
+    """Three steps of ``apply_gradients([(g1, w), (g2, w)])`` with the ring ``on``: the copies."""
+    with s.scope():
+        w = idist.Variable(np.random.default_rng(9).normal(size=N).astype(np.float32), name=f"w_twice_{on}")
+        opt = idist.optimizers.SGD(0.1)
+
+    def step() -> None:
+        r = idist.get_replica_context().replica_id_in_sync_group
+        opt.apply_gradients([(np.full(N, r + 1.0, np.float32), w), (np.full(N, 10.0 * (r + 1), np.float32), w)])
+
+    _steps(s, on, step, 3)
+    return [np.asarray(c) for c in s.experimental_local_results(w)]
+
+
 def test_a_variable_given_twice_takes_both_updates_through_the_ring(mirrored2: Any) -> None:
     # apply_gradients([(g1, w), (g2, w)]): each update applies to the copy the one before left, as the
     # all-gather-reduce's in-place updates do; two new copies made from the same old one would keep one.
-    copies = {}
-    for on in (True, False):
-        w0 = np.random.default_rng(9).normal(size=N).astype(np.float32)
-        with mirrored2.scope():
-            w = idist.Variable(w0, name=f"w_twice_{on}")
-            opt = idist.optimizers.SGD(0.1)
-
-        def step() -> None:
-            r = idist.get_replica_context().replica_id_in_sync_group
-            opt.apply_gradients([(np.full(N, r + 1.0, np.float32), w), (np.full(N, 10.0 * (r + 1), np.float32), w)])
-
-        mirrored2.run(_set_ring, args=(on,))
-        try:
-            for _ in range(3):
-                mirrored2.run(step)
-            copies[on] = [np.asarray(c) for c in mirrored2.experimental_local_results(w)]
-        finally:
-            mirrored2.run(_set_ring, args=(True,))
+    copies = {on: _twice(mirrored2, on) for on in (True, False)}
     expected = np.random.default_rng(9).normal(size=N).astype(np.float32)
     for _ in range(3):
         expected = expected - np.float32(3.0) * np.float32(0.1)
