@@ -156,8 +156,9 @@ class RingMixin:
         out: list[Any] = []
         commits = []
         offer = getattr(consume, "ring_update", None)
-        for i, a in enumerate(arrays):
-            update = offer(i, a) if offer is not None else None
+        # Asked for before the first chunk moves: whatever they raise leaves the ring where both ranks agree.
+        updates = [offer(i, a) if offer is not None else None for i, a in enumerate(arrays)]
+        for a, update in zip(arrays, updates, strict=True):
             if update is not None:
                 exchange(mine, a, update.out, aborted, deadline, what, (update.w, update.lr))
                 commits.append(update.commit)

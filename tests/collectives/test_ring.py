@@ -262,6 +262,42 @@ def test_the_consumed_all_reduce_takes_the_ring_and_commits_its_updates_after_th
                 assert np.array_equal(out, np.float32(10) - np.add(a[0], a[1]) * np.float32(0.5))
 
 
+def test_an_update_that_cannot_be_made_fails_before_the_ring_moves_and_leaves_it_usable() -> None:
+    """The consumer's ``ring_update`` runs after the hellos and before the first chunk of the batch: when it
+    raises (on both ranks: the same code), for the batch's second array, not even the first moved; the next
+    collective goes through the same ring."""
+    chunks = -(-BIG // CHUNK32)
+
+    class Refusing:
+        def __call__(self, i: int, parts: list[np.ndarray]) -> bool:
+            return False
+
+        def ring_update(self, i: int, a: np.ndarray) -> ring.RingUpdate | None:
+            if i == 1:
+                raise ValueError("no update here")
+            return None
+
+    def body(rank: int, coll: Collectives) -> Any:
+        outs: list[Any] = []
+        for call in range(3):
+            arrays = [_data(rank + call, BIG), _data(rank + call + 10, BIG)]
+            consume = Refusing() if call == 1 else (lambda i, p: False)
+            try:
+                outs.append(coll.all_reduce_consumed(1, call + 1, arrays, ReduceOp.SUM, "t", consume))
+            except ValueError as exc:
+                outs.append(str(exc))
+        return outs, _used(coll), coll.transport._ring.broken
+
+    for res in run_threads(shm_group(2), body, algorithm=AG, timeout=30):
+        assert not isinstance(res, BaseException), res
+        outs, used, broken = res
+        assert outs[1] == "no update here"
+        assert used == 2 * chunks and not broken  # only the third call's two arrays went through the ring
+        for call in (0, 2):
+            assert np.array_equal(outs[call][0], np.add(_data(call, BIG), _data(1 + call, BIG)))
+            assert np.array_equal(outs[call][1], np.add(_data(call + 10, BIG), _data(1 + call + 10, BIG)))
+
+
 def test_hello_round_trip() -> None:
     made = ring.Ring.create()
     assert made is not None
