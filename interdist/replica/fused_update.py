@@ -59,11 +59,8 @@ def sum_assign_sub_scaled(var: Any, parts: list[Any], lr: Any) -> bool:
     2-core development machine (1M float32, medians of 3 runs): all-reduce then update 1.69-2.05 ms,
     fused 1.32-1.55 ms: the 4 MB sum is neither written nor read back.
     """
-    if not isinstance(var, ReplicaVariable) or not parts:
+    if not parts or not _updating(var):
         return False
-    entry = _context.current()
-    if entry.replica_context is not None or entry.update_replica_id is None:
-        return False  # replica context: aggregation and faults apply (ReplicaVariable._update)
     first = parts[0]
     for p in parts:
         if type(p) is not np.ndarray or p.dtype != first.dtype or p.shape != first.shape or not p.flags.c_contiguous:
@@ -99,6 +96,15 @@ def sum_assign_sub_scaled(var: Any, parts: list[Any], lr: Any) -> bool:
     return True
 
 
+def _updating(var: Any) -> bool:
+    """Whether ``var`` is a replica's copy updated here as ``extended.update`` does (outside the replica
+    context, where aggregation and faults apply: ``ReplicaVariable._update``)."""
+    if not isinstance(var, ReplicaVariable):
+        return False
+    entry = _context.current()
+    return entry.replica_context is None and entry.update_replica_id is not None
+
+
 def _writable_in_place(var: ReplicaVariable, grad: np.ndarray) -> bool:
     """``ReplicaVariable._local``'s in-place test (``apply_op``'s), for a copy at least ``MIN_BYTES`` big."""
     # The count first, as _local takes it: the variable's attribute and this call's argument.
@@ -130,11 +136,8 @@ def ring_swap(var: Any, grad: Any, lr: Any, done: Any) -> Any | None:
     place: in two plain processes, alternated, 1.20-1.37 ms a step against 1.48-1.61 in place and 1.53-1.82
     into a second array kept from step to step (docs/performance.md, "The seventh run").
     """
-    if not isinstance(var, ReplicaVariable):
+    if not _updating(var):
         return None
-    entry = _context.current()
-    if entry.replica_context is not None or entry.update_replica_id is None:
-        return None  # replica context: aggregation and faults apply (ReplicaVariable._update)
     raw = var.raw
     if (
         type(raw) is not np.ndarray
