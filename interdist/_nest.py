@@ -69,12 +69,31 @@ def map_structure(fn: Callable[..., Any], *structures: Any) -> Any:
     if not structures:
         raise ValueError("map_structure needs at least one structure")
     first = structures[0]
+    if len(structures) == 1:
+        return _map1(fn, first)
+    if not any(isinstance(s, (tuple, list, dict)) for s in structures):
+        return fn(*structures)  # leaves only (a ``run``'s usual result): nothing to check or rebuild
     for other in structures[1:]:
         assert_same_structure(first, other)
     flat = [flatten(s) for s in structures]
     # Not strict: assert_same_structure lets a dict stand for a sequence of as many elements (its
     # values unchecked), so the leaf counts may differ; zip keeps its old behaviour there.
     return pack_sequence_as(first, [fn(*leaves) for leaves in zip(*flat, strict=False)])
+
+
+def _map1(fn: Callable[[Any], Any], x: Any) -> Any:
+    """``map_structure(fn, x)`` in one walk: ``fn`` called on the leaves in :func:`flatten`'s order (dicts by
+    sorted key), containers rebuilt as :func:`pack_sequence_as` rebuilds them. Every ``run`` maps its
+    arguments and results several times on both sides; flattening, then packing through an iterator,
+    took most of that."""
+    if isinstance(x, dict):
+        packed = {k: _map1(fn, x[k]) for k in sorted(x)}
+        return type(x)((k, packed[k]) for k in x) if type(x) is not dict else {k: packed[k] for k in x}
+    if isinstance(x, (tuple, list)):
+        if _is_namedtuple(x):
+            return type(x)(*[_map1(fn, v) for v in x])
+        return type(x)([_map1(fn, v) for v in x])
+    return fn(x)
 
 
 def assert_same_structure(a: Any, b: Any) -> None:
