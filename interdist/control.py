@@ -4,9 +4,11 @@ A ``run`` over Dask comms crosses four threads (notebook → the client's event 
 the worker's event loop → the replica thread, and back): ~1.5-1.9 ms on 2 replicas here,
 slower than ``client.run`` and than TF's eager ``run``. When the notebook and a worker
 share a host, the notebook's own thread writes the program to a Unix socket that the
-worker serves from a thread of its own, which hands it to the replica thread; the
-replica thread writes the reply back. The Dask path stays for everything else (joins,
-fetches, aborts, collectives) and for workers on other hosts.
+replica thread reads itself between programs (``ReplicaThread.read_directly``), and the
+replica thread writes the reply back. A second socket to the same worker, served by a
+thread of the worker's own, carries the notebook's notices to a replica that is running
+(an abort, a peer's return). The Dask path stays for everything else (joins, fetches,
+collectives) and for workers on other hosts.
 
 Trust is the same as Dask's: the socket lies in a directory only the worker's user can
 enter (0700), and a connection must first present a 32-byte token that the worker gave
@@ -184,9 +186,31 @@ class ControlConnection:
         self.pending: set[int] = set()  # steps sent whose reply has not been read
         self.broken = False
         self._write_lock = threading.Lock()
+        # The notebook's programs go over a connection the replica thread reads itself (``direct``); its
+        # notices for a replica that is running (``post``: an abort, a peer's return) over this one, which
+        # the worker's control server reads meanwhile.
+        self.side: ControlConnection | None = None
+
+    @classmethod
+    def direct(cls, path: str, token: bytes, group: str) -> ControlConnection:
+        """The notebook's two connections to a replica's worker: programs and their replies over the one
+        returned, read by the replica thread between programs (``ReplicaThread.read_directly``); the
+        messages ``post`` sends over its ``side``, read by the worker's control server at any time."""
+        conn = cls(path, token)
+        try:
+            conn.side = cls(path, token)
+            send_parts(conn.sock, pack({"op": "direct", "group": group}))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def post(self, parts: list[Any]) -> None:
-        """Send a message that has no reply (a collective packet to a peer); from any thread."""
+        """Send a message that has no reply (a collective packet to a peer, the notebook's notice to a
+        replica); from any thread."""
+        if self.side is not None:
+            self.side.post(parts)
+            return
         with self._write_lock:
             try:
                 send_parts(self.sock, parts)
@@ -233,6 +257,8 @@ class ControlConnection:
         self.broken = True
         with contextlib.suppress(OSError):
             self.sock.close()
+        if self.side is not None:
+            self.side.close()
 
 
 def connect_from_worker(worker: Any, addr: str) -> ControlConnection | None:

@@ -29,6 +29,8 @@ def test_programs_go_over_the_control_sockets(mirrored2: idist.MirroredStrategy)
     assert [float(v) for v in mirrored2.experimental_local_results(out)] == [3.0, 3.0]
     conns = mirrored2._group._control
     assert conns is not None and len(conns) == 2 and not any(c.broken for c in conns)
+    # Programs over the connection the replica thread reads; notices over a second one, read while it runs.
+    assert all(c.side is not None and not c.side.broken for c in conns)
 
 
 def test_socket_is_private_and_needs_the_token(mirrored2: idist.MirroredStrategy) -> None:

@@ -47,7 +47,8 @@ class StepPathsMixin:
         def _now_event(self, cls: Any, step: int, rank: int, *fields: Any) -> events.Event: ...
 
     def _control_connections(self) -> list[local_control.ControlConnection] | None:
-        """One control socket per rank when every replica's worker shares this host, else ``None``."""
+        """The control connections, one per rank (with a ``side`` for notices: ``ControlConnection.direct``)
+        when every replica's worker shares this host, else ``None``."""
         if not settings.local_control:
             return None  # switched off (interdist.config.settings.local_control): Dask comms for every program
         if self._control is not None:
@@ -65,7 +66,10 @@ class StepPathsMixin:
             eps = self.client.sync(endpoints)
             here = local_control.host_id()
             if all(ep is not None and ep["host"] == here for ep in eps):
-                conns = [local_control.ControlConnection(ep["path"], ep["token"]) for ep in eps]
+                for ep in eps:  # one by one: those made before a failure are closed below
+                    conns.append(  # noqa: PERF401
+                        local_control.ControlConnection.direct(ep["path"], ep["token"], self.group_id)
+                    )
         except Exception:  # noqa: BLE001 - any doubt (old workers, another user's socket): Dask comms
             for c in conns:
                 c.close()

@@ -170,6 +170,19 @@ class ControlServer:
                 if not isinstance(msg, dict):
                     logger.warning("interdist: closing a control connection after a %s message", type(msg).__name__)
                     return
+                if msg.get("op") == "direct":
+                    # The notebook's connection for programs: from now on the group's replica thread reads it
+                    # itself between programs (``ReplicaThread.read_directly``); this thread lets go of it.
+                    with self._lock:
+                        self._conns.discard(conn)
+                    handed_over = True
+                    try:
+                        self._handle({"op": "direct", "group": msg.get("group"), "socket": conn}, reply)
+                    except Exception as exc:  # noqa: BLE001 - the notebook then sees the connection closed
+                        logger.warning("interdist: refused a direct control connection: %s", exc)
+                        with contextlib.suppress(OSError):
+                            conn.close()
+                    return
                 if msg.get("op") == "channel":
                     # A peer's stream of collective packets: from now on the replica thread that waits for
                     # them reads the socket itself (``Mailbox.add_channel``); this thread lets go of it.

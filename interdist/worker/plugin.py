@@ -201,6 +201,12 @@ class ReplicaRuntime(WorkerPlugin):
         if msg.get("op") == "channel":  # a peer's packets: read by the replica thread itself from now on
             accept_channel(self._mailbox(msg["group"]), msg["socket"])
             return
+        if msg.get("op") == "direct":  # the notebook's programs: read by the group's replica thread from now on
+            group = msg["group"]
+            if group not in self.executors:
+                raise KeyError(f"worker {self.worker.address} holds no replica of group {group}")
+            self.executors[group].read_directly(msg["socket"], self._handle_control)
+            return
         if msg.get("op") == "abort":  # the notebook found a replica of this worker frozen: read when it resumes
             self._mailbox(msg["group"]).abort(msg["step"], msg["reason"])
             return

@@ -1,8 +1,9 @@
 """The replica thread: the one thread on a worker in which a replica's programs run, in order.
 
-Programs arrive on the worker's event loop (Dask comms) or on the control socket's thread; both hand
-them to this thread, so a long replica function never blocks the event loop that carries its peers'
-collective packets and the aborts that release it.
+Programs arrive on the worker's event loop (Dask comms), which hands them to this thread, or over the
+notebook's control socket, which this thread reads itself while it has nothing to run
+(:meth:`ReplicaThread.read_directly`); so a long replica function never blocks the event loop that carries
+its peers' collective packets and the aborts that release it.
 
 In an embedded worker (``worker/process.py``) the replica thread is the process's main thread, which
 Python lets a signal interrupt: the notebook's Kernel > Interrupt then stops a replica function even
@@ -15,15 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
+import os
 import queue
+import select
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
 
+from interdist.control import pack, read_message, send_parts
+from interdist.protocol import lost_reply
 from interdist.replica.user_code import in_user_code
 
 logger = logging.getLogger(__name__)
@@ -50,6 +57,11 @@ class ReplicaThread:
         self._cancelled: collections.deque[int] = collections.deque(maxlen=64)  # steps interrupted
         self._interrupt: int | None = None  # the step to interrupt as soon as it runs the user's code
         self._ident: int | None = None
+        # Connections this thread reads itself while it has nothing to run (``read_directly``): fd -> (socket,
+        # handler). The wake pipe tells a thread waiting on them that the queue has something.
+        self._direct: dict[int, tuple[socket.socket, Callable[..., None]]] = {}
+        self._polling = False
+        self._wake: tuple[int, int] | None = None
         if start:
             thread = threading.Thread(target=self.serve, name=name, daemon=True)
             thread.start()
@@ -57,7 +69,7 @@ class ReplicaThread:
     def submit(self, fn: Callable[..., _T], *args: Any, step: int | None = None) -> asyncio.Future[_T]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_T] = loop.create_future()
-        self._queue.put((loop, future, fn, args, step))
+        self._put((loop, future, fn, args, step))
         return future
 
     def call(
@@ -68,14 +80,102 @@ class ReplicaThread:
         step: int | None = None,
     ) -> None:
         """Run ``fn(*args)`` after what is queued; ``done(result, error)`` is called on this thread."""
-        self._queue.put((None, done, fn, args, step))
+        self._put((None, done, fn, args, step))
+
+    def _put(self, item: Any) -> None:
+        self._queue.put(item)
+        if self._polling:  # (set before the thread's last look at the queue: a put after that look rings)
+            wake = self._wake
+            if wake is not None:
+                with contextlib.suppress(BlockingIOError, OSError):
+                    os.write(wake[1], b"!")
+
+    def read_directly(
+        self, sock: socket.socket, handler: Callable[[dict[str, Any], Callable[..., None]], None]
+    ) -> None:
+        """Read the messages of ``sock`` on this thread, whenever it has nothing queued to run; each goes to
+        ``handler(msg, reply)``, as the control server's thread hands them over (worker/control_server.py).
+
+        The notebook sends its programs over such a connection: the replica thread, waiting in ``poll``, is
+        woken by the message itself, where the control server's thread would read it and then wake this
+        one (two wake-ups, and a handover of the GIL, per program: 40-60 us of an empty ``run`` here). A
+        program that comes while another runs waits in the socket, as it would in the queue; what must be
+        read meanwhile (aborts, a peer's notices) comes over the notebook's other connection."""
+        if self._wake is None:
+            r, w = os.pipe()
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+            self._wake = (r, w)
+        sock.settimeout(None)
+        self._direct[sock.fileno()] = (sock, handler)
+        self._put(_NOTHING)  # a thread already waiting in ``queue.get`` looks at the new connection
+
+    def _next(self) -> Any:
+        """The next queued item; while none is, read the direct connections (their programs are queued)."""
+        while True:
+            if not self._direct:
+                return self._queue.get()
+            self._polling = True
+            try:
+                try:
+                    return self._queue.get_nowait()
+                except queue.Empty:
+                    pass
+                poller = select.poll()
+                wake = self._wake
+                assert wake is not None
+                poller.register(wake[0], select.POLLIN)
+                for fd in list(self._direct):
+                    poller.register(fd, select.POLLIN)
+                ready = poller.poll()
+            finally:
+                self._polling = False
+            for fd, _ in ready:
+                if fd == wake[0]:
+                    with contextlib.suppress(BlockingIOError, OSError):
+                        os.read(fd, 4096)
+                    continue
+                self._read_direct(fd)
+
+    def _read_direct(self, fd: int) -> None:
+        entry = self._direct.get(fd)
+        if entry is None:
+            return
+        sock, handler = entry
+
+        def reply(msg: Any) -> None:
+            try:
+                send_parts(sock, pack(msg))
+            except OSError:
+                pass  # the notebook went away; its group sees the step as lost
+
+        try:
+            msg = read_message(sock)
+        except Exception as exc:  # noqa: BLE001 - a malformed frame or a reset: drop the connection, not the thread
+            logger.warning("interdist: closing a direct control connection: %s", exc)
+            msg = None
+        if not isinstance(msg, dict):  # the notebook closed it (its strategy closed, or it is gone)
+            del self._direct[fd]
+            with contextlib.suppress(OSError):
+                sock.close()
+            return
+        try:
+            handler(msg, reply)
+        except Exception as exc:  # noqa: BLE001 - reported as this step's reply, as the control server does
+            reply(lost_reply(exc, step=msg.get("step")))
 
     def serve(self) -> None:
         """Run the queued programs until :meth:`shutdown` (on the thread that calls it)."""
         self._ident = threading.get_ident()
         while True:
-            item = self._queue.get()
+            item = self._next()
+            if item is _NOTHING:
+                continue
             if item is None:
+                for sock, _ in list(self._direct.values()):
+                    with contextlib.suppress(OSError):
+                        sock.close()
+                self._direct.clear()
                 return
             loop, future, fn, args, step = item
             self.running = step  # before looking at _cancelled; interrupt() adds first, then looks here
@@ -101,7 +201,7 @@ class ReplicaThread:
                 return
 
     def shutdown(self) -> None:
-        self._queue.put(None)  # after whatever runs now; programs still queued are not waited for
+        self._put(None)  # after whatever runs now; programs still queued are not waited for
 
     # -- the notebook's interrupt ------------------------------------------------
     @property
@@ -142,6 +242,9 @@ class ReplicaThread:
         if step is not None and self.running == step and in_user_code(frame):
             self._interrupt = None
             raise KeyboardInterrupt(f"interrupted by the notebook (step {step})")
+
+
+_NOTHING = object()  # a queue item that only wakes the thread (a new direct connection to look at)
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -6,6 +6,7 @@ The whole path (a kernel, SIGINT to its process group, the worker's main thread)
 
 from __future__ import annotations
 
+import struct
 import sys
 import threading
 import time
@@ -48,3 +49,62 @@ def test_a_program_interrupted_before_it_starts_does_not_run() -> None:
         time.sleep(0.01)
     assert got == [("first", True, None), ("second", "RuntimeError")]
     ex.shutdown()
+
+
+def _wait(cond: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def test_a_direct_connection_is_read_by_the_replica_thread_between_programs() -> None:
+    """``read_directly``: the notebook's programs are read by the replica thread itself (no handover from the
+    control server's thread), queued programs first, in the order they came, a malformed frame or the end of
+    the stream dropping only that connection; the queue is still served, and a shutdown closes the connection."""
+    import socket
+
+    from interdist import control
+
+    ex = ReplicaThread("interdist-test")
+    readers: list[int] = []
+    ran: list[Any] = []
+
+    def handler(msg: dict[str, Any], reply: Any) -> None:
+        readers.append(threading.get_ident())
+        ex.call(lambda: ran.append(msg["n"]) or msg["n"] * 10, (), lambda r, e: reply({"n": msg["n"], "r": r}))
+
+    notebook, worker = socket.socketpair()
+    gate = threading.Event()
+    ex.call(gate.wait, (10,), lambda r, e: ran.append("queued first"), step=1)  # running while the programs come
+    _wait(lambda: ex.running == 1, "the first program to start")
+    ex.read_directly(worker, handler)
+    for n in (1, 2, 3):
+        control.send_parts(notebook, control.pack({"n": n}))
+    time.sleep(0.05)
+    assert ran == []  # read only once the thread is free: they wait in the socket meanwhile
+    gate.set()
+    replies = [control.read_message(notebook) for _ in range(3)]
+    assert [dict(r) for r in replies] == [{"n": 1, "r": 10}, {"n": 2, "r": 20}, {"n": 3, "r": 30}]
+    assert ran == ["queued first", 1, 2, 3]
+    assert set(readers) == {ex._ident}  # read on the replica thread, not on this one
+    # A program queued from elsewhere (the Dask path) wakes the thread waiting on the connection.
+    got: list[Any] = []
+    ex.call(lambda: "via the queue", (), lambda r, e: got.append(r))
+    _wait(lambda: got, "a queued program to run while the thread waits on its connection")
+    assert got == ["via the queue"]
+    # A malformed frame closes that connection only; the thread goes on serving the queue and other connections.
+    other_nb, other_w = socket.socketpair()
+    ex.read_directly(other_w, handler)
+    notebook.sendall(struct.pack("!QI", 5, 0) + b"\xc1\xc1\xc1\xc1\xc1")
+    notebook.settimeout(10)
+    assert notebook.recv(16) == b""  # closed by the replica thread
+    control.send_parts(other_nb, control.pack({"n": 4}))
+    assert dict(control.read_message(other_nb)) == {"n": 4, "r": 40}
+    ex.call(lambda: "still served", (), lambda r, e: got.append(r))
+    _wait(lambda: len(got) == 2, "the queue after a dropped connection")
+    ex.shutdown()
+    other_nb.settimeout(10)
+    assert other_nb.recv(16) == b""  # the thread ended: its connections are closed
+    notebook.close()
+    other_nb.close()
