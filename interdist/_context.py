@@ -37,12 +37,22 @@ def set_default_factory(factory: Callable[[], tuple[Any, Any]]) -> None:
     _default_factory = factory
 
 
+# The last default entry made, with what it was made from: (default strategy, its replica context, the
+# global strategy, the entry). Entries are frozen, so one serves every look outside any scope (four per ``run``).
+_default_made: tuple[Any, Any, Any, _Entry] | None = None
+
+
 def _default_entry() -> _Entry:
+    global _default_made
     assert _default_factory is not None, "interdist.strategy.default was not imported"
     strategy, replica_ctx = _default_factory()
-    if _state.global_strategy is not None:
-        return _Entry(_state.global_strategy, None)
-    return _Entry(strategy, replica_ctx)
+    glob = _state.global_strategy
+    made = _default_made
+    if made is not None and made[0] is strategy and made[1] is replica_ctx and made[2] is glob:
+        return made[3]
+    entry = _Entry(glob, None) if glob is not None else _Entry(strategy, replica_ctx)
+    _default_made = (strategy, replica_ctx, glob, entry)
+    return entry
 
 
 def current() -> _Entry:
@@ -53,13 +63,19 @@ def is_default(strategy: Any) -> bool:
     return bool(getattr(strategy, "_is_default", False))
 
 
-@contextmanager
-def enter(strategy: Any, replica_context: Any, update_replica_id: int | None = None) -> Iterator[None]:
-    """Push a context for the duration of the ``with`` block."""
-    _state.stack.append(_Entry(strategy, replica_context, update_replica_id))
-    try:
-        yield
-    finally:
+class enter:  # noqa: N801 - used as the function it was: ``with _context.enter(strategy, ctx):``
+    """Push a context for the duration of the ``with`` block. (A class, not a ``contextmanager`` generator:
+    ``run`` enters one on each side, and a replica's every variable update one more.)"""
+
+    __slots__ = ("_entry",)
+
+    def __init__(self, strategy: Any, replica_context: Any, update_replica_id: int | None = None) -> None:
+        self._entry = _Entry(strategy, replica_context, update_replica_id)
+
+    def __enter__(self) -> None:
+        _state.stack.append(self._entry)
+
+    def __exit__(self, *exc: object) -> None:
         _state.stack.pop()
 
 

@@ -17,8 +17,7 @@ import importlib
 import sys
 import types
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -207,19 +206,9 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, RunMixin, DisplayM
         return list(self._devices)
 
     # -- contexts ----------------------------------------------------------------
-    @contextmanager
-    def scope(self) -> Iterator[Strategy]:
+    def scope(self) -> _Scope:
         """Make this strategy current; variables created here are distributed."""
-        self._check_usable()
-        self._require_cross_replica("scope")  # TF: not inside run, nor inside `with ReplicaContext(...)`
-        current = _context.get_strategy()
-        if not _context.is_default(current) and current is not self:
-            raise RuntimeError(f"Mixing different tf.distribute.Strategy objects: {current!r} is not {self!r}")
-        if current is self:
-            yield self
-            return
-        with _context.enter(self, None):
-            yield self
+        return _Scope(self)
 
     def _enter_or_check(self) -> Any:
         current = _context.get_strategy()
@@ -330,3 +319,32 @@ def _fetch_while_open(group: DaskGroup) -> Callable[[int, str], Any]:
         return fetch(rank, key)
 
     return fetch_while_open
+
+
+class _Scope:
+    """``strategy.scope()``: checked when entered (TF: not inside ``run``, nor inside ``with ReplicaContext(...)``;
+    not inside another strategy's scope); pushes the strategy unless it is current already. A class rather than
+    a ``contextmanager`` generator: every ``run`` enters one."""
+
+    __slots__ = ("_entered", "_strategy")
+
+    def __init__(self, strategy: Strategy) -> None:
+        self._strategy = strategy
+        self._entered: _context.enter | None = None
+
+    def __enter__(self) -> Strategy:
+        strategy = self._strategy
+        strategy._check_usable()
+        strategy._require_cross_replica("scope")
+        current = _context.get_strategy()
+        if not _context.is_default(current) and current is not strategy:
+            raise RuntimeError(f"Mixing different tf.distribute.Strategy objects: {current!r} is not {strategy!r}")
+        if current is not strategy:
+            self._entered = _context.enter(strategy, None)
+            self._entered.__enter__()
+        return strategy
+
+    def __exit__(self, *exc: object) -> None:
+        entered, self._entered = self._entered, None
+        if entered is not None:
+            entered.__exit__(*exc)
