@@ -264,14 +264,15 @@ class DaskGroup(RecoveryMixin, InterruptMixin):
                 self.runs += 1
             step = self.step + 1
             self.step += steps  # a fused program numbers its inner steps step .. step + steps - 1
+            sent: events.StepSent | None = None
             if user_call:
                 kind, _, fn_name = what.partition(" of ")
                 self._calls.append((step, step + steps - 1, f"{kind} #{self.runs} of {fn_name}"))
                 del self._calls[:-64]
-                self.emit(
-                    events.StepSent(
-                        self.group_id, step, -1, time.time(), fn_name, kind, self.runs, steps, self.world_size
-                    )
+                # Stamped now, logged once the programs are on their way (``_execute_local``): off the path
+                # from the call to the replicas.
+                sent = events.StepSent(
+                    self.group_id, step, -1, time.time(), fn_name, kind, self.runs, steps, self.world_size
                 )
             with pickling_for(self.group_id, self.world_size):  # plain/foreign variables as snapshots
                 fn_bytes = dumps_fn(fn)
@@ -290,8 +291,10 @@ class DaskGroup(RecoveryMixin, InterruptMixin):
             self._release = {r: [] for r in range(self.world_size)}
             try:
                 if conns is not None:
-                    replies = self._execute_local(conns, step, fn_bytes, args_payload, system, release, steps)
+                    replies = self._execute_local(conns, step, fn_bytes, args_payload, system, release, steps, sent)
                 else:
+                    if sent is not None:
+                        self.emit(sent)
                     replies = self.client.sync(
                         self._execute_async, step, fn_bytes, args_payload, system, release, steps
                     )

@@ -94,8 +94,10 @@ class StepPathsMixin:
         system: bool,
         release: dict[int, list[str]],
         steps: int = 1,
+        sent_event: events.Event | None = None,
     ) -> list[Reply]:
-        """``_execute_async`` over the control sockets, on this thread (no event loop in the path)."""
+        """``_execute_async`` over the control sockets, on this thread (no event loop in the path).
+        ``sent_event`` (the call's ``StepSent``) is logged once every program is sent."""
         timeout = self.spec.get("timeout") or settings.collective_timeout
         got = StepReplies(step, self.addresses, self.busy)
 
@@ -126,6 +128,8 @@ class StepPathsMixin:
                 sent[r] = c
             except OSError as exc:
                 got.replies[r] = lost_reply(exc)
+        if sent_event is not None:
+            self.emit(sent_event)
         for r in list(got.replies):
             on_reply(r, got.replies[r])
 
