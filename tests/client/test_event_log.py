@@ -158,6 +158,14 @@ def test_the_event_log_is_bounded_by_bytes_as_well_as_by_count() -> None:
     small.add_msgs([events.ReplicaFailed("g", k, 0, float(k), "e", "E").to_msg() for k in range(25)])
     assert [e.step for e in small.events] == list(range(15, 25))
     assert small.nbytes == sum(approx_bytes(e) for e in small.events)
+    # a batch that pushes only part of what is kept out (kept as a batch, not event by event)
+    part = EventLog(maxlen=10, max_bytes=10**9)
+    for first in (0, 7):
+        part.add_msgs([events.ReplicaFailed("g", k, 0, float(k), "e", "E" * k).to_msg() for k in range(first, first + 7)])
+        part.since(0)  # expanded now, batch by batch
+    assert [e.step for e in part.events] == list(range(4, 14))
+    assert part.nbytes == sum(approx_bytes(e) for e in part.events)
+    assert part.since(12)[0][0].step == 12
 
 
 def test_unread_wire_messages_are_bounded_too() -> None:
