@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Protocol, TypedDict
 
 import cloudpickle
@@ -335,14 +333,22 @@ def resolve_variable(group_id: str, var_id: int, snapshot: Any = None) -> Any:
 _pickling = threading.local()
 
 
-@contextmanager
-def pickling_for(group_id: str, world_size: int) -> Iterator[None]:
-    prev = getattr(_pickling, "target", None)
-    _pickling.target = (group_id, world_size)
-    try:
-        yield
-    finally:
-        _pickling.target = prev
+class pickling_for:  # noqa: N801 - used as the function it was: ``with pickling_for(group, n):``
+    """While the ``with`` block runs, programs are pickled for ``group_id`` (``pickling_target``). A class, not
+    a ``contextmanager`` generator: every ``run`` enters it twice."""
+
+    __slots__ = ("_prev", "_target")
+
+    def __init__(self, group_id: str, world_size: int) -> None:
+        self._target = (group_id, world_size)
+        self._prev: tuple[str, int] | None = None
+
+    def __enter__(self) -> None:
+        self._prev = getattr(_pickling, "target", None)
+        _pickling.target = self._target
+
+    def __exit__(self, *exc: object) -> None:
+        _pickling.target = self._prev
 
 
 def pickling_target() -> tuple[str, int] | None:
