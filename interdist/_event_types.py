@@ -31,6 +31,13 @@ class Event:
         msg["kind"] = self.kind
         return msg
 
+    @classmethod
+    def msg(cls, *values: Any) -> dict[str, Any]:
+        """``cls(*values).to_msg()`` without making the event (a replica's two events of every program)."""
+        msg = dict(zip(_field_names(cls), values, strict=True))
+        msg["kind"] = cls.kind
+        return msg
+
 
 @dataclass(frozen=True)
 class RunStarted(Event):

@@ -222,7 +222,7 @@ class Replica:
                     args, kwargs = cloudpickle.loads(args_bytes, buffers=buffers or ())
                 fn_name = getattr(fn, "__qualname__", getattr(fn, "__name__", type(fn).__name__))
                 program = "run" if not system else fn_name
-                self.emit(events.RunStarted(self.group_id, step, self.rank, t0, fn_name, program))
+                self.emit_msg(events.RunStarted.msg(self.group_id, step, self.rank, t0, fn_name, program))
                 if args or kwargs:
                     args, kwargs = _nest.map_structure(self._deref, (args, kwargs))
                 if self.on_gpu:
@@ -275,8 +275,8 @@ class Replica:
                 trim = getattr(self.transport, "trim", None)
                 if trim is not None:
                     trim()  # large shared-memory segments go back after each program
-            self.emit(
-                events.RunFinished(
+            self.emit_msg(
+                events.RunFinished.msg(
                     self.group_id,
                     step,
                     self.rank,

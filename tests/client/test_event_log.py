@@ -255,6 +255,9 @@ def test_every_event_has_a_compact_form_that_makes_it_again() -> None:
         c = events.of_event(e)
         assert events.from_compact(c) == e and type(events.from_compact(c)) is cls
         assert events.compact(e.to_msg()) == [c]  # from the wire form, directly
+        # the wire form made without the event (a replica's RunStarted/RunFinished): the same keys, in order
+        made = cls.msg(*c[1:])
+        assert made == e.to_msg() and list(made) == list(e.to_msg())
         assert events.compact_key(c) == event_key(e)
         # only numbers and strings (and tuples of them): the garbage collector stops tracking it (a tuple is
         # untracked once the tuples in it are: the inner ones may be seen after it, in the first collection)
