@@ -18,6 +18,7 @@ import sys
 import types
 import weakref
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import cloudpickle
@@ -206,7 +207,7 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, RunMixin, DisplayM
         return list(self._devices)
 
     # -- contexts ----------------------------------------------------------------
-    def scope(self) -> _Scope:
+    def scope(self) -> AbstractContextManager[Strategy]:
         """Make this strategy current; variables created here are distributed."""
         return _Scope(self)
 
