@@ -57,6 +57,9 @@ def _remove_stale_dirs() -> None:
 MAX_CONNECTIONS = 256
 
 
+#: The requests that hand a connection over to a replica's thread, and what each connection is (for a refusal).
+_HANDED_OVER = {"direct": "a direct control connection", "channel": "a collectives channel"}
+
 _SERVERS: weakref.WeakSet[ControlServer] = weakref.WeakSet()  # this process's, for ``settle_after_resume``
 
 
@@ -170,29 +173,19 @@ class ControlServer:
                 if not isinstance(msg, dict):
                     logger.warning("interdist: closing a control connection after a %s message", type(msg).__name__)
                     return
-                if msg.get("op") == "direct":
-                    # The notebook's connection for programs: from now on the group's replica thread reads it
-                    # itself between programs (``ReplicaThread.read_directly``); this thread lets go of it.
+                op = msg.get("op")
+                if op in _HANDED_OVER:
+                    # The connection is handed over, and this thread lets go of it: the notebook's programs
+                    # ("direct": the group's replica thread reads them itself between programs,
+                    # ``ReplicaThread.read_directly``) or a peer's stream of collective packets ("channel": the
+                    # replica thread that waits for them reads the socket itself, ``Mailbox.add_channel``).
                     with self._lock:
                         self._conns.discard(conn)
                     handed_over = True
                     try:
-                        self._handle({"op": "direct", "group": msg.get("group"), "socket": conn}, reply)
-                    except Exception as exc:  # noqa: BLE001 - the notebook then sees the connection closed
-                        logger.warning("interdist: refused a direct control connection: %s", exc)
-                        with contextlib.suppress(OSError):
-                            conn.close()
-                    return
-                if msg.get("op") == "channel":
-                    # A peer's stream of collective packets: from now on the replica thread that waits for
-                    # them reads the socket itself (``Mailbox.add_channel``); this thread lets go of it.
-                    with self._lock:
-                        self._conns.discard(conn)
-                    handed_over = True
-                    try:
-                        self._handle({"op": "channel", "group": msg.get("group"), "socket": conn}, reply)
-                    except Exception as exc:  # noqa: BLE001 - the peer then sees the connection closed
-                        logger.warning("interdist: refused a collectives channel: %s", exc)
+                        self._handle({"op": op, "group": msg.get("group"), "socket": conn}, reply)
+                    except Exception as exc:  # noqa: BLE001 - the other end then sees the connection closed
+                        logger.warning("interdist: refused %s: %s", _HANDED_OVER[op], exc)
                         with contextlib.suppress(OSError):
                             conn.close()
                     return
