@@ -76,6 +76,15 @@ def is_array_like(x: Any) -> bool:
 _SMALL_INTS = range(-5, 257)
 
 
+def dtype_of(x: Any) -> np.dtype[Any]:
+    """The dtype of an array or scalar wherever it lives (a CuPy array's without a copy to the host, which
+    CuPy refuses), else NumPy's for the value (``np.asarray(x).dtype``)."""
+    dtype: np.dtype[Any] = (
+        np.dtype(x.dtype) if is_cupy(x) or isinstance(x, (np.ndarray, np.generic)) else np.asarray(x).dtype
+    )
+    return dtype
+
+
 def same_object_across(values: list[Any]) -> bool:
     """Would TF's replica threads have returned the very same object from each replica?
 

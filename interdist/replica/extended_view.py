@@ -15,8 +15,8 @@ import numpy as np
 
 from interdist import _context, _nest, _reduction
 from interdist import device as device_lib
-from interdist._convert import as_array
-from interdist._gpu import to_host
+from interdist._convert import as_array, dtype_of
+from interdist._gpu import is_cupy, to_host
 from interdist.collectives.reducing import COLLECTIVE_DTYPES
 from interdist.reduce_op import ReduceOp, check_reduce_op
 from interdist.replica import faults
@@ -53,9 +53,9 @@ def _check_one_dtype(values: list[Any]) -> None:
         elif isinstance(v, LazyPerReplica):
             dtypes.add(v.local_dtype())  # not gathered
         elif isinstance(v, DistributedValues):
-            dtypes |= {np.asarray(_unwrap(c)).dtype for c in v.values[:1]}
+            dtypes |= {dtype_of(_unwrap(c)) for c in v.values[:1]}  # a GPU replica's CuPy values too
         else:
-            dtypes.add(np.asarray(_unwrap(v)).dtype)
+            dtypes.add(dtype_of(_unwrap(v)))
     if len(dtypes) > 1:
         raise ValueError(
             f"batch_reduce_to cannot reduce values of different dtypes in one batch: {sorted(d.name for d in dtypes)}"
@@ -250,7 +250,8 @@ class ReplicaExtendedView(_ReportsNotebookClass):
 
     def _apply_mirrored_in_replica_context(self, optimizer: Any, pairs: list[tuple[Any, Any]]) -> bool:
         """``optimizer.apply_gradients`` inside ``run`` when every variable is mirrored and every gradient a
-        NumPy array or scalar: the ``merge_call`` path without its skeleton exchange.
+        NumPy array or scalar, or a CuPy array on a GPU replica (reduced on the device under a device backend:
+        ``Collectives.all_reduce``): the ``merge_call`` path without its skeleton exchange.
 
         That path exchanges the arguments' skeletons (one collective), all-reduces the held gradients
         (``batch_reduce_to``: one all-reduce of the whole batch) and updates each replica's copy with the
@@ -266,7 +267,7 @@ class ReplicaExtendedView(_ReportsNotebookClass):
         grads = []
         for g, v in pairs:
             if (
-                (type(g) is not np.ndarray and not isinstance(g, np.generic))
+                (type(g) is not np.ndarray and not isinstance(g, np.generic) and not is_cupy(g))
                 or g.dtype.name not in COLLECTIVE_DTYPES
                 or not isinstance(v, ReplicaVariable)
                 or v.group_id != replica.group_id
@@ -274,7 +275,7 @@ class ReplicaExtendedView(_ReportsNotebookClass):
                 or single_copy(v.meta)
             ):
                 return False
-            grads.append(g if type(g) is np.ndarray else np.asarray(g))  # a NumPy scalar: a 0-d array
+            grads.append(np.asarray(g) if isinstance(g, np.generic) else g)  # a NumPy scalar: a 0-d array
         _check_one_dtype(grads)
         if replica.armed_fault is not None:  # as batch_reduce_to: the fault stops the step before values leave
             faults.fire(replica, "collective", "all_reduce", "batch_reduce_to")

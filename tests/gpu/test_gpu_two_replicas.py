@@ -6,6 +6,7 @@ merge_call, Strategy.reduce / gather, mirrored and sync-on-read variables.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator
 from typing import Any
 
@@ -192,10 +193,37 @@ def test_replica_failure_on_gpu_is_reported(s2: idist.MirroredStrategy) -> None:
     assert [np.asarray(v).tolist() for v in s2.experimental_local_results(out)] == [[2.0, 2.0]] * 2
 
 
-@pytest.mark.parametrize("make_opt", [lambda: idist.optimizers.SGD(0.1, momentum=0.9),
-                                      lambda: idist.optimizers.Adam(0.01)], ids=["sgd_momentum", "adam"])
-def test_optimizer_steps_on_gpu_match_numpy(s2: idist.MirroredStrategy, make_opt: Any) -> None:
-    """apply_gradients on CuPy gradients: the same bits as the same optimizer on one CPU replica."""
+def _through_merge_call(make: Any) -> Any:
+    """The optimizer ``make()`` gives, with a ``_distributed_apply`` of its own: ``apply_gradients`` then takes
+    the ``merge_call`` path (skeleton exchange, ``batch_reduce_to``), not the in-replica all-reduce."""
+
+    def made() -> Any:
+        opt = make()
+
+        class Merged(type(opt)):  # type: ignore[misc]
+            def _distributed_apply(self, *args: Any, **kwargs: Any) -> None:
+                super()._distributed_apply(*args, **kwargs)
+
+        opt.__class__ = Merged
+        return opt
+
+    return made
+
+
+_SGD_MOMENTUM = lambda: idist.optimizers.SGD(0.1, momentum=0.9)
+_ADAM = lambda: idist.optimizers.Adam(0.01)
+_SGD = lambda: idist.optimizers.SGD(0.1)
+
+
+@pytest.mark.parametrize(
+    ("make_opt", "path"),
+    [(_SGD_MOMENTUM, "all_reduce"), (_ADAM, "all_reduce"), (_SGD, "all_reduce"),
+     (_through_merge_call(_SGD_MOMENTUM), "merge_call"), (_through_merge_call(_ADAM), "merge_call")],
+    ids=["sgd_momentum", "adam", "sgd", "sgd_momentum-merge_call", "adam-merge_call"],
+)
+def test_optimizer_steps_on_gpu_match_numpy(s2: idist.MirroredStrategy, make_opt: Any, path: str) -> None:
+    """apply_gradients on CuPy gradients: what the same optimizer gives on two CPU replicas, through either path
+    (the in-replica all-reduce of the gradients, or a merge_call), as the collectives the steps ran show."""
     x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(16, 2)
     y = (x @ np.array([1.5, -0.5], np.float32)).astype(np.float32)
 
@@ -217,7 +245,15 @@ def test_optimizer_steps_on_gpu_match_numpy(s2: idist.MirroredStrategy, make_opt
                 strategy.experimental_distribute_values_from_function(lambda ctx: parts[ctx.replica_id_in_sync_group][1])))
         return np.asarray(w)
 
+    def ops() -> collections.Counter[str]:
+        return collections.Counter(e.op for e in s2.events.events if e.kind == "collective-exited")
+
+    before = ops()
     on_gpu = train(s2, 2)
+    ran = ops() - before
+    assert ran[path] >= 3, ran  # one per step
+    if path == "all_reduce":
+        assert ran["merge_call"] == 0, ran
     with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as cpu:
         on_cpu = train(cpu, 2)
     np.testing.assert_allclose(on_gpu, on_cpu, rtol=1e-6)
