@@ -154,7 +154,7 @@ def local_gpu_cluster(
     lists it first), which is where its replica keeps its CuPy arrays. Entries may
     repeat: ``local_gpu_cluster([0, 0])`` gives two workers that share GPU 0, the
     supported way to run a multi-replica GPU strategy on a machine with one GPU
-    (replicas then compete for that GPU; collectives go through host memory)::
+    (replicas then take turns on that GPU; their all-reduces go through CUDA IPC on it: docs/gpu.md)::
 
         cluster = local_gpu_cluster([0, 0])
         strategy = interdist.MirroredStrategy(["GPU:0", "GPU:1"], cluster=cluster)

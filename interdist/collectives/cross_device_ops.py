@@ -108,8 +108,9 @@ class NcclAllReduce(CrossDeviceOps):
     """TF's NCCL all-reduce, accepted for compatibility: it does not select NCCL by itself.
 
     Here: the default choice by measured thresholds (as ``cross_device_ops=None``);
-    GPU replicas' arrays are reduced on the device only under the ``nccl``, ``cuda_ipc`` or
-    ``gpu`` collectives backend, and staged through host memory otherwise (docs/gpu.md).
+    GPU replicas' arrays are reduced on the device under the ``nccl``, ``cuda_ipc`` or ``gpu``
+    collectives backend (``gpu`` is GPU strategies' default), and staged through host memory under
+    ``dask`` (docs/gpu.md).
     ``num_packs`` is kept, and as in TF 2.21 a non-zero ``num_packs`` cannot all-reduce between CPU replicas in
     replica context (``num_packs=0`` can).
 

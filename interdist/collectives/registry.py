@@ -11,8 +11,8 @@ in ``collectives/__init__.py``, the device-resident ones of GPU replicas below (
   one that cannot run here.
 - ``worker_transport(name, ...)``: what a worker calls when a replica joins;
   ``name`` None means ``config.settings.collectives_backend``.
-- ``backend_for(devices)``: the backend a strategy over ``devices`` would use (``gpu`` for GPU
-  devices when the setting is the default).
+- ``backend_for(devices)``: the backend a strategy over ``devices`` would use: the setting, whose
+  default ``auto`` means ``gpu`` for GPU devices where CuPy is installed and ``dask`` otherwise.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ DEVICE_BACKENDS = {
     "nccl": "interdist.collectives.nccl:NcclTransport",
     "gpu": "interdist.collectives.gpu_backend:GpuTransport",
 }
-#: The backend ``backend_for`` gives GPU devices in place of the default ``dask``.
+#: The setting's default: ``backend_for`` resolves it from the devices (never a registered name).
+AUTO = "auto"
+#: What ``auto`` is for GPU devices (where CuPy is installed), and for everything else.
 GPU_DEFAULT = "gpu"
 _DEFAULT = "dask"
 
@@ -68,7 +70,8 @@ def load_backend(name: str) -> type[Transport]:
         target = _BACKENDS[name]
     except KeyError:
         raise ValueError(
-            f"unknown collectives backend {name!r}; known backends: {', '.join(backend_names())}"
+            f"unknown collectives backend {name!r}; known backends: {', '.join(backend_names())} "
+            f"(or {AUTO!r}, the setting's default: chosen by the devices)"
         ) from None
     module, _, attr = target.partition(":")
     try:
@@ -114,25 +117,25 @@ def worker_transport(
     sockets: bool = True,
 ) -> Transport:
     """The transport of a replica joining on a Dask worker, from backend ``name`` (None: the setting)."""
-    backend = get_backend(name or settings.collectives_backend)
+    backend = get_backend(backend_for([], name))
     return backend.for_worker(worker, group_id, rank, peers, mailbox, sockets)
 
 
 def backend_for(devices: list[str], configured: str | None = None) -> str:
     """The backend of a strategy over ``devices``: ``configured`` when given (a strategy's own spec),
-    else the setting, except that the setting's default ``dask`` becomes ``gpu`` when every device is a
-    GPU and ``gpu`` is available here (CuPy installed: CuPy batches then go along the path the cost
-    model picks; everything else as on ``dask``)."""
-    if configured:
-        return configured
-    name = settings.collectives_backend
+    else the setting. ``auto`` (the setting's default) is ``gpu`` when every device is a GPU and ``gpu``
+    is available here (CuPy installed: CuPy batches then go along the path the cost model picks,
+    everything else as on ``dask``), else ``dask``; any other name is kept as it is (``dask`` set
+    explicitly stages GPU replicas' batches through host memory)."""
+    name = configured or settings.collectives_backend
+    if name != AUTO:
+        return name
     every_gpu = bool(devices) and all(is_gpu_device(d) for d in devices)
-    if name == _DEFAULT and every_gpu and load_backend(GPU_DEFAULT).is_available():
-        return GPU_DEFAULT
-    return name
+    return GPU_DEFAULT if every_gpu and load_backend(GPU_DEFAULT).is_available() else _DEFAULT
 
 
 __all__ = [
+    "AUTO",
     "DEVICE_BACKENDS",
     "available_backends",
     "backend_for",

@@ -30,7 +30,7 @@ from interdist.client import reclaim
 from interdist.client.event_log import EventLog
 from interdist.client.fn_pickle import ship_by_value
 from interdist.client.group import DaskGroup
-from interdist.collectives.registry import get_backend
+from interdist.collectives.registry import backend_for, get_backend
 from interdist.config import settings, snapshot
 from interdist.protocol import GroupSpec, VariableMeta, register_strategy, resolve_strategy
 from interdist.strategy.cross_replica import CrossReplicaMixin
@@ -82,7 +82,9 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, RunMixin, DisplayM
         self._var_metas: dict[int, VariableMeta] = {}
         self.extended = self._extended_class(self)
         specs = [device_lib.parse(d) for d in devices]
-        backend = (spec or {}).get("collectives_backend") or settings.collectives_backend
+        # The setting, or the strategy's own; for GPU devices the default ``dask`` becomes ``gpu`` where CuPy is
+        # installed (CuPy batches then all-reduce on the device where the cost model says so: registry.py)
+        backend = backend_for(devices, (spec or {}).get("collectives_backend"))
         get_backend(backend)  # an unknown or unavailable backend fails here, before any worker is taken
         self._lease = self._acquire(specs, cluster)
         if not self._lease.embedded:  # a cluster made elsewhere: the interdist pages on its dashboard too

@@ -133,15 +133,53 @@ def test_nccl_says_how_to_get_nccl(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_backend_for_gpu_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     gpus = ["/job:localhost/replica:0/task:0/device:GPU:0", "GPU:1"]
+    assert settings.collectives_backend == "auto"  # the default: chosen by the devices
     _fake_cupy(monkeypatch)  # installed
     assert backend_for(gpus) == "gpu"
-    assert backend_for(["CPU:0", "GPU:0"]) == "dask" and backend_for(["CPU:0"]) == "dask"
+    assert backend_for(["CPU:0", "GPU:0"]) == "dask" and backend_for(["CPU:0"]) == "dask" and backend_for([]) == "dask"
     assert backend_for(gpus, "dask") == "dask"  # a strategy's own choice is kept
     monkeypatch.setattr(settings, "collectives_backend", "nccl")
     assert backend_for(gpus) == "nccl"  # a backend set explicitly is kept
     monkeypatch.setattr(settings, "collectives_backend", "dask")
+    assert backend_for(gpus) == "dask"  # so is 'dask': host staging asked for by name
+    monkeypatch.setattr(settings, "collectives_backend", "auto")
     _no_cupy(monkeypatch)
     assert backend_for(gpus) == "dask"  # a notebook without CuPy keeps host staging
+    with pytest.raises(ValueError, match="unknown collectives backend 'auto'.*the setting's default"):
+        get_backend("auto")  # resolved by backend_for, never a backend of its own
+
+
+def test_a_gpu_strategy_takes_the_gpu_backend_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MirroredStrategy over GPU devices asks for ``backend_for``'s choice (checked before any worker is taken)."""
+    import interdist as idist
+    from interdist.strategy import base
+
+    asked: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    def recorded(name: str) -> Any:
+        asked.append(name)
+        raise Stop
+
+    monkeypatch.setattr(base, "get_backend", recorded)
+    _fake_cupy(monkeypatch)  # installed
+    with pytest.raises(Stop):
+        idist.MirroredStrategy(["GPU:0", "GPU:1"])
+    with pytest.raises(Stop):
+        idist.MirroredStrategy(["CPU:0", "CPU:1"])
+    monkeypatch.setattr(settings, "collectives_backend", "cuda_ipc")
+    with pytest.raises(Stop):
+        idist.MirroredStrategy(["GPU:0", "GPU:1"])
+    monkeypatch.setattr(settings, "collectives_backend", "dask")  # host staging asked for by name
+    with pytest.raises(Stop):
+        idist.MirroredStrategy(["GPU:0", "GPU:1"])
+    monkeypatch.setattr(settings, "collectives_backend", "auto")
+    _no_cupy(monkeypatch)
+    with pytest.raises(Stop):
+        idist.MirroredStrategy(["GPU:0", "GPU:1"])
+    assert asked == ["gpu", "dask", "cuda_ipc", "dask", "dask"]
 
 
 # -- topology and the path choice ----------------------------------------------------------------
