@@ -73,6 +73,7 @@ from interdist.collectives.cost_params import (
     PRESETS,
     STAGING_BYTES_PER_S,
     STAGING_LATENCY_S,
+    STAGING_LATENCY_SHARED_S,
     Link,
     Params,
     load,
@@ -176,12 +177,13 @@ def device_path_time(path: str, nbytes: float, world_size: int, hosts: int = 1, 
     """Predicted seconds of one all_reduce of ``nbytes`` per GPU replica along ``path``.
 
     ``host``: each replica copies its batch to the host and the result back (``STAGING_BYTES_PER_S``;
-    the replicas on one GPU, ``shared_gpu``, share its link), the host algorithm ``AUTO`` picks in
-    between (``PRESETS["shm"]``). ``cuda_ipc`` and ``nccl``: the phases of their algorithm with their
-    parameter set (``DEVICE_MODEL``)."""
+    the replicas on one GPU, ``shared_gpu``, share its link and wait longer for each copy), the host
+    algorithm ``AUTO`` picks in between (``PRESETS["shm"]``). ``cuda_ipc`` and ``nccl``: the phases of
+    their algorithm with their parameter set (``DEVICE_MODEL``)."""
     if path == HOST:
         copies = 2 * (world_size if shared_gpu else 1)
-        staged = copies * (nbytes / STAGING_BYTES_PER_S + STAGING_LATENCY_S)
+        latency = STAGING_LATENCY_SHARED_S if shared_gpu and world_size > 1 else STAGING_LATENCY_S
+        staged = copies * (nbytes / STAGING_BYTES_PER_S + latency)
         host = auto_choice(max(1, int(nbytes) // 4), world_size, hosts > 1)
         return staged + predict(host, nbytes, world_size, hosts, "shm")
     try:
@@ -342,6 +344,7 @@ __all__ = [
     "RS",
     "STAGING_BYTES_PER_S",
     "STAGING_LATENCY_S",
+    "STAGING_LATENCY_SHARED_S",
     "TREE",
     "Link",
     "Measurement",

@@ -10,9 +10,10 @@ replaced by those of the JSON file ``interdist.collectives.cost-model`` names (:
 - ``shm``, ``tcp``: fitted on this kind of machine by ``benchmarks/bench_cost_model.py``.
 - ``nccl``: published NVLink/InfiniBand figures, for predictions at scale (``step_time``).
 - ``cuda_ipc``, ``nccl-device``: the device-resident paths of GPU replicas (``cuda_ipc.py``,
-  ``nccl.py``), which ``cost_model.device_choice`` weighs against host staging. **Assumptions until
-  measured**: derived from H100/H200 data-sheet bandwidths and the one host-staged measurement
-  (``tests/gpu/gpu_run.md``); ``benchmarks/bench_gpu_allreduce.py`` prints what to compare them with.
+  ``nccl.py``), which ``cost_model.device_choice`` weighs against host staging. ``cuda_ipc`` and host
+  staging are **fitted** to ``benchmarks/bench_gpu_allreduce.py`` on one H200 (2026-11-29, 2 and 4
+  replicas sharing it; ``tests/gpu/gpu_run.md``); ``nccl-device`` is still **assumed** (data-sheet
+  bandwidths: the machines lent so far had one GPU).
 """
 
 from __future__ import annotations
@@ -143,18 +144,22 @@ _CONTROL_ROUND_S = 2 * _SHM.intra.overhead
 _CONTROL_ROUND_HOSTS_S = _SHM.inter.alpha + 2 * _SHM.inter.overhead  # the same between hosts (Dask comms)
 # "cuda_ipc": replicas that share one GPU. Each writes its batch once into an exchange buffer that
 # every peer reads in place (``shared``: the all-gather-reduce phases of shared memory), and adds the
-# peers' batches itself; all of them use the one GPU's memory at once (``cores`` = 1: n replicas'
-# copies and additions take n times as long). The control round is ``alpha``; ``overhead`` a kernel
-# launch or an event per message.
+# peers' batches itself; all of them use the one GPU at once (``cores`` = 1: n replicas' copies and
+# additions take n times as long, and their processes' GPU contexts take turns). Least-squares fit of
+# ``ctx.all_reduce``'s median time in bench_gpu_allreduce.py on one H200 (2026-11-29), 1 to 256 MB of
+# float32 at 2 and 4 replicas (16 points, every one within 5% of the fit): ``alpha`` 0.44 ms is the
+# per-call cost (a hello round through Dask comms and the Python of the path), ``overhead`` 33 us per
+# peer and replica (events, buffer views), 1/beta ~410 GB/s, 1/gamma ~980 GB/s per replica working
+# alone (HBM3e, with every replica sharing it).
 _CUDA_IPC = Params(
     name="cuda_ipc",
-    intra=Link(alpha=_CONTROL_ROUND_S, overhead=5e-6, beta=2 / _HBM_BYTES_PER_S),
+    intra=Link(alpha=4.43e-4, overhead=3.26e-5, beta=2.42e-12),
     inter=_NCCL.inter,  # never used: CUDA IPC does not cross hosts
-    gamma=3 / _HBM_BYTES_PER_S,
+    gamma=1.02e-12,
     cores=1.0,
     shared=True,
-    source="ASSUMED (not measured): H100 HBM ~3 TB/s achieved (2 accesses per byte copied, 3 per byte added), "
-    "one control round as the 'shm' fit's two messages; see cost_params.py",
+    source="fitted to bench_gpu_allreduce.py on one NVIDIA H200 (2026-11-29), 2 and 4 replicas sharing it, "
+    "1-256 MB; see cost_params.py",
 )
 # "nccl-device": replicas on distinct GPUs, NCCL point to point (reduce-scatter then all-gather, as
 # ``nccl.py`` runs it; each round is a control or NCCL round trip). NVLink 4: 450 GB/s each way per
@@ -170,11 +175,18 @@ _NCCL_DEVICE = Params(
     "InfiniBand as the 'nccl' set; see cost_params.py",
 )
 #: Host staging of a GPU replica's batch (device to host, then host to device): bytes per second
-#: through one GPU's host link, and seconds per copy. From the one measurement there is (H100, two
-#: replicas sharing it, tests/gpu/gpu_run.md): 16 MB took 18.6 ms with CuPy against 8.5 ms with
-#: NumPy on the same workers, ~10 ms for 4 copies of 16 MB: 6.4 GB/s (pageable host memory).
+#: through one GPU's host link, and seconds per copy. Two replicas sharing one GPU, CuPy against NumPy
+#: values on the same workers (bench_gpu_allreduce.py): 16 MB took 18.6 ms against 8.5 ms on an H100
+#: (2026-11-22) and 19.1-20.2 ms against 9.1-9.3 ms on an H200 (2026-11-29), ~10 ms for 4 copies of
+#: 16 MB: 6.4 GB/s (pageable host memory; 64 MB gives 7.5-8.7 GB/s). The latency of a copy from a GPU of
+#: the replica's own is assumed (a synchronizing cudaMemcpy of a few bytes); from a GPU that several
+#: replicas' processes share it is the H200's 4 KB all-reduce of CuPy values (0.52 ms, warmed up, 13
+#: runs; 0.65 ms in an earlier, shorter run) less the host path's model, over its 4 copies: ~66 us
+#: each (their GPU contexts take turns). The model then stages below ~64 KB on a shared GPU, as
+#: that run measured (4-64 KB: 0.47-0.54 ms staged against 0.59-0.74 through CUDA IPC).
 STAGING_BYTES_PER_S = 6.4e9
-STAGING_LATENCY_S = 2e-5  # assumed: a synchronizing cudaMemcpy of a few bytes
+STAGING_LATENCY_S = 2e-5
+STAGING_LATENCY_SHARED_S = 6.6e-5
 _BUILTIN: dict[str, Params] = {p.name: p for p in (_SHM, _TCP, _NCCL, _CUDA_IPC, _NCCL_DEVICE)}
 
 
@@ -204,7 +216,7 @@ def save(path: str, params: Iterable[Params]) -> None:
 
 #: The parameter sets by transport name: ``"shm"`` (interdist on this kind of machine: shared
 #: memory on a host, Dask comms between hosts), ``"tcp"`` (Dask comms everywhere), ``"nccl"``
-#: (GPUs at scale), ``"cuda_ipc"`` and ``"nccl-device"`` (GPU replicas' device paths, assumed).
+#: (GPUs at scale), ``"cuda_ipc"`` (fitted on an H200) and ``"nccl-device"`` (assumed): GPU replicas' device paths.
 PRESETS: dict[str, Params] = _load_presets()
 
 
@@ -220,6 +232,7 @@ __all__ = [
     "PRESETS",
     "STAGING_BYTES_PER_S",
     "STAGING_LATENCY_S",
+    "STAGING_LATENCY_SHARED_S",
     "Link",
     "Params",
     "load",

@@ -190,10 +190,11 @@ def test_the_parameter_sets_moved_to_cost_params_and_are_re_exported() -> None:
     assert {"shm", "tcp", "nccl", "cuda_ipc", "nccl-device"} <= set(cm.PRESETS)
 
 
-def test_the_device_presets_say_they_are_assumptions(tmp_path: Path) -> None:
+def test_the_device_presets_say_where_they_come_from(tmp_path: Path) -> None:
+    assert cm.preset("nccl-device").source.startswith("ASSUMED (not measured)")  # no machine with 2 GPUs yet
+    assert cm.preset("cuda_ipc").source.startswith("fitted to bench_gpu_allreduce.py on one NVIDIA H200")
     for name in ("cuda_ipc", "nccl-device"):
         p = cm.preset(name)
-        assert p.source.startswith("ASSUMED (not measured)"), p.source
         assert p.intra.beta > 0 and p.gamma > 0
     assert cm.preset("cuda_ipc").cores == 1.0 and cm.preset("cuda_ipc").shared  # one GPU's memory, written once
     assert math.isinf(cm.preset("nccl-device").cores) and not cm.preset("nccl-device").shared
@@ -215,6 +216,32 @@ def test_device_path_times() -> None:
     # the NCCL path across hosts pays the inter-host link
     assert cm.device_path_time("nccl", mb16, 4, hosts=2, shared_gpu=False) > cm.device_path_time(
         "nccl", mb16, 4, shared_gpu=False)
+
+
+#: ``ctx.all_reduce`` of float32 CuPy values on replicas sharing one NVIDIA H200, median ms, as
+#: benchmarks/bench_gpu_allreduce.py printed them on 2026-11-29 (two runs; tests/gpu/gpu_run.md).
+H200_CUDA_IPC_MS = {
+    2: {1: (0.573, 0.592), 16: (0.724, 0.682), 64: (1.051, 0.976), 256: (2.425, 2.426)},
+    4: {1: (1.190, 1.297), 16: (1.597, 1.588), 64: (2.704, 2.695), 256: (7.113, 7.101)},
+}
+H200_HOST_STAGED_MS = {16: (20.17, 19.10), 64: (75.13, 75.51)}  # 2 replicas, the 'dask' backend
+
+
+def test_the_cuda_ipc_preset_reproduces_the_h200_measurements() -> None:
+    for n, table in H200_CUDA_IPC_MS.items():
+        for mb, runs in table.items():
+            predicted = cm.device_path_time("cuda_ipc", mb << 20, n) * 1e3
+            for measured in runs:
+                assert abs(predicted - measured) <= 0.1 * measured, (n, mb, predicted, measured)
+    for mb, runs in H200_HOST_STAGED_MS.items():  # host staging's model: within 25% (pageable copies vary)
+        predicted = cm.device_path_time("host", mb << 20, 2) * 1e3
+        assert all(abs(predicted - m) <= 0.25 * m for m in runs), (mb, predicted, runs)
+    # and so the choice it makes on one GPU is the faster path measured: host staging for a few KB
+    # (0.47-0.54 against 0.59-0.74 ms, warmed up), cuda_ipc from a MB up (0.6 against 1.4-2.6 ms at 1 MB)
+    for nbytes in (4 << 10, 16 << 10):
+        assert cm.device_choice(nbytes, 2, [cm.HOST, cm.CUDA_IPC]) == cm.HOST
+    for nbytes in (1 << 20, 16 << 20, 256 << 20):
+        assert cm.device_choice(nbytes, 2, [cm.HOST, cm.CUDA_IPC]) == cm.CUDA_IPC
 
 
 def test_device_choice_follows_the_parameters(monkeypatch: pytest.MonkeyPatch) -> None:

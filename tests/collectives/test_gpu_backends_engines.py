@@ -335,7 +335,7 @@ def test_ipc_double_buffers_and_opens_each_handle_once() -> None:
 
 
 def test_ipc_a_lagging_reader_is_never_overwritten() -> None:
-    g = Group(2)
+    g = Group(2, cls=CudaIpcTransport)  # its path at every size (under 'gpu' a few KB stage through the host)
     g.ipc_api[1].slow = 0.02  # rank 1 reads late; rank 0 runs ahead as far as the protocol lets it
     try:
         def body(r: int, ar: Callable[..., Any]) -> Any:
@@ -348,7 +348,7 @@ def test_ipc_a_lagging_reader_is_never_overwritten() -> None:
 
 
 def test_ipc_a_larger_batch_takes_a_new_buffer_generation() -> None:
-    g = Group(2)
+    g = Group(2, cls=CudaIpcTransport)  # its path at every size (under 'gpu' a few KB stage through the host)
     try:
         def body(r: int, ar: Callable[..., Any]) -> Any:
             small = [float(ar([np.ones(10, np.float32)])[0][0]) for _ in range(2)]  # buffers 0 and 1
@@ -384,7 +384,7 @@ def test_a_shape_mismatch_raises_the_host_paths_error_on_every_rank(path: str) -
 
 
 def test_a_peer_on_the_host_path_is_named() -> None:
-    g = Group(2)
+    g = Group(2, cls=CudaIpcTransport)  # its path at every size (under 'gpu' a few KB stage through the host)
     try:
         _ok(g.run(lambda r, ar: ar([np.ones(3, np.float32)])))  # the topology round, once
 
