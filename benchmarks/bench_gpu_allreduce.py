@@ -10,6 +10,10 @@
    of the same size on the same GPU, timed in the same worker.
 3. The 16 MB all-reduce: device-resident against host-staged, side by side.
 4. ``nccl`` between GPUs 0 and 1, where there are two.
+5. Small batches (4-256 KB): device-resident against host-staged (and NumPy on the same workers), the
+   cost model's ``gpu`` choice.
+6. An SGD step of 1M float32 parameters (``g = (0.01*w + x)/n``, ``apply_gradients``) on 2 replicas
+   sharing GPU 0, backend by backend (``dask`` stages through the host, ``cuda_ipc``, ``gpu``).
 
 Every time is the slowest replica's, the GPU synchronized before and after. Without CuPy or a GPU
 it says so and exits 0 (``make bench`` runs it on CPU machines too). Where ``Collectives.all_reduce``
@@ -35,7 +39,7 @@ from interdist.collectives.algorithms import Collectives
 from interdist.config import settings
 from interdist.reduce_op import ReduceOp
 
-MB = 1 << 20
+KB, MB = 1 << 10, 1 << 20
 HOOKED = "device_all_reduce" in inspect.getsource(Collectives.all_reduce)
 
 
@@ -50,8 +54,9 @@ def no_gpu_reason() -> str | None:
     return None if count > 0 else "CUDA sees no GPU"
 
 
-def _step(kind: str, n: int, device: bool, direct: bool) -> float:
-    """In a replica: seconds of one SUM all-reduce of ``n`` float32 ones (CuPy or NumPy)."""
+def _step(kind: str, n: int, device: bool, direct: bool) -> Any:
+    """In a replica: seconds of one SUM all-reduce of ``n`` float32 ones (CuPy or NumPy), and of its parts
+    (waiting for the peers' hellos or data, the rest) as the collective timed them."""
     import cupy
 
     xp = cupy if kind == "cupy" else np
@@ -61,8 +66,11 @@ def _step(kind: str, n: int, device: bool, direct: bool) -> float:
     cupy.cuda.Device().synchronize()
     t0 = time.perf_counter()
     if device and direct:
-        y = replica.collective("all_reduce", x.nbytes, lambda s, q, w: replica.transport.device_all_reduce(
-            replica.collectives, s, q, [x], ReduceOp.SUM, w))[0]
+        y = replica.collective(
+            "all_reduce",
+            x.nbytes,
+            lambda s, q, w: replica.transport.device_all_reduce(replica.collectives, s, q, [x], ReduceOp.SUM, w),
+        )[0]
     else:
         y = ctx.all_reduce("sum", x)
     cupy.cuda.Device().synchronize()
@@ -72,7 +80,8 @@ def _step(kind: str, n: int, device: bool, direct: bool) -> float:
     if device:
         used = replica.collectives.last_timing.algorithm
         assert used.startswith(("cuda-ipc", "nccl")), f"the device path was not taken ({used})"
-    return dt
+    timing = replica.collectives.last_timing
+    return np.array([dt, timing.wait_s, timing.transfer_s])
 
 
 def _memcpy(nbytes: int) -> float:
@@ -93,18 +102,26 @@ def _memcpy(nbytes: int) -> float:
 
 
 def _median(s: Any, fn: Any, *args: Any, runs: int = 7) -> float:
-    times = []
+    return float(_medians(s, fn, *args, runs=runs)[0])
+
+
+def _medians(s: Any, fn: Any, *args: Any, runs: int = 7) -> np.ndarray:
+    """The medians (after 2 warm-up runs) of the slowest replica's figures (``fn`` returns one or several)."""
+    rows = []
     for _ in range(runs):
         out = s.run(fn, args=args)
-        times.append(max(float(np.asarray(v)) for v in s.experimental_local_results(out)))
-    return statistics.median(times[2:])
+        per = [np.atleast_1d(np.asarray(v, dtype=np.float64)) for v in s.experimental_local_results(out)]
+        rows.append(per[int(np.argmax([p[0] for p in per]))])
+    return np.median(np.stack(rows[2:]), axis=0)
 
 
 @contextlib.contextmanager
 def _strategy(backend: str, gpus: list[int]) -> Iterator[Any]:
     settings.collectives_backend = backend
-    with local_gpu_cluster(gpus) as cluster, \
-            idist.MirroredStrategy([f"GPU:{i}" for i in range(len(gpus))], cluster=cluster) as s:
+    with (
+        local_gpu_cluster(gpus) as cluster,
+        idist.MirroredStrategy([f"GPU:{i}" for i in range(len(gpus))], cluster=cluster) as s,
+    ):
         yield s
 
 
@@ -116,7 +133,7 @@ def host_staged(sizes: list[int]) -> dict[int, float]:
             n = mb * MB // 4
             row = [f"{mb:>4} MB"]
             for kind in ("cupy", "numpy"):
-                med = _median(s, _step, kind, n, False, False)
+                med = float(_medians(s, _step, kind, n, False, False)[0])
                 if kind == "cupy":
                     out[mb] = med
                 row.append(f"{kind} {med * 1e3:8.2f} ms ({mb / 1024 / med:6.2f} GB/s)")
@@ -131,14 +148,72 @@ def device_resident(backend: str, gpus: list[int], sizes: list[int]) -> dict[int
     out = {}
     with _strategy(backend, gpus) as s:
         for mb in sizes:
-            t = _median(s, _step, "cupy", mb * MB // 4, True, not HOOKED)
+            t, wait, work = _medians(s, _step, "cupy", mb * MB // 4, True, not HOOKED)
             copy = _median(s, _memcpy, mb * MB, runs=3)
             busbw = mb * MB / t * 2 * (n - 1) / n / 1e9
             copy_bw = mb * MB / copy / 1e9
             out[mb] = t
-            print(f"{mb:>4} MB | all-reduce {t * 1e3:8.3f} ms, bus bandwidth {busbw:8.1f} GB/s | "
-                  f"memcpy D2D {copy * 1e3:7.3f} ms, {copy_bw:8.1f} GB/s | bus/memcpy {busbw / copy_bw:5.2f}",
-                  flush=True)
+            print(
+                f"{mb:>4} MB | all-reduce {t * 1e3:8.3f} ms (hellos {wait * 1e3:6.3f}, device {work * 1e3:6.3f}), "
+                f"bus bandwidth {busbw:8.1f} GB/s | memcpy D2D {copy * 1e3:7.3f} ms, {copy_bw:8.1f} GB/s | "
+                f"bus/memcpy {busbw / copy_bw:5.2f}",
+                flush=True,
+            )
+    return out
+
+
+def _algorithm() -> str:
+    return str(idist.get_replica_context()._replica.collectives.last_timing.algorithm)
+
+
+def small_batches(sizes: list[int], runs: int = 15) -> None:
+    """Small all-reduces on 2 replicas sharing GPU 0, backend by backend: CuPy values (and, on ``dask``, NumPy
+    values on the same workers, the host path alone). Every size is warmed up first (a buffer's first IPC
+    opening, CuPy's first kernels), then each is timed ``runs`` times."""
+    print(f"## small all-reduces, 2 replicas sharing GPU 0 (median ms of {runs - 2}; the path each took)", flush=True)
+    for backend in ("dask", "cuda_ipc", "gpu"):
+        with _strategy(backend, [0, 0]) as s:
+            for kind in ("cupy", "numpy") if backend == "dask" else ("cupy",):
+                for nbytes in sizes:
+                    _median(s, _step, kind, nbytes // 4, False, False, runs=3)
+                row = [f"{backend:>8} {kind:>5}"]
+                for nbytes in sizes:
+                    t = _median(s, _step, kind, nbytes // 4, False, False, runs=runs)
+                    used = s.experimental_local_results(s.run(_algorithm))[0]
+                    row.append(f"{nbytes // KB:>3} KB {t * 1e3:7.3f} ms ({used})")
+                print(" | ".join(row), flush=True)
+
+
+def sgd_steps(n: int = 1 << 20) -> dict[str, float]:
+    """The same SGD step of ``n`` float32 parameters on 2 replicas sharing GPU 0, backend by backend."""
+    print(f"## SGD step, {n} float32 parameters, 2 replicas sharing GPU 0 (median ms, slowest replica)", flush=True)
+    out = {}
+    for backend in ("dask", "cuda_ipc", "gpu"):
+        with _strategy(backend, [0, 0]) as s:
+            with s.scope():
+                w = idist.Variable(np.zeros(n, np.float32))
+            opt = idist.optimizers.SGD(0.1)
+
+            def step(w: Any = w, opt: Any = opt) -> float:
+                """Seconds of one step in this replica, the GPU synchronized around it."""
+                import cupy
+
+                ctx = idist.get_replica_context()
+                store = ctx._replica.store
+                if "bench-x" not in store:
+                    store["bench-x"] = cupy.full(n, int(ctx.replica_id_in_sync_group) + 1, cupy.float32)
+                x = store["bench-x"]
+                cupy.cuda.Device().synchronize()
+                t0 = time.perf_counter()
+                g = (cupy.float32(0.01) * w.read_value() + x) / cupy.float32(ctx.num_replicas_in_sync)
+                opt.apply_gradients([(g, w)])
+                cupy.cuda.Device().synchronize()
+                return time.perf_counter() - t0
+
+            t = _median(s, step, runs=9)
+            out[backend] = t
+            w0 = float(np.asarray(s.experimental_local_results(w)[0])[0])
+            print(f"{backend:>8} | {t * 1e3:8.3f} ms | w[0] after 9 steps: {w0:.6g}", flush=True)
     return out
 
 
@@ -157,8 +232,14 @@ def main() -> None:
         ipc2 = device_resident("cuda_ipc", [0, 0], sizes)
         if not quick:
             device_resident("cuda_ipc", [0, 0, 0, 0], sizes)
-        print(f"## 16 MB all-reduce, 2 replicas on one GPU: device-resident {ipc2[16] * 1e3:.3f} ms against "
-              f"host-staged {staged[16] * 1e3:.2f} ms ({staged[16] / ipc2[16]:.1f}x)", flush=True)
+        print(
+            f"## 16 MB all-reduce, 2 replicas on one GPU: device-resident {ipc2[16] * 1e3:.3f} ms against "
+            f"host-staged {staged[16] * 1e3:.2f} ms ({staged[16] / ipc2[16]:.1f}x)",
+            flush=True,
+        )
+        small_batches([4 * KB, 16 * KB, 64 * KB, 256 * KB])
+        steps = sgd_steps()
+        print(f"## SGD step: cuda_ipc {steps['dask'] / steps['cuda_ipc']:.1f}x faster than host-staged", flush=True)
         if int(cupy.cuda.runtime.getDeviceCount()) >= 2:
             device_resident("nccl", [0, 1], sizes)
         else:
