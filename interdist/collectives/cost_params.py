@@ -147,15 +147,16 @@ _CONTROL_ROUND_HOSTS_S = _SHM.inter.alpha + 2 * _SHM.inter.overhead  # the same 
 # peers' batches itself; all of them use the one GPU at once (``cores`` = 1: n replicas' copies and
 # additions take n times as long, and their processes' GPU contexts take turns). Least-squares fit of
 # ``ctx.all_reduce``'s median time in bench_gpu_allreduce.py on one H200 (2026-11-29), 1 to 256 MB of
-# float32 at 2 and 4 replicas (16 points, every one within 5% of the fit): ``alpha`` 0.44 ms is the
-# per-call cost (a hello round through Dask comms and the Python of the path), ``overhead`` 33 us per
-# peer and replica (events, buffer views), 1/beta ~410 GB/s, 1/gamma ~980 GB/s per replica working
-# alone (HBM3e, with every replica sharing it).
+# float32 at 2 and 4 replicas, each point the median of four calls (the fit is within 16% of all 8,
+# of 4 replicas' within 1%; the calls themselves differed by up to 60% at 1-16 MB): ``alpha`` 0.53 ms
+# is the per-call cost (a hello round through Dask comms and the Python of the path), ``overhead``
+# 29 us per peer and replica (events, buffer views), 1/beta ~460 GB/s, 1/gamma ~900 GB/s per replica
+# working alone (HBM3e, with every replica sharing it). The points: tests/collectives/test_cost_model.py.
 _CUDA_IPC = Params(
     name="cuda_ipc",
-    intra=Link(alpha=4.43e-4, overhead=3.26e-5, beta=2.42e-12),
+    intra=Link(alpha=5.31e-4, overhead=2.89e-5, beta=2.15e-12),
     inter=_NCCL.inter,  # never used: CUDA IPC does not cross hosts
-    gamma=1.02e-12,
+    gamma=1.11e-12,
     cores=1.0,
     shared=True,
     source="fitted to bench_gpu_allreduce.py on one NVIDIA H200 (2026-11-29), 2 and 4 replicas sharing it, "
@@ -182,8 +183,9 @@ _NCCL_DEVICE = Params(
 #: the replica's own is assumed (a synchronizing cudaMemcpy of a few bytes); from a GPU that several
 #: replicas' processes share it is the H200's 4 KB all-reduce of CuPy values (0.52 ms, warmed up, 13
 #: runs; 0.65 ms in an earlier, shorter run) less the host path's model, over its 4 copies: ~66 us
-#: each (their GPU contexts take turns). The model then stages below ~64 KB on a shared GPU, as
-#: that run measured (4-64 KB: 0.47-0.54 ms staged against 0.59-0.74 through CUDA IPC).
+#: each (their GPU contexts take turns). The model then stages up to ~128 KB for 2 replicas on a
+#: shared GPU, as that run measured (4-64 KB: 0.47-0.54 ms staged against 0.59-0.74 through CUDA IPC;
+#: at 256 KB a tie).
 STAGING_BYTES_PER_S = 6.4e9
 STAGING_LATENCY_S = 2e-5
 STAGING_LATENCY_SHARED_S = 6.6e-5
