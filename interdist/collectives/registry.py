@@ -10,7 +10,7 @@ in ``collectives/__init__.py``, the device-resident ones of GPU replicas below (
   unknown one, the backend's ``unavailable_error`` (a ``RuntimeError``) for a known
   one that cannot run here.
 - ``worker_transport(name, ...)``: what a worker calls when a replica joins;
-  ``name`` None means ``config.settings.collectives_backend``.
+  ``name`` None means ``config.settings.collectives_backend`` (``auto`` there: ``dask``).
 - ``backend_for(devices)``: the backend a strategy over ``devices`` would use: the setting, whose
   default ``auto`` means ``gpu`` for GPU devices where CuPy is installed and ``dask`` otherwise.
 """

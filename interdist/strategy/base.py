@@ -82,8 +82,8 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, RunMixin, DisplayM
         self._var_metas: dict[int, VariableMeta] = {}
         self.extended = self._extended_class(self)
         specs = [device_lib.parse(d) for d in devices]
-        # The setting, or the strategy's own; for GPU devices the default ``dask`` becomes ``gpu`` where CuPy is
-        # installed (CuPy batches then all-reduce on the device where the cost model says so: registry.py)
+        # The strategy's own, else the setting; its default ``auto`` is ``gpu`` for GPU devices where CuPy is
+        # installed (CuPy batches then all-reduce on the device where the cost model says so), else ``dask``
         backend = backend_for(devices, (spec or {}).get("collectives_backend"))
         get_backend(backend)  # an unknown or unavailable backend fails here, before any worker is taken
         self._lease = self._acquire(specs, cluster)
