@@ -19,8 +19,10 @@ channels while it waits (``wait_writable``), so two replicas sending each other 
 messages never wait on each other. A channel's peer may offer a lane (``lanes.py``: small
 packets through shared memory, no system call on either side), which the same reader reads:
 while it spins it looks at its lanes and polls the sockets every 16 looks; before it blocks it
-tells the lanes' senders to nudge it through the socket (``channels.py``). The reading of the
-channels is ``mailbox_channels.py`` (a mixin of ``Mailbox``); how long a waiter spins is here.
+tells the lanes' senders to nudge it through the socket (``channels.py``). A take whose every
+peer has a lane first spins on the lanes alone until all its packets came (``GATHER``), then goes
+the general way (the lock and the messages at every packet). The reading of the channels is
+``mailbox_channels.py`` (a mixin of ``Mailbox``); how long a waiter spins is here.
 """
 
 from __future__ import annotations
@@ -78,6 +80,13 @@ SPIN_YIELD = True
 #: SGD step and 4 MB all_reduce at 4 replicas within the noise (the waits of a large collective are
 #: long: after them it does not spin). Beyond two replicas a core it was not measured, so it sleeps.
 SPIN_REPLICAS_PER_CORE = 2
+#: A take first spins on its lanes alone until every packet of its collective came, without the lock
+#: (``ChannelReader._gather_spinning``); what the general wait did, back through the lock, the messages
+#: and the condition at every packet, cost a 4 KB all_reduce of 4 replicas on 2 cores 161 against 131 us
+#: (reduce-broadcast), 157 against 127 (all-gather-reduce), 3 replicas 126 against 91 (all-gather-reduce;
+#: eight and six alternated rounds, medians; docs/performance.md, "The tenth run"). Off: the general wait
+#: only (tests and benchmarks compare the two).
+GATHER = True
 
 
 def _cores() -> int:
@@ -159,6 +168,10 @@ class Mailbox(ChannelReader):
         if len(self._channels) + len(self._new_channels) + 1 > SPIN_REPLICAS_PER_CORE * self._cores:
             return 0.0  # far more of the group's replicas on this host than cores
         return max(SPIN_S, min(SPIN_MAX_S, 1.5 * self._last_wait))
+
+    @staticmethod
+    def _yields() -> bool:
+        return SPIN_YIELD
 
     @staticmethod
     def _spin(poller: Any, ways: list[Channel], spin: float) -> tuple[list[tuple[int, int]], bool]:
@@ -247,6 +260,7 @@ class Mailbox(ChannelReader):
         deadline = time.monotonic() + timeout
         grace_end: float | None = None
         never_end: float | None = None
+        spin_first = True
         with self._cond:
             while True:
                 for src in srcs:
@@ -254,6 +268,10 @@ class Mailbox(ChannelReader):
                         out[src] = self._messages.pop((step, seq, src))
                 if len(out) == len(srcs):
                     return out
+                if spin_first and GATHER:  # once: the lanes alone, until every packet came (mailbox_channels.py)
+                    spin_first = False
+                    if self._gather_spinning(step, seq, srcs, out):
+                        continue
                 if self._finished:
                     never = self._never_coming(step, seq, srcs, out)
                     if never:

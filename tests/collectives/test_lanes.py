@@ -198,6 +198,107 @@ def test_a_full_lane_falls_back_to_the_socket(lane_pair: Any) -> None:
     assert got == [b"p%d" % seq for seq in range(lanes.SLOTS + 3)] and lane.count == lanes.SLOTS
 
 
+@pytest.fixture
+def lane_peers() -> Any:
+    """A receiving mailbox (rank 3's) and three sending ``DaskTransport``s (ranks 0-2), each over a socket
+    channel of its own with an attached lane: a collective of four replicas seen from one of them."""
+    box = Mailbox()
+    senders, lanes_made, socks = [], [], []
+    for rank in range(3):
+        mine, peer = socket.socketpair()
+        socks.append(peer)
+        dask_comms.accept_channel(box, mine)
+        sender = dask_comms.DaskTransport.__new__(dask_comms.DaskTransport)
+        sender.rank, sender.mailbox = rank, Mailbox()
+        sender._peers, sender._sockets, sender._pending = ["r0", "r1", "r2", "me"], True, []
+        sender._nudge = dask_comms.channel_parts(lanes.NUDGE_STEP, 0, rank, Packet(b""))
+        conn = _Conn(peer)
+        lane = lanes.Lane.create()
+        assert lane is not None
+        sender._socks, sender._lanes = {"me": conn}, {"me": lane}
+        sender._post(conn, dask_comms.channel_parts(lanes.OFFER_STEP, 0, rank, Packet(lane.name.encode())))
+        senders.append(sender)
+        lanes_made.append(lane)
+    box.begin_step(0)  # reads the offers: the lanes are attached
+    assert all(lane.words[lanes._ATTACHED] == 1 for lane in lanes_made)
+    yield box, senders, lanes_made
+    box.drain()
+    for peer in socks:
+        peer.close()
+    for lane in lanes_made:
+        lane.close()
+
+
+def _spinning(box: Mailbox, monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    monkeypatch.setattr(mailbox, "SPIN_S", seconds)
+    monkeypatch.setattr(mailbox, "SPIN_IF_WAITED_BELOW", 4 * seconds)
+    box._cores, box._last_wait = 2, 0.0
+
+
+@needs_lanes
+def test_a_spinning_reader_gathers_every_peer_without_the_general_wait(
+    lane_peers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The three packets of a collective come one at a time, among packets of the next collective and of a step
+    # gone: the waiter gathers the three in one spin (the general wait, which goes back through the lock and
+    # the messages at every packet, never runs), keeps the next collective's and drops the old step's.
+    box, senders, made = lane_peers
+    _spinning(box, monkeypatch, 2.0)
+    box.begin_step(5)
+    dropped: list[Any] = []
+    box.on_drop = dropped.append
+    general = []
+    read = box._read_channels
+    monkeypatch.setattr(box, "_read_channels", lambda *a, **k: (general.append(a), read(*a, **k))[1])
+
+    def send_all() -> None:
+        for r in (2, 0, 1):
+            time.sleep(0.05)
+            senders[r].send_packet([3], 5, 2, Packet(b"next from %d" % r))
+            senders[r].send_packet([3], 4, 1, Packet(b"old from %d" % r))
+            senders[r].send_packet([3], 5, 1, Packet(b"this from %d" % r))
+
+    threading.Thread(target=send_all).start()
+    t0 = time.monotonic()
+    got = box.take(5, 1, [0, 1, 2], 5.0, "t")
+    assert time.monotonic() - t0 < 1.5  # not the 2 s spin budget: it stopped when the last one came
+    assert {r: p.header for r, p in got.items()} == {0: b"this from 0", 1: b"this from 1", 2: b"this from 2"}
+    assert general == [] and [lane.count for lane in made] == [3, 3, 3]  # all through the lanes, one spin
+    assert sorted(p.header for p in dropped) == [b"old from 0", b"old from 1", b"old from 2"]
+    later = box.take(5, 2, [0, 1, 2], 5.0, "t")
+    assert {r: p.header for r, p in later.items()} == {0: b"next from 0", 1: b"next from 1", 2: b"next from 2"}
+
+
+@needs_lanes
+@pytest.mark.parametrize("how", ["abort", "put", "socket"])
+def test_a_gathering_reader_stops_for_what_does_not_come_by_a_lane(
+    lane_peers: Any, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    # While it spins on the lanes, an abort, a packet through Dask comms (the doorbell) or one on a socket (too
+    # large for a lane) ends the spin at once: the general wait takes them, not the end of the 5 s budget.
+    box, senders, _ = lane_peers
+    _spinning(box, monkeypatch, 5.0)
+    monkeypatch.setattr(lanes, "RECHECK_S", 10.0)
+    senders[0].send_packet([3], 1, 1, Packet(b"first"))  # one of three is there: the rest is awaited spinning
+    if how == "abort":
+        threading.Timer(0.2, box.abort, args=(1, "replica 2 raised")).start()
+    elif how == "put":
+        threading.Timer(0.2, box.put, args=(1, 1, 1, Packet(b"by dask comms"))).start()
+    else:
+        big = Packet(b"big", [np.arange(lanes.SLOT_BYTES + 8, dtype=np.uint8)])  # buffers: the socket
+        threading.Timer(0.2, senders[1].send_packet, args=([3], 1, 1, big)).start()
+    threading.Timer(0.4, senders[2].send_packet, args=([3], 1, 1, Packet(b"third"))).start()
+    t0 = time.monotonic()
+    if how == "abort":
+        with pytest.raises(CollectiveAbortedError, match="replica 2 raised"):
+            box.take(1, 1, [0, 1, 2], 30.0, "t")
+    else:
+        got = box.take(1, 1, [0, 1, 2], 30.0, "t")
+        assert got[0].header == b"first" and got[2].header == b"third"
+        assert got[1].header == (b"by dask comms" if how == "put" else b"big")
+    assert time.monotonic() - t0 < 2.0  # (ABORT_GRACE included)
+
+
 # -- between Dask workers ---------------------------------------------------------------------------
 
 
@@ -368,7 +469,9 @@ def test_a_collectives_events_travel_as_one_record_of_the_dataclasses() -> None:
     kinds = [(m["kind"], m["step"]) for m in sink[1:]]
     assert kinds == [(events.COLLECTIVES, 7), ("scalar-logged", 7), (events.COLLECTIVES, 8), (events.COLLECTIVES, 9)]
     assert [(type(e).__name__, e.seq) for e in events.expand(sink[1])] == [
-        ("CollectiveEntered", 3), ("CollectiveExited", 3)]
+        ("CollectiveEntered", 3),
+        ("CollectiveExited", 3),
+    ]
 
 
 def test_a_long_loop_of_collectives_sends_records_of_at_most_max_rows(monkeypatch: pytest.MonkeyPatch) -> None:
