@@ -191,12 +191,12 @@ class ChannelReader:
                             other.append((st, sq, src, payload))
                 if not want:
                     break
-                looks += 1
-                if looks % 16 == 0:
+                if looks % 16 == 0:  # (the first look too: a packet may wait in a socket already)
                     if poller.poll(0) or time.perf_counter() >= end:
                         break
                 elif self._yields():
                     os.sched_yield()  # a runnable process of this core (a peer) goes first
+                looks += 1
         except (TypeError, ValueError):  # a lane closed meanwhile (the group is closing)
             pass
         finally:
