@@ -132,19 +132,24 @@ class ChannelReader:
                     else:
                         poller.unregister(out_fd)
             self._cond.acquire()
-        dropped = []
         for c in gone:
             self._channels.pop(c.fd, None)
             with contextlib.suppress(KeyError, ValueError, OSError):
                 poller.unregister(c.fd)
             c.close()
-        for step, seq, src, payload in got:
-            if step < self._floor:
-                dropped.append(payload)  # a packet of a step that moved on (aborted, or never taken)
-            else:
-                self._messages[(step, seq, src)] = payload
         if got or gone:
             self._cond.notify_all()
+        self._store(got)
+
+    def _store(self, got: list[tuple[int, int, int, Any]]) -> None:
+        """Under the lock: keep the packets read for their takes; those of a step that moved on (aborted, or
+        never taken) are dropped, outside the lock."""
+        dropped = []
+        for step, seq, src, payload in got:
+            if step < self._floor:
+                dropped.append(payload)
+            else:
+                self._messages[(step, seq, src)] = payload
         if dropped:
             self._cond.release()
             try:
@@ -203,19 +208,8 @@ class ChannelReader:
             self._cond.acquire()
             self._reading = False
             self._close_stale_doorbell()
-            dropped = []
-            for st, sq, src, payload in other:
-                if st < self._floor:
-                    dropped.append(payload)
-                else:
-                    self._messages[(st, sq, src)] = payload
             self._cond.notify_all()
-            if dropped:
-                self._cond.release()
-                try:
-                    self._drop(dropped)
-                finally:
-                    self._cond.acquire()
+            self._store(other)
         return True
 
     @staticmethod
