@@ -21,9 +21,13 @@ The work (float32, medians; the slowest rank's for the peers):
 Each line prints interdist's figure, the peer's, and the ratio (interdist / peer; < 1 is faster), with
 the issue's target where it has one. A peer that is not installed is skipped with the reason.
 
-Usage: ``python bench_peers.py [n ...] [--json PATH] [--only-interdist]`` (default: 2 4). ``--json`` also
-writes every figure to PATH: ``notebooks/data/peers.json`` is such a file, which lesson 09 sets beside the
-cost model's predictions. ``--only-interdist`` measures interdist alone (no peer, TF or floor run).
+Usage: ``python bench_peers.py [n ...] [--rounds R] [--json PATH] [--only-interdist]`` (default: 2 4, three
+rounds). Each round measures every peer and interdist once, peers first in one round and interdist first in the
+next; a figure is the median of its rounds and a ratio the median of the rounds' ratios (printed with their
+range), so a minute when the machine ran slow weighs on one round, not on one side. ``--json`` also writes
+every figure to PATH (the medians, and each round's under ``rounds``): ``notebooks/data/peers.json`` is such a
+file, which lesson 09 sets beside the cost model's predictions. ``--only-interdist`` measures interdist alone
+(no peer, TF or floor run).
 The peers may live in another environment:
 ``BENCH_PEERS_PYTHON`` names its interpreter (its ``mpiexec`` is taken from beside it);
 ``INTERDIST_TF_SITE`` names a site-packages with TF (see _common.py).
@@ -242,16 +246,73 @@ def python_lane_floor(n: int, rounds: int = 5000) -> float:
             lane.close()
 
 
-def _line(what: str, ours: float | None, theirs: float | None, peer: str, target: str = "") -> None:
-    if ours is None:
+def _median(values: list[Any]) -> float | None:
+    got = [v for v in values if isinstance(v, (int, float)) and v == v]  # (NaN: a floor that could not run)
+    return statistics.median(got) if got else None
+
+
+def _merge(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rounds' figures as one record of the same shape: each number the median of its rounds."""
+    first = rounds[0]
+    out: dict[str, Any] = {}
+    for key, value in first.items():
+        if isinstance(value, dict):
+            out[key] = _merge([r.get(key) or {} for r in rounds]) if any(r.get(key) for r in rounds) else {}
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = _median([r.get(key) for r in rounds])
+        else:
+            out[key] = value
+    return out
+
+
+def _get(record: dict[str, Any], path: str) -> Any:
+    for part in path.split("/"):
+        record = record.get(part) if isinstance(record, dict) else None  # type: ignore[assignment]
+    return record
+
+
+def _line(rounds: list[dict[str, Any]], what: str, ours: str, theirs: str, peer: str, target: str = "") -> None:
+    """interdist's median figure, the peer's, and their ratio: the median of the rounds' ratios (each round
+    measures both within a minute or two), with its range when there are several rounds."""
+    mine = _median([_get(r, ours) for r in rounds])
+    if mine is None:
         return
-    unit, scale = ("ms", 1e3) if ours >= 1e-3 else ("us", 1e6)
-    head = f"  {what}: interdist {ours * scale:8.3f} {unit}"
-    if theirs:
-        head += f"; {peer} {theirs * scale:8.3f} {unit}: ratio {ours / theirs:5.2f}x"
+    unit, scale = ("ms", 1e3) if mine >= 1e-3 else ("us", 1e6)
+    head = f"  {what}: interdist {mine * scale:8.3f} {unit}"
+    other = _median([_get(r, theirs) for r in rounds])
+    ratios = [a / b for r in rounds if (a := _get(r, ours)) and (b := _get(r, theirs)) and a == a and b == b]
+    if other and ratios:
+        head += f"; {peer} {other * scale:8.3f} {unit}: ratio {statistics.median(ratios):5.2f}x"
+        if len(ratios) > 1:
+            head += f" (rounds {min(ratios):.2f}-{max(ratios):.2f})"
         if target:
             head += f" (target {target})"
     print(head)
+
+
+def one_round(n: int, only: bool, peers_first: bool) -> dict[str, Any]:
+    """Every figure of ``n`` replicas once: the peers' and interdist's, in the order given (alternated from one
+    round to the next, so that neither side always runs in the same minutes of a drifting machine)."""
+    from bench_training import numpy_processes_floor
+
+    def peers() -> dict[str, Any]:
+        if only:
+            return {"mpi4py": {}, "torch_gloo": {}, "tf": {}, "numpy_floor": None,
+                    "python_lane_floor_4KB": None}
+        mpi, gloo, tf = mpi_figures(n), torch_figures(n), tf_sgd(n)
+        tf_ar = tf_all_reduce(n, [(SMALL, 200)]) if n > 1 else {}  # one logical device: TF refuses it here
+        return {"mpi4py": mpi, "torch_gloo": gloo, "tf": {**tf, "run_ar_4KB": tf_ar.get(SMALL)},
+                "numpy_floor": numpy_processes_floor(n),
+                "python_lane_floor_4KB": python_lane_floor(n) if n > 1 else None}
+
+    if peers_first:
+        theirs = peers()
+        ours = interdist_figures(n)
+    else:
+        ours = interdist_figures(n)
+        theirs = peers()
+    return {"n": n, "interdist": ours, **theirs, "socket_round_trip": socket_round_trip(n),
+            "load": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -260,48 +321,53 @@ def main() -> None:
     if "--json" in args:  # every replica count's figures, as the @@ lines print them, in one file
         i = args.index("--json")
         save, args = args[i + 1], args[:i] + args[i + 2 :]
+    n_rounds = 3
+    if "--rounds" in args:
+        i = args.index("--rounds")
+        n_rounds, args = int(args[i + 1]), args[:i] + args[i + 2 :]
+        if n_rounds < 1:
+            raise SystemExit("--rounds needs at least 1")
     only = "--only-interdist" in args  # interdist's figures alone (lesson 09's 1-4 replicas), no peer run
     args = [a for a in args if a != "--only-interdist"]
     ns = [int(a) for a in args] or [2, 4]
     records: list[dict[str, Any]] = []
-    print(f"load {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores; peers' Python: {peers_python()}")
+    print(f"load {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores; peers' Python: {peers_python()}; "
+          f"{n_rounds} round(s) per replica count")
     src, dst = np.ones(16 << 20, np.uint8), np.empty(16 << 20, np.uint8)
     print(f"floor: memcpy 16 MB {median_time(lambda: np.copyto(dst, src), repeat=30) * 1e3:.2f} ms")
     for n in ns:
         print(f"\n== {n} replicas / ranks / processes ==")
-        from bench_training import numpy_processes_floor
-
-        mpi, gloo = ({}, {}) if only else (mpi_figures(n), torch_figures(n))
-        tf = {} if only else tf_sgd(n)
-        tf_ar = {} if only or n == 1 else tf_all_reduce(n, [(SMALL, 200)])  # one logical device: TF refuses it here
-        floor = None if only else numpy_processes_floor(n)
-        for name, got in (("mpi4py", mpi), ("torch gloo", gloo)):
-            if got:
-                print(f"  {name}: {got.pop('library')}")
-        ours = interdist_figures(n)
+        rounds = [one_round(n, only, peers_first=k % 2 == 0) for k in range(n_rounds)]
+        for name, key in (("mpi4py", "mpi4py"), ("torch gloo", "torch_gloo")):
+            library = rounds[0][key].get("library")
+            if library:
+                print(f"  {name}: {library}")
         for what, key in (("SGD step, one run per step", "sgd_run"), (f"SGD step, fused run_steps({FUSED})",
                                                                       "sgd_fused")):
-            _line(what, ours[key], mpi.get("sgd"), "mpi4py", "<= 1.25x")
-            _line(what, ours[key], gloo.get("sgd"), "torch gloo", "<= 1.0x")
-            _line(what, ours[key], tf.get("sgd_function"), "TF tf.function")
-            _line(what, ours[key], floor, "NumPy processes' floor")
+            _line(rounds, what, f"interdist/{key}", "mpi4py/sgd", "mpi4py", "<= 1.25x")
+            _line(rounds, what, f"interdist/{key}", "torch_gloo/sgd", "torch gloo", "<= 1.0x")
+            _line(rounds, what, f"interdist/{key}", "tf/sgd_function", "TF tf.function")
+            _line(rounds, what, f"interdist/{key}", "numpy_floor", "NumPy processes' floor")
         for what, key, target in (("all-reduce 4 KB", "ar_4KB", "<= 3x" if n == 2 else ""),
                                   ("all-reduce 4 MB", "ar_4MB", ""), ("barrier", "barrier", "")):
-            _line(what, ours[key], mpi.get(key), "mpi4py", target)
-            _line(what, ours[key], gloo.get(key), "torch gloo")
+            _line(rounds, what, f"interdist/{key}", f"mpi4py/{key}", "mpi4py", target)
+            _line(rounds, what, f"interdist/{key}", f"torch_gloo/{key}", "torch gloo")
+        merged = _merge(rounds)
+        ours = merged["interdist"]
+        each_4kb = ", ".join(f"{r['interdist']['ar_4KB'] * 1e6:.0f}" for r in rounds)
+        each_empty = ", ".join(f"{r['interdist']['run_empty'] * 1e3:.3f}" for r in rounds)
         if n > 2:
-            print(f"  all-reduce 4 KB: interdist {ours['ar_4KB'] * 1e6:.1f} us (target <= 150 us on 2 cores)")
-        lane_floor = python_lane_floor(n) if n > 1 and not only else None
-        _line("all-reduce 4 KB", ours["ar_4KB"], lane_floor, "bare Python lanes (the floor from Python)")
-        floor_rt = socket_round_trip(n)
-        print(f"  empty run: interdist {ours['run_empty'] * 1e3:.3f} ms (target <= 0.3 ms at 2 replicas); the "
-              f"floor, a byte to each of {n} processes over Unix sockets and one back: {floor_rt * 1e6:.1f} us")
-        _line("run with one 4 KB all-reduce", ours["run_ar_4KB"], tf_ar.get(SMALL), "TF tf.function", "<= 1.0x")
-        records.append({"n": n, "interdist": ours, "mpi4py": mpi, "torch_gloo": gloo,
-                        "tf": {**tf, "run_ar_4KB": tf_ar.get(SMALL)}, "numpy_floor": floor,
-                        "socket_round_trip": floor_rt, "python_lane_floor_4KB": lane_floor,
-                        "load": os.getloadavg()[0]})
-        print("@@" + json.dumps(records[-1]))
+            print(f"  all-reduce 4 KB: interdist {ours['ar_4KB'] * 1e6:.1f} us (target <= 150 us on 2 cores; "
+                  f"rounds {each_4kb})")
+        _line(rounds, "all-reduce 4 KB", "interdist/ar_4KB", "python_lane_floor_4KB",
+              "bare Python lanes (the floor from Python)")
+        print(f"  empty run: interdist {ours['run_empty'] * 1e3:.3f} ms (target <= 0.3 ms at 2 replicas; rounds "
+              f"{each_empty}); the floor, a byte to "
+              f"each of {n} processes over Unix sockets and one back: {merged['socket_round_trip'] * 1e6:.1f} us")
+        _line(rounds, "run with one 4 KB all-reduce", "interdist/run_ar_4KB", "tf/run_ar_4KB", "TF tf.function",
+              "<= 1.0x")
+        records.append({**merged, "rounds": rounds})
+        print("@@" + json.dumps(merged))
     if save:
         Path(save).write_text(json.dumps({"measured": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(),
                                           "runs": records}, indent=1) + "\n")
