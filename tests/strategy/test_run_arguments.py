@@ -1,0 +1,83 @@
+"""What each replica receives from ``strategy.run(fn, args, kwargs)``, and what comes back unchanged.
+
+TF gives replica ``i`` component ``i`` of every distributed value in the arguments, wherever it sits in
+the structure (tuples, lists, dicts, namedtuples), a distributed variable as itself, and everything
+else as it is; a value a replica returns unchanged comes back as the notebook's own object (a
+``PerReplica`` of the same components, the variable itself). The notebook picks every rank's
+arguments in one pass over the leaves (``ReplicaDispatch._per_rank``) and pickles plain ones with the
+standard pickler (``client/group.py``, ``_plain``): these tests hold both to those semantics, for
+leaves of every kind those paths tell apart.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Any
+
+import numpy as np
+import pytest
+
+import interdist as idist
+
+Pair = namedtuple("Pair", "value weight")
+
+
+def _locals(strategy: Any, value: Any) -> list[Any]:
+    return list(strategy.experimental_local_results(value))
+
+
+def test_each_replica_gets_its_component_wherever_it_sits(mirrored2: Any) -> None:
+    held = mirrored2.run(lambda: np.float32(10 * (idist.get_replica_context().replica_id_in_sync_group + 1)))
+    made_here = idist.PerReplica([np.float32(1), np.float32(2)])
+    with mirrored2.scope():
+        w = idist.Variable(np.float32(0.5), name="w")
+
+    def fn(a: Any, scale: int, tag: str, pair: Any, opts: Any) -> Any:
+        rid = idist.get_replica_context().replica_id_in_sync_group
+        assert isinstance(pair, Pair) and isinstance(opts, dict) and isinstance(opts["more"], list)
+        total = float(a) * scale + float(pair.value) + float(np.asarray(pair.weight)) + float(opts["more"][0])
+        return f"{tag}{rid}", np.float32(total)
+
+    tags, totals = mirrored2.run(fn, args=(held, 3, "r"), kwargs={"pair": Pair(made_here, w), "opts": {"more": [held]}})
+    assert _locals(mirrored2, tags) == ["r0", "r1"]
+    # replica 0: 10 * 3 + 1 + 0.5 + 10; replica 1: 20 * 3 + 2 + 0.5 + 20
+    assert [float(x) for x in _locals(mirrored2, totals)] == [41.5, 82.5]
+
+
+def test_components_that_are_structures_go_whole_to_their_replica(mirrored2: Any) -> None:
+    nested = idist.PerReplica([(np.float32(1), {"k": np.float32(2)}), (np.float32(3), {"k": np.float32(4)})])
+    out = mirrored2.run(lambda t, c: float(t[0]) * 10 + float(t[1]["k"]) + c, args=(nested, 0.25))
+    assert [float(x) for x in _locals(mirrored2, out)] == [12.25, 34.25]
+
+
+def test_arguments_returned_unchanged_are_the_notebooks_own_objects(mirrored2: Any) -> None:
+    made_here = idist.PerReplica([np.float32(1), np.float32(2)])
+    held = mirrored2.run(lambda: np.ones(3, np.float32))
+    with mirrored2.scope():
+        v = idist.Variable(np.ones(2, np.float32), name="v")
+
+    back_made, back_held, back_var, plain = mirrored2.run(lambda a, b, c, d: (a, b, c, d), args=(made_here, held, v, 7))
+    assert all(x is y for x, y in zip(_locals(mirrored2, back_made), made_here.values, strict=True))
+    assert all(x is y for x, y in zip(_locals(mirrored2, back_held), held.values, strict=True))
+    assert back_var is v
+    assert plain == 7
+
+
+def test_a_variable_of_another_strategy_is_refused_by_name(mirrored2: Any) -> None:
+    with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as other:
+        with other.scope():
+            foreign = idist.Variable(np.float32(1), name="foreign_w")
+        held = mirrored2.run(lambda: np.float32(1))
+        with pytest.raises(ValueError, match="'foreign_w' was created in the scope of another strategy"):
+            mirrored2.run(lambda a, b: a, args=(held, foreign))
+
+
+def test_arguments_the_standard_pickler_cannot_carry_still_reach_the_replicas(mirrored2: Any) -> None:
+    # A function inside an object array, beside a PerReplica: pickled by value (cloudpickle), not by the
+    # standard pickler, which cannot write a lambda at all.
+    held = mirrored2.run(lambda: np.float32(idist.get_replica_context().replica_id_in_sync_group))
+    table = np.empty(1, dtype=object)
+    table[0] = lambda x: x * 100 + 5
+
+    out = mirrored2.run(lambda t, x: np.float32(t[0](float(x))), args=(table, held))
+    assert [float(x) for x in _locals(mirrored2, out)] == [5.0, 105.0]
