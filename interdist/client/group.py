@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import pickle
 import threading
 import time
 import uuid
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
 from interdist import control as local_control
 from interdist import events
@@ -35,6 +37,7 @@ from interdist.errors import ReplicaFrozenError, WorkerLostError
 from interdist.protocol import (
     CreatedVariable,
     GroupSpec,
+    StoreRef,
     VariableMeta,
     apply_plain_updates,
     pickling_for,
@@ -59,10 +62,35 @@ def ensure_plugin(client: Any) -> None:
         _registered[client] = True
 
 
+#: Leaves that the standard pickler writes as cloudpickle would (builtins, and the handles of values a replica holds).
+_PLAIN_LEAVES = frozenset({int, float, bool, complex, str, bytes, type(None), StoreRef})
+
+
+def _plain(x: Any) -> bool:
+    """Whether ``x`` is made of ``_PLAIN_LEAVES``, NumPy numbers and arrays without Python objects in them, in
+    plain tuples, lists and dicts: what the standard pickler (C) writes as cloudpickle would. Anything else
+    (a namedtuple, a function, a class of the notebook's, an object array) may be pickled by value: cloudpickle."""
+    kind = type(x)
+    if kind in _PLAIN_LEAVES:
+        return True
+    if kind is tuple or kind is list:
+        return all(map(_plain, x))
+    if kind is dict:
+        return all(_plain(k) and _plain(v) for k, v in x.items())
+    if kind is np.ndarray or isinstance(x, np.generic):
+        return kind.__module__ == "numpy" and not x.dtype.hasobject
+    return False
+
+
 def _dump_out_of_band(obj: Any) -> tuple[bytes, list[memoryview]]:
-    """``obj`` pickled with its contiguous arrays' memory left out of band (views, not copies)."""
+    """``obj`` pickled with its contiguous arrays' memory left out of band (views, not copies). Plain arguments
+    (``_plain``: a ``run`` given ``PerReplica`` values, numbers, arrays) go through the standard pickler:
+    cloudpickle's took 6 us for one ``StoreRef``, its own 1.5."""
     buffers: list[Any] = []
-    header = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    if _plain(obj):
+        header = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    else:
+        header = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     return header, [b.raw() for b in buffers]
 
 
