@@ -50,6 +50,18 @@ def test_components_that_are_structures_go_whole_to_their_replica(mirrored2: Any
     assert [float(x) for x in _locals(mirrored2, out)] == [12.25, 34.25]
 
 
+def test_empty_containers_keep_their_places_beside_distributed_values(mirrored2: Any) -> None:
+    held = mirrored2.run(lambda: np.float32(idist.get_replica_context().replica_id_in_sync_group))
+
+    def shapes(*args: Any) -> str:
+        return repr([type(a).__name__ + str(len(a)) if isinstance(a, (tuple, list)) else float(a) for a in args])
+
+    out = mirrored2.run(shapes, args=((), (held, 1), held, []))
+    assert _locals(mirrored2, out) == ["['tuple0', 'tuple2', 0.0, 'list0']", "['tuple0', 'tuple2', 1.0, 'list0']"]
+    out = mirrored2.run(lambda a, b: shapes(a, b, b[0]), args=((), (held, 1)))  # as many leaves as arguments
+    assert _locals(mirrored2, out) == ["['tuple0', 'tuple2', 0.0]", "['tuple0', 'tuple2', 1.0]"]
+
+
 def test_arguments_returned_unchanged_are_the_notebooks_own_objects(mirrored2: Any) -> None:
     made_here = idist.PerReplica([np.float32(1), np.float32(2)])
     held = mirrored2.run(lambda: np.ones(3, np.float32))
