@@ -17,7 +17,8 @@
 
 Every figure is one line: predicted, measured and the ratio predicted / measured (the baseline is
 the measurement). ``--save PATH`` writes the fitted parameter sets as JSON, which
-``interdist.collectives.cost-model: PATH`` (``DASK_INTERDIST__COLLECTIVES__COST_MODEL``) makes the ones ``AUTO`` uses. ``--quick``: fewer repeats.
+``interdist.collectives.cost-model: PATH`` (``DASK_INTERDIST__COLLECTIVES__COST_MODEL``) makes the ones ``AUTO``
+uses. ``--quick``: fewer repeats.
 
     python benchmarks/bench_cost_model.py [--quick] [--two-hosts] [--save params.json]
 """
@@ -313,6 +314,13 @@ def driver(arg: str) -> None:
 def fit_local(fitted: dict[str, cm.Params], reps: int) -> None:
     """Measure 1-4 local replicas, fit ``fitted["shm"]`` and ``fitted["tcp"]``, print every figure."""
     got, rings = measure_local([1, 2, 3, 4], reps)
+    # The parameters interdist ships, on the same measurements: how far they drifted as the code got faster,
+    # and what AUTO picks with them (against what it would pick with the new fit, below).
+    shipped = cm.preset("shm")
+    _summary([_line(m, shipped, "shipped") for m in got["shm"] if m.world_size > 1], "the shipped shm preset")
+    print("-- AUTO's choices with the shipped preset --", flush=True)
+    check_choices(got["shm"], shipped, cm.AUTO_CANDIDATES_ONE_HOST)
+    print("-- with the fit --", flush=True)
     for mode in ("shm", "tcp"):
         train = [m for m in got[mode] if m.nbytes in TRAIN and m.world_size > 1]
         held = [m for m in got[mode] if m.nbytes in HELD_OUT or m.world_size == 1]
