@@ -210,7 +210,8 @@ class Mailbox(ChannelReader):
                 if not self._reading:  # read what waits in the channels (packets of steps gone are dropped)
                     self._reading = True
                     try:
-                        self._read_channels(0.0)
+                        if self._new_channels or self._channels_waiting():
+                            self._read_channels(0.0)
                     finally:
                         self._reading = False
                         self._close_stale_doorbell()
