@@ -55,6 +55,14 @@ def resolve(reduce_op: Any) -> ReduceOp:
 _BY_NAME = {name: op for op in ReduceOp for name in (op.value, op.value.lower(), op.value.capitalize())}
 
 
+def known_reduce_op(reduce_op: Any) -> ReduceOp | None:
+    """``reduce_op`` when it is a ``ReduceOp`` or one of its usual names ("sum", "MEAN"), else None (then
+    :func:`check_reduce_op` says what is wrong with it): every all_reduce's check, in one look."""
+    if type(reduce_op) is ReduceOp:
+        return reduce_op
+    return _BY_NAME.get(reduce_op) if type(reduce_op) is str else None
+
+
 def check_reduce_op(reduce_op: Any, where: str, kind: str = "") -> ReduceOp:
     """``reduce_op`` as ``Strategy.reduce``, ``extended.reduce_to``/``batch_reduce_to`` and ``all_reduce`` take it.
 

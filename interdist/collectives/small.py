@@ -36,7 +36,7 @@ _MAX_PLANS = 64
 class _Plan:
     """What one batch layout (op, dtypes, shapes) needs on this path, worked out once."""
 
-    __slots__ = ("choices", "fast", "layout", "op", "pieces", "prefix", "size")
+    __slots__ = ("choices", "fast", "head", "layout", "op", "pieces", "prefix", "size")
 
     def __init__(self, layout: _Layout, op: ReduceOp) -> None:
         self.layout, self.op = layout, op
@@ -49,8 +49,14 @@ class _Plan:
             op is _SUM or all(d.kind in "fc" for d in layout.dtypes)
         )
         self.choices: dict[Any, str] = {}  # AUTO's choice, by (spans hosts, the thresholds)
+        # One array with elements: the frame's bytes before them, made once (``pack``).
+        self.head = layout.prefix + layout.pads[0] if len(layout.shapes) == 1 and layout.sizes[0] else None
 
     def pack(self, arrays: list[np.ndarray]) -> bytes:
+        if self.head is not None:  # one array: the frame's head, then its bytes
+            a = arrays[0]
+            body: Any = a if a.flags.c_contiguous else np.ascontiguousarray(a)  # (a buffer: no copy until the join)
+            return b"".join((self.head, body))
         parts: list[Any] = [self.prefix]
         for a, pad in zip(arrays, self.layout.pads, strict=True):
             parts.append(pad)
@@ -63,6 +69,9 @@ class _Plan:
         header is not a frame of this layout."""
         if type(header) is not bytes or len(header) != self.size or not header.startswith(self.prefix):
             return None
+        if self.head is not None:
+            d, n, off, shape = self.pieces[0]
+            return [np.frombuffer(header, d, n, off).reshape(shape)]
         return [
             np.frombuffer(header, d, n, off).reshape(shape) if n else np.empty(shape, d)
             for d, n, off, shape in self.pieces
@@ -74,10 +83,16 @@ def small_all_reduce(
 ) -> list[np.ndarray] | None:
     """The all-gather-reduce of a batch of plain NumPy arrays that fit a frame's header, or ``None``
     (nothing sent) when the batch is not one: then the caller takes the general path."""
-    for a in arrays:
-        if type(a) is not np.ndarray:
+    if len(arrays) == 1:  # the commonest batch (a loss, a metric): its key without a list
+        one = arrays[0]
+        if type(one) is not np.ndarray:
             return None
-    key = (op, *[(a.dtype, a.shape) for a in arrays])
+        key: tuple[Any, ...] = (op, one.dtype, one.shape)  # (never equal to a longer batch's key: no pairs in it)
+    else:
+        for a in arrays:
+            if type(a) is not np.ndarray:
+                return None
+        key = (op, *[(a.dtype, a.shape) for a in arrays])
     plans: dict[Any, _Plan | None] = coll.plans
     plan = plans.get(key)
     if plan is None and key not in plans:

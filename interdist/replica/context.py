@@ -19,7 +19,7 @@ import numpy as np
 
 from interdist import _context, _nest, _reduction
 from interdist._convert import as_array, same_object_across
-from interdist.reduce_op import check_reduce_op
+from interdist.reduce_op import check_reduce_op, known_reduce_op
 from interdist.replica.central import central_sync
 from interdist.replica.lazy_merge import Held, HeldArgs, LazyPerReplica
 from interdist.replica.variable import ReplicaVariable
@@ -149,7 +149,12 @@ class ReplicaContext:
 
     def all_reduce(self, reduce_op: Any, value: Any, options: Any = None) -> Any:
         """Reduce ``value`` (a nested structure) across replicas; every replica gets the result."""
-        op = check_reduce_op(reduce_op, where="all_reduce", kind=self._kind())
+        # Each check in one look for the commonest call (a ReduceOp or its name, one array, no cross_device_ops):
+        # a loop of small all-reduces passes here every time, and at 4 replicas on 2 cores a microsecond of each
+        # replica's Python costs several of the collective's (docs/performance.md, "The eleventh run").
+        op = known_reduce_op(reduce_op)
+        if op is None:
+            op = check_reduce_op(reduce_op, "all_reduce", self._kind())
         self._require_replica_context("all_reduce")
         r = self._replica
         if r is None:
@@ -157,13 +162,15 @@ class ReplicaContext:
             return self.merge_call(lambda s, v: _nest.map_structure(lambda x: x, v), args=(value,))
         one = type(value) is np.ndarray  # the commonest (a loss, a gradient): one leaf, nothing to unwrap
         leaves = [value] if one else _leaves(value, r.world_size)
-        _check_cross_device_ops(r)
-        if r.world_size > 1 and any(a.dtype == np.bool_ for a in leaves):
+        if r.spec.get("cross_device_ops"):
+            _check_cross_device_ops(r)
+        if r.world_size > 1 and (value.dtype.kind == "b" if one else any(a.dtype.kind == "b" for a in leaves)):
             raise ValueError(
                 f"all_reduce cannot {op.value} boolean values (TF has no {op.value} kernel for bool); "
                 "cast them to a number first"
             )
-        out = r.collective("all_reduce", _nbytes(leaves), lambda s, q, w: r.collectives.all_reduce(s, q, leaves, op, w))
+        nbytes = value.nbytes if one else _nbytes(leaves)
+        out = r.collective("all_reduce", nbytes, lambda s, q, w: r.collectives.all_reduce(s, q, leaves, op, w))
         central_sync(r)
         return out[0] if one else _nest.pack_sequence_as(value, out)
 

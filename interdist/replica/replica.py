@@ -127,13 +127,15 @@ class Replica:
 
     def _row(self, row: tuple[Any, ...]) -> None:
         """Record a collective's event as a row of this step's ``collectives`` record (events.COLLECTIVES)."""
-        self._before_event()
+        if self.before_emit is not None:  # (``_before_event``'s look, here: two rows a collective)
+            self._before_event()
         with self._emit_lock:
             rows = self._rows
-            if rows and (self._rows_step != self.step or len(rows) >= events.MAX_ROWS):
+            if not rows:
+                self._rows_step = self.step
+            elif self._rows_step != self.step or len(rows) >= events.MAX_ROWS:
                 self._flush_rows()
                 rows = self._rows
-            if not rows:
                 self._rows_step = self.step
             rows.append(row)
 
@@ -169,7 +171,7 @@ class Replica:
         """Run one collective with its events; ``call(step, seq, what)`` does the work."""
         if self.armed_fault is not None:
             faults.fire(self, "collective", op)
-        seq = self.next_seq()
+        self.seq = seq = self.seq + 1  # (``next_seq``)
         what = f"{op} #{seq} of step {self.step} on replica {self.rank}"
         self.in_collective = (op, seq)  # named in the reply if the step fails in it (client/replies.py)
         aborted = self.transport.mailbox.aborted(self.step)
