@@ -163,15 +163,11 @@ class Replica:
                     self._flush_rows()
 
     # -- collectives ---------------------------------------------------------
-    def next_seq(self) -> int:
-        self.seq += 1
-        return self.seq
-
     def collective(self, op: str, nbytes: int, call: Callable[[int, int, str], _T]) -> _T:
         """Run one collective with its events; ``call(step, seq, what)`` does the work."""
         if self.armed_fault is not None:
             faults.fire(self, "collective", op)
-        self.seq = seq = self.seq + 1  # (``next_seq``)
+        self.seq = seq = self.seq + 1
         what = f"{op} #{seq} of step {self.step} on replica {self.rank}"
         self.in_collective = (op, seq)  # named in the reply if the step fails in it (client/replies.py)
         aborted = self.transport.mailbox.aborted(self.step)
