@@ -208,10 +208,46 @@ def _opened(lease: Lease) -> Lease:
 
 def _healthy(lease: Lease, n: int) -> bool:
     try:
+        if lease.embedded and not _current(lease):
+            return False
         workers = lease.client.scheduler_info(n_workers=-1)["workers"]
         return all(a in workers for a in lease.addresses) and lease.client.status == "running"
     except Exception:  # noqa: BLE001 - any failure to ask means the pooled cluster is unusable
         return False
+
+
+#: How long a pooled embedded cluster's lending waits for a worker being started again (``_current``).
+RESTART_WAIT_S = 20.0
+
+
+def _current(lease: Lease) -> bool:
+    """An embedded lease's workers as they are now: each worker's address is that of its running process, the one
+    a worker started again after its process died has (``WorkerProcess``), waited for up to ``RESTART_WAIT_S``.
+    False when one is given up, or not back in time. The scheduler lists a dead worker for a moment after it
+    died: a strategy lent its address waited 30 s to connect to it, then failed (a replica killed in one test,
+    the next test's strategy made at once)."""
+    procs = getattr(lease.cluster, "workers", None)
+    if not isinstance(procs, dict):
+        return True  # not a cluster of ours: the scheduler's list is all there is
+    deadline = time.monotonic() + RESTART_WAIT_S
+    while True:
+        now: list[str] = []
+        for name in lease.names:
+            worker = procs.get(name)
+            if worker is None or getattr(worker, "failure", None) is not None:
+                return False  # closed, or given up after failing to start
+            process = getattr(worker, "process", None)
+            # (``poll`` learns of a forked worker's end from its zygote, a moment later: a zombie is dead already)
+            if process is None or process.poll() is not None or not zygote.alive(process.pid):
+                continue  # dead, or not started yet
+            if getattr(worker, "address_pid", None) == process.pid:
+                now.append(worker.address)
+        if len(now) == len(lease.names):
+            lease.addresses = now
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 def release(lease: Lease) -> None:

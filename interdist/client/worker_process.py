@@ -165,6 +165,9 @@ class WorkerProcess(ProcessInterface):
         #: None while it runs or is being started again. ``DaskGroup`` raises it for the replica at once.
         self.failure: str | None = None
         self._cut_by_signal = False  # the last failed start's process was ended by a signal (not by itself)
+        # The pid of the process ``address`` belongs to (``process`` is the new one while it starts, ``address``
+        # still the dead one's): the pool hands a worker's address out only while this process runs.
+        self.address_pid: int | None = None
 
     @property
     def pid(self) -> int | None:
@@ -219,6 +222,7 @@ class WorkerProcess(ProcessInterface):
             await self._stop_process()
             raise RuntimeError(f"interdist: worker {self.name!r} could not start: {said.get('error')}")
         self.address = said["address"]
+        self.address_pid = self.process.pid  # (set with it: a new process is ``process`` before it has one)
 
     def prewarm(self) -> None:
         """Start the zygote this worker will be forked from (``preforked``), so that it imports meanwhile."""

@@ -181,7 +181,7 @@ class Forked:
         self._done.set()
 
     def poll(self) -> int | None:
-        if self.returncode is None and self._orphan and not _alive(self.pid):
+        if self.returncode is None and self._orphan and not alive(self.pid):
             self.returncode = -1  # ended, its code unknown (it was its zygote's to collect)
         return self.returncode
 
@@ -200,7 +200,7 @@ def _cwd() -> str | None:
         return None
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:  # process ``pid`` exists and is not a zombie (dead, not collected yet)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
