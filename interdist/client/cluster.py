@@ -41,6 +41,7 @@ from interdist.client.embedded import _all_embedded, _lease_from, _shutdown, _st
 from interdist.client.embedded import _forget_scheduler as _forget_scheduler
 from interdist.client.embedded import embedded_security as embedded_security
 from interdist.client.replies import user_stacklevel
+from interdist.client.worker_process import WorkerProcess
 from interdist.collectives import segments
 from interdist.config import settings
 from interdist.device import DeviceSpec
@@ -227,8 +228,8 @@ def _current(lease: Lease) -> bool:
     died: a strategy lent its address waited 30 s to connect to it, then failed (a replica killed in one test,
     the next test's strategy made at once)."""
     procs = getattr(lease.cluster, "workers", None)
-    if not isinstance(procs, dict):
-        return True  # not a cluster of ours: the scheduler's list is all there is
+    if not isinstance(procs, dict) or not all(isinstance(w, WorkerProcess) for w in procs.values()):
+        return True  # not workers of ours (a GPU cluster's nannies): the scheduler's list is all there is
     deadline = time.monotonic() + RESTART_WAIT_S
     while True:
         now: list[str] = []

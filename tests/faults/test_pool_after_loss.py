@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -43,3 +44,15 @@ def test_a_strategy_made_at_once_after_a_worker_died_runs_on_its_restarted_worke
     assert after[0] == before[0] and after[1] != before[1]  # the same worker 0, worker 1 started again
     assert [float(x) for x in s2.experimental_local_results(total)] == [2.0, 2.0]
     assert time.monotonic() - t0 < cluster.RESTART_WAIT_S + 10  # not Dask's 30 s connect timeout, then OSError
+
+
+def test_a_cluster_of_other_workers_is_judged_by_the_schedulers_list_alone() -> None:
+    class Nanny:  # a GPU cluster's worker (dask-cuda's nannies): a process without ``poll``
+        process = object()
+
+    lease = cluster.Lease(
+        client=None, addresses=["tls://127.0.0.1:1"], names=[0], cluster=SimpleNamespace(workers={0: Nanny()})
+    )
+    lease.embedded = True
+    assert cluster._current(lease) is True  # no AttributeError from its process, no wait
+    assert lease.addresses == ["tls://127.0.0.1:1"]
