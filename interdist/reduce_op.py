@@ -74,11 +74,11 @@ def check_reduce_op(reduce_op: Any, where: str, kind: str = "") -> ReduceOp:
     (TF's MirroredStrategy silently sums with such an op in ``all_reduce``/``batch_reduce_to``,
     whatever it is, ``VariableAggregation.MEAN`` included; interdist refuses it, as TF's other paths do.)
     """
-    if type(reduce_op) is ReduceOp:  # the commonest, first: every all_reduce passes here
-        return reduce_op
+    known = known_reduce_op(reduce_op)  # the commonest, first: every all_reduce passes here
+    if known is not None:
+        return known
     if isinstance(reduce_op, str):
-        got = _BY_NAME.get(reduce_op)
-        return got if got is not None else resolve(reduce_op)
+        return resolve(reduce_op)  # any other case ("sUm"), or the ValueError naming the choices
     message = (
         f"{where}: reduce_op must be a tf.distribute.ReduceOp (ReduceOp.SUM or ReduceOp.MEAN) or its name "
         f"as a string, but got {reduce_op!r} of type {type(reduce_op).__name__}"

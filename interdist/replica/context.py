@@ -149,7 +149,7 @@ class ReplicaContext:
 
     def all_reduce(self, reduce_op: Any, value: Any, options: Any = None) -> Any:
         """Reduce ``value`` (a nested structure) across replicas; every replica gets the result."""
-        # Each check in one look for the commonest call (a ReduceOp or its name, one array, no cross_device_ops):
+        # Each check in one look for the commonest call (a ReduceOp or its name, one array):
         # a loop of small all-reduces passes here every time, and at 4 replicas on 2 cores a microsecond of each
         # replica's Python costs several of the collective's (docs/performance.md, "The eleventh run").
         op = known_reduce_op(reduce_op)
@@ -162,8 +162,7 @@ class ReplicaContext:
             return self.merge_call(lambda s, v: _nest.map_structure(lambda x: x, v), args=(value,))
         one = type(value) is np.ndarray  # the commonest (a loss, a gradient): one leaf, nothing to unwrap
         leaves = [value] if one else _leaves(value, r.world_size)
-        if r.spec.get("cross_device_ops"):
-            _check_cross_device_ops(r)
+        _check_cross_device_ops(r)
         if r.world_size > 1 and (value.dtype.kind == "b" if one else any(a.dtype.kind == "b" for a in leaves)):
             raise ValueError(
                 f"all_reduce cannot {op.value} boolean values (TF has no {op.value} kernel for bool); "
