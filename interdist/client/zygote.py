@@ -72,6 +72,7 @@ try:
     threads = len(os.listdir('/proc/self/task'))
     if threads != 1:
         raise RuntimeError(f'{threads} threads after the imports: a fork would lose all but one')
+    interdist.worker.process.freeze_startup_objects()  # inherited: the workers' collector never scans them
 except BaseException as exc:
     ctl.send(json.dumps({'error': f'{type(exc).__name__}: {exc}'}).encode())
     raise SystemExit(1)
@@ -81,7 +82,6 @@ os.set_blocking(wake_r, False)
 os.set_blocking(wake_w, False)
 signal.set_wakeup_fd(wake_w)
 signal.signal(signal.SIGCHLD, lambda *_: None)
-
 
 def child(req, fds):
     signal.set_wakeup_fd(-1)

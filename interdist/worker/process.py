@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -76,6 +77,22 @@ def main(spec: dict[str, Any]) -> None:
 #: This process's name (``/proc/PID/comm``: what ``ps``, ``top`` and ``psutil``'s ``name()`` show), fresh or forked
 #: from a zygote (``idist-zygote``, ``client/zygote.py``), whose command line a forked worker keeps.
 PROCESS_NAME = "idist-worker"
+
+
+def freeze_startup_objects() -> None:
+    """Collect once, then leave every object alive now (the imports' modules, functions and classes, the Dask
+    worker) out of the garbage collector's scans for good (``gc.freeze``).
+
+    Without it, a full collection in a worker scanned the ~69,000 objects of Dask's, NumPy's and interdist's
+    imports: 33-40 ms once every few seconds in a loop of small all-reduces, while every peer of the replica
+    waited in the next collective (the longest of 20,000 4 KB all-reduces took 54-83 ms at 2 and 4 replicas;
+    frozen, 4-5 ms). The zygote freezes what it imported before it forks (its workers inherit it, and the
+    collector no longer writes to the pages they share); a worker freezes what its start made. Objects frozen
+    stay refcounted: only a reference cycle among them would never be freed, and none of them is garbage at
+    the freeze (``gc.collect`` first: 29 ms after the imports, a fraction of a millisecond in a forked worker).
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _name_process() -> None:
@@ -140,6 +157,7 @@ async def _serve(spec: dict[str, Any], sock: socket.socket, stop: threading.Even
                 await asyncio.wait_for(worker.close(timeout=2, nanny=False, reason="interdist: parent gone"), 5)
             return 0
         starting.result()
+        freeze_startup_objects()
     except Exception as exc:  # noqa: BLE001 - the parent shows it, in one line
         parent_gone.cancel()
         await _say(loop, sock, {"error": f"{type(exc).__name__}: {exc}"})
