@@ -75,6 +75,7 @@ KEYS: dict[str, tuple[type, tuple[str, ...]]] = {
     "cluster.fork-workers": (bool, ()),
     "replica.inline-bytes": (int, ()),
     "replica.lazy-merge-min-bytes": (int, ("INTERDIST_LAZY_MERGE_MIN_BYTES",)),
+    "replica.pin-threads": (bool, ()),
     "gpu.cluster": (str, ("INTERDIST_GPU_CLUSTER",)),
     "lab.registry-dir": (str, ("INTERDIST_REGISTRY_DIR",)),
 }

@@ -27,7 +27,7 @@ from interdist.replica.central import close_central, serve_central_read
 from interdist.replica.central_variable import make_replica_variable
 from interdist.replica.replica import Replica
 from interdist.replica.user_code import enable_capture
-from interdist.worker import thread
+from interdist.worker import affinity, thread
 from interdist.worker.control_server import ControlServer
 from interdist.worker.thread import ReplicaThread
 
@@ -157,6 +157,9 @@ class ReplicaRuntime(WorkerPlugin):
         self.replicas[group].worker = self.worker  # replica programs that read Dask collections use its client
         if group not in self.executors:
             self.executors[group] = thread.claim(f"interdist-replica-{rank}")
+            core = affinity.replica_core(rank, list(peers), self.replicas[group].on_gpu)
+            if core is not None:
+                self.executors[group].pin(core)
         return "OK"
 
     async def leave(self, group: str) -> str:

@@ -62,6 +62,7 @@ class ReplicaThread:
         self._direct: dict[int, tuple[socket.socket, Callable[..., None]]] = {}
         self._polling = False
         self._wake: tuple[int, int] | None = None
+        self._unpinned: set[int] | None = None  # this thread's cores before ``pin`` (worker/affinity.py)
         if start:
             thread = threading.Thread(target=self.serve, name=name, daemon=True)
             thread.start()
@@ -81,6 +82,27 @@ class ReplicaThread:
     ) -> None:
         """Run ``fn(*args)`` after what is queued; ``done(result, error)`` is called on this thread."""
         self._put((None, done, fn, args, step))
+
+    def pin(self, core: int) -> None:
+        """Run this thread on ``core`` only, from its next item on (worker/affinity.py); :meth:`unpin` undoes it."""
+        self.call(self._set_cores, ({core},), _ignore)
+
+    def unpin(self) -> None:
+        """This thread's cores as before :meth:`pin` (after what is queued), if it was pinned."""
+        self.call(self._set_cores, (None,), _ignore)
+
+    def _set_cores(self, cores: set[int] | None) -> None:  # on this thread: sched_setaffinity(0) sets the caller's
+        try:
+            if cores is None:
+                if self._unpinned is not None:
+                    os.sched_setaffinity(0, self._unpinned)
+                    self._unpinned = None
+                return
+            if self._unpinned is None:
+                self._unpinned = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, cores)
+        except OSError as exc:  # a core taken from this process meanwhile (its cpuset changed): left as it is
+            logger.debug("interdist: could not set the replica thread's cores to %s: %s", cores, exc)
 
     def _put(self, item: Any) -> None:
         self._queue.put(item)
@@ -247,6 +269,10 @@ class ReplicaThread:
 _NOTHING = object()  # a queue item that only wakes the thread (a new direct connection to look at)
 
 
+def _ignore(result: Any, error: BaseException | None) -> None:
+    pass
+
+
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     if future.done():
         return
@@ -314,6 +340,7 @@ def give_back(executor: ReplicaThread) -> None:
     global _main_claimed
     with _claim_lock:
         if executor is _main:
+            executor.unpin()  # (queued before the next group's items: it serves them with every core again)
             _main_claimed = False
             return
     executor.shutdown()

@@ -1,0 +1,88 @@
+"""A replica's thread on one core where its group's replicas on the host are as many as the cores or more
+(``worker/affinity.py``): which core, which thread, and every core again when its group is done."""
+
+from __future__ import annotations
+
+import os
+import queue
+from typing import Any
+
+import pytest
+
+from interdist.worker.affinity import core_for
+from interdist.worker.thread import ReplicaThread
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no sched_setaffinity here")
+
+HOST_A = [f"tls://10.0.0.1:{port}" for port in (4001, 4002, 4003, 4004)]
+HOST_B = [f"tls://10.0.0.2:{port}" for port in (4001, 4002)]
+
+
+def test_the_replicas_of_a_host_go_round_its_cores_in_rank_order() -> None:
+    assert [core_for(r, HOST_A, [0, 1]) for r in range(4)] == [0, 1, 0, 1]
+    assert [core_for(r, HOST_A[:3], [4, 7]) for r in range(3)] == [4, 7, 4]  # the worker's cores, not 0..n
+    assert [core_for(r, HOST_A[:2], [2, 3]) for r in range(2)] == [2, 3]  # exactly as many as the cores
+
+
+def test_fewer_replicas_on_a_host_than_its_cores_are_not_pinned() -> None:
+    assert [core_for(r, HOST_A, list(range(8))) for r in range(4)] == [None] * 4
+    # four replicas, but two on each host of two cores each: as many as the cores there
+    peers = [HOST_A[0], HOST_B[0], HOST_A[1], HOST_B[1]]
+    assert [core_for(r, peers, [0, 1]) for r in range(4)] == [0, 0, 1, 1]
+    assert [core_for(r, peers, [0, 1, 2]) for r in range(4)] == [None] * 4
+    assert core_for(0, ["not an address"], [0]) is None  # nothing to count replicas by
+
+
+def _on_thread(ex: ReplicaThread, fn: Any) -> Any:
+    got: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    ex.call(fn, (), lambda result, error: got.put(error or result))
+    return got.get(timeout=10)
+
+
+def test_a_pinned_thread_runs_on_its_core_and_gets_its_cores_back() -> None:
+    cores = os.sched_getaffinity(0)
+    ex = ReplicaThread("interdist-test-pin")
+    try:
+        core = max(cores)
+        ex.pin(core)
+        assert _on_thread(ex, lambda: os.sched_getaffinity(0)) == {core}
+        assert os.sched_getaffinity(0) == cores  # the thread's own affinity: not the caller's
+        ex.pin(min(cores))  # pinned again (a new group): unpin still gives back the cores before the first pin
+        ex.unpin()
+        assert _on_thread(ex, lambda: os.sched_getaffinity(0)) == cores
+        ex.unpin()  # not pinned: nothing changes
+        assert _on_thread(ex, lambda: os.sched_getaffinity(0)) == cores
+    finally:
+        ex.shutdown()
+
+
+def _cores() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+@pytest.fixture
+def as_many_replicas_as_cores() -> int:
+    n = len(os.sched_getaffinity(0))
+    if n > 4:
+        pytest.skip(f"{n} cores here: a strategy of as many replicas would take too long to start")
+    return max(n, 2)
+
+
+def test_a_strategy_with_a_replica_per_core_pins_each_to_its_own(as_many_replicas_as_cores: int) -> None:
+    import dask
+
+    import interdist as idist
+
+    n = as_many_replicas_as_cores
+    cores = _cores()
+    with idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s:
+        got = list(s.experimental_local_results(s.run(_cores)))
+    assert got == [[cores[i % len(cores)]] for i in range(n)]
+    # the same workers (pooled) serve the next strategy: with every core, the setting off or one replica
+    with (
+        dask.config.set({"interdist.replica.pin-threads": False}),
+        idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s,
+    ):
+        assert list(s.experimental_local_results(s.run(_cores))) == [cores] * n
+    with idist.MirroredStrategy(["CPU:0"]) as s:
+        assert list(s.experimental_local_results(s.run(_cores))) == [cores]
