@@ -110,6 +110,7 @@ class DaskGroup(RecoveryMixin, InterruptMixin):
         self.closed = False
         self.lost: dict[int, str] = {}
         self.busy: dict[int, tuple[int, Any]] = {}  # rank -> (step, its pending reply) of a stuck replica
+        self.pinned: dict[int, int] = {}  # rank -> its replica thread's core, where pinned (step_paths.py)
         self._liveness = liveness.Liveness(client, self.addresses)  # frozen replicas, named while a step waits
         # Set when a step failed or was interrupted (what it was): the next call first checks that the mirrored
         # copies are still equal (strategy/variable_repair.py ``_check_copies``).
@@ -197,8 +198,7 @@ class DaskGroup(RecoveryMixin, InterruptMixin):
                 while pending:
                     done, _ = await asyncio.wait(pending, timeout=liveness.CHECK_EVERY)
                     for task in done:
-                        pending.pop(task)
-                        task.result()  # a worker's own failure to join, as it was
+                        self.note_core(pending.pop(task), task.result())  # (a worker's own failure to join raises)
                     if not pending:
                         return
                     waiting = sorted(pending.values())

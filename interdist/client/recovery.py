@@ -97,7 +97,7 @@ class RecoveryMixin(StepPathsMixin):
         spec = cloudpickle.dumps(self.spec)
 
         async def go() -> None:
-            await asyncio.gather(
+            joined = await asyncio.gather(
                 *[
                     self.client.rpc(self.addresses[r]).interdist_join(
                         group=self.group_id, rank=r, spec=spec, peers=self.addresses
@@ -105,6 +105,8 @@ class RecoveryMixin(StepPathsMixin):
                     for r in replacements
                 ]
             )
+            for r, answer in zip(replacements, joined, strict=True):
+                self.note_core(r, answer)
             await asyncio.gather(
                 *[
                     self.client.rpc(self.addresses[r]).interdist_set_peers(group=self.group_id, peers=self.addresses)

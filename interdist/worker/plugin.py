@@ -132,7 +132,7 @@ class ReplicaRuntime(WorkerPlugin):
         address: str = self.worker.address
         return address
 
-    async def join(self, group: str, rank: int, spec: bytes, peers: list[str]) -> str:
+    async def join(self, group: str, rank: int, spec: bytes, peers: list[str]) -> str | dict[str, Any]:
         if group in self.left:
             return "LEFT"  # left before this worker joined it: its strategy was not made (nobody waits for this)
         spec_d: GroupSpec = cloudpickle.loads(spec)
@@ -160,7 +160,7 @@ class ReplicaRuntime(WorkerPlugin):
             core = affinity.replica_core(rank, list(peers), self.replicas[group].on_gpu)
             if core is not None:
                 self.executors[group].pin(core)
-        return "OK"
+        return {"joined": True, "core": self.executors[group].core}  # the notebook sends to its own core's last
 
     async def leave(self, group: str) -> str:
         self.left[group] = None

@@ -63,6 +63,7 @@ class ReplicaThread:
         self._polling = False
         self._wake: tuple[int, int] | None = None
         self._unpinned: set[int] | None = None  # this thread's cores before ``pin`` (worker/affinity.py)
+        self.core: int | None = None  # the core ``pin`` asked for, until ``unpin``
         if start:
             thread = threading.Thread(target=self.serve, name=name, daemon=True)
             thread.start()
@@ -85,10 +86,12 @@ class ReplicaThread:
 
     def pin(self, core: int) -> None:
         """Run this thread on ``core`` only, from its next item on (worker/affinity.py); :meth:`unpin` undoes it."""
+        self.core = core
         self.call(self._set_cores, ({core},), _ignore)
 
     def unpin(self) -> None:
         """This thread's cores as before :meth:`pin` (after what is queued), if it was pinned."""
+        self.core = None
         self.call(self._set_cores, (None,), _ignore)
 
     def _set_cores(self, cores: set[int] | None) -> None:  # on this thread: sched_setaffinity(0) sets the caller's

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from interdist.client import step_paths
+from interdist.client.step_paths import StepPathsMixin
 from interdist.worker.affinity import core_for
 from interdist.worker.thread import ReplicaThread
 
@@ -77,12 +79,42 @@ def test_a_strategy_with_a_replica_per_core_pins_each_to_its_own(as_many_replica
     cores = _cores()
     with idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s:
         got = list(s.experimental_local_results(s.run(_cores)))
+        known = dict(s._group.pinned)  # what each replica answered when it joined: the notebook's send order
     assert got == [[cores[i % len(cores)]] for i in range(n)]
+    assert known == {i: cores[i % len(cores)] for i in range(n)}
     # the same workers (pooled) serve the next strategy: with every core, the setting off or one replica
     with (
         dask.config.set({"interdist.replica.pin-threads": False}),
         idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s,
     ):
         assert list(s.experimental_local_results(s.run(_cores))) == [cores] * n
+        assert s._group.pinned == {}
     with idist.MirroredStrategy(["CPU:0"]) as s:
         assert list(s.experimental_local_results(s.run(_cores))) == [cores]
+
+
+class _Group(StepPathsMixin):
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self.pinned = {}
+
+
+def test_the_notebook_sends_to_the_replicas_of_its_own_core_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    group = _Group(4)
+    for rank, answer in enumerate([{"joined": True, "core": 0}, {"joined": True, "core": 1}, "OK", None]):
+        group.note_core(rank, answer)  # (earlier workers answered "OK")
+    assert group.pinned == {0: 0, 1: 1}
+    monkeypatch.setattr(step_paths, "_current_cpu", lambda: 0)
+    assert group._send_order() == [1, 2, 3, 0]  # rank 0 woken last: it takes this core once it has its program
+    monkeypatch.setattr(step_paths, "_current_cpu", lambda: 1)
+    assert group._send_order() == [0, 2, 3, 1]
+    monkeypatch.setattr(step_paths, "_current_cpu", lambda: None)  # not known here: rank order
+    assert group._send_order() == [0, 1, 2, 3]
+    group.note_core(0, {"joined": True, "core": None})  # joined again unpinned (a replaced worker)
+    group.note_core(1, {"joined": True, "core": None})
+    assert group.pinned == {} and group._send_order() == [0, 1, 2, 3]
+
+
+def test_the_current_cpu_is_one_this_thread_may_run_on() -> None:
+    cpu = step_paths._current_cpu()
+    assert cpu in os.sched_getaffinity(0)  # (this module runs where sched_setaffinity exists: Linux)
