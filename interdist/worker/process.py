@@ -86,10 +86,11 @@ def freeze_startup_objects() -> None:
     Without it, a full collection in a worker scanned the ~69,000 objects of Dask's, NumPy's and interdist's
     imports: 33-41 ms, about once every 9 s per worker in a loop of small all-reduces, while every peer of the
     replica waited in the next collective (the longest of 20,000 4 KB all-reduces took 54-83 ms at 2 and 4
-    replicas; frozen, a full collection takes ~3 ms and the longest collective 4-10 ms). The zygote freezes what it imported before it forks (its workers inherit it, and the
-    collector no longer writes to the pages they share); a worker freezes what its start made. Objects frozen
-    stay refcounted: only a reference cycle among them would never be freed, and none of them is garbage at
-    the freeze (``gc.collect`` first: 29 ms after the imports, a fraction of a millisecond in a forked worker).
+    replicas; frozen, a full collection takes ~3 ms and the longest collective 4-10 ms). The zygote freezes what
+    it imported before it forks (its workers inherit it, and the collector no longer writes to the pages they
+    share); a worker freezes what its start made. Objects frozen stay refcounted: only a reference cycle among
+    them would never be freed, and none of them is garbage at the freeze (``gc.collect`` first: 29 ms after the
+    imports, a fraction of a millisecond in a forked worker).
     """
     gc.collect()
     gc.freeze()
