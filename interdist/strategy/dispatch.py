@@ -190,7 +190,11 @@ class ReplicaDispatch:
                 return d0  # merge_call's result returned unchanged: one value, as TF
             return PerReplica(decoded, self)
 
-        return _nest.map_structure(leaf, *results)
+        try:
+            return _nest.map_structure(leaf, *results)
+        except ValueError:
+            _assert_regroupable(results)  # containers that differ between replicas: TF's AssertionError
+            raise
 
     def _remote(self, rank: int, meta: ValueMeta) -> RemoteValue:
         rv = RemoteValue(meta.key, rank, self._devices[rank], meta.as_dict(), self._group.fetch, owner=self._group)
@@ -209,3 +213,28 @@ class ReplicaDispatch:
     def _variable_by_id(self, var_id: int) -> Any:
 
         return registered_variable(self._group_id, var_id)
+
+
+def _assert_regroupable(results: list[Any], path: str = "") -> None:
+    """Raise ``AssertionError``, as TF's ``regroup`` does for a ``run``'s results, where a list, tuple or dict that
+    replica 0 returned is not matched by another replica's (another type, length or keys), naming both replicas
+    and where in the result (``path``). Replica 0's structure leads, as in TF; a leaf of replica 0 where another
+    returned a container is not checked here (TF wraps the two as they are)."""
+    at = f", at {path}" if path else ""
+    v0 = results[0]
+    for kind in (list, tuple, dict):
+        if not isinstance(v0, kind):
+            continue
+        for i, v in enumerate(results[1:], 1):
+            if not isinstance(v, kind):
+                raise AssertionError(f"replica 0 returned a {kind.__name__} where replica {i} returned a "
+                                     f"{type(v).__name__}{at}")  # fmt: skip
+            if kind is dict and set(v) != set(v0):
+                raise AssertionError(f"v[0].keys: {set(v0)}  v[i].keys: {set(v)} (replica 0 and replica {i}{at})")
+            if kind is not dict and len(v) != len(v0):
+                raise AssertionError(
+                    f"Values to regroup had different lengths: len(v) == {len(v)}, len(v0) == {len(v0)} "
+                    f"(replica {i} against replica 0{at})"
+                )
+        for key in list(v0) if kind is dict else range(len(v0)):
+            _assert_regroupable([v[key] for v in results], f"{path}[{key!r}]")
