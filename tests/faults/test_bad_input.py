@@ -142,9 +142,10 @@ def test_strategy_reduce_of_generated_per_replica_values(mirrored2: idist.Mirror
         ("args that are not a tuple", lambda s: s.run(lambda x: x, args=np.float32(1.0)), ValueError),
         ("a Python number to all_reduce",
          lambda s: s.run(lambda: idist.get_replica_context().all_reduce("SUM", 1)), AttributeError),
+        # TF 2.21 sums the two (one leaf each), then its regroup of run's results raises AssertionError (recorded)
         ("different nests across replicas", lambda s: s.run(lambda: idist.get_replica_context().all_reduce(
             "SUM", {"a": np.float32(1)} if idist.get_replica_context().replica_id_in_sync_group == 0
-            else (np.float32(1),))), ValueError),
+            else (np.float32(1),))), AssertionError),
         ("an unknown reduce op", lambda s: s.reduce("PROD", s.run(lambda: np.float32(1.0)), axis=None), ValueError),
     ],
 )
