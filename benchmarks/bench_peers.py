@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 from _common import median_time, tf_all_reduce
+from _lane_floor import lane_floor
 
 import interdist as idist
 
@@ -186,64 +187,10 @@ def socket_round_trip(n: int, rounds: int = 3000) -> float:
 
 
 def python_lane_floor(n: int, rounds: int = 5000) -> float:
-    """The floor of a 4 KB all-reduce SUM between ``n`` Python processes: each publishes its array in a lane
-    (``interdist.collectives.lanes``, a shared-memory ring) to every other, spins (yielding its core between
-    looks, as interdist's mailbox does) until every peer's has come, and adds them; nothing else (no framework,
-    no checks, no events). Median seconds per all-reduce of rank 0, over 5 batches."""
-    from interdist.collectives import lanes
-
-    if n < 2 or not lanes.available():
-        return float("nan")
-    made: dict[tuple[int, int], lanes.Lane] = {}  # (i, j): the lane i writes and j reads
-    for key in [(i, j) for i in range(n) for j in range(n) if i != j]:
-        lane = lanes.Lane.create()
-        if lane is None:  # no segment can be made here: nothing to measure, and none left behind
-            for made_lane in made.values():
-                made_lane.close()
-            return float("nan")
-        lane.words[lanes._ATTACHED] = 1  # (a fork shares the mapping: no attach)
-        made[key] = lane
-
-    def rank(me: int) -> list[float]:
-        outs = [made[(me, j)] for j in range(n) if j != me]
-        ins = [made[(j, me)] for j in range(n) if j != me]
-        mine = np.full(SMALL, me + 1.0, np.float32)
-        header = mine.tobytes()
-        batches = []
-        early: list[list[Any]] = [[] for _ in ins]  # packets of the next round, taken with this one's
-        for b in range(6):
-            t0 = time.perf_counter()
-            for i in range(rounds):
-                for lane in outs:
-                    while not lane.put(b, i, me, header, b""):
-                        os.sched_yield()
-                total = mine.copy()
-                for lane, got in zip(ins, early, strict=True):
-                    while not got:
-                        if lane.ready():
-                            got.extend(lane.take())
-                        else:
-                            os.sched_yield()
-                    np.add(total, np.frombuffer(got.pop(0)[3], np.float32), out=total)
-            batches.append((time.perf_counter() - t0) / rounds)
-        return batches[1:]  # the first batch warms up
-
-    pids = []
-    for me in range(1, n):
-        pid = os.fork()
-        if pid == 0:
-            try:
-                rank(me)
-            finally:
-                os._exit(0)
-        pids.append(pid)
-    try:
-        return statistics.median(rank(0))
-    finally:
-        for pid in pids:
-            os.waitpid(pid, 0)
-        for lane in made.values():
-            lane.close()
+    """The floor of a 4 KB all-reduce SUM between ``n`` Python processes through interdist's lanes, nothing else
+    (``_lane_floor.py``, all-gather): median seconds per all-reduce of rank 0, over 5 batches; NaN without lanes."""
+    got = lane_floor(n, rounds)
+    return float("nan") if got is None else statistics.median(got[0])
 
 
 def _median(values: list[Any]) -> float | None:
