@@ -235,13 +235,13 @@ def _current(lease: Lease) -> bool:
         now: list[str] = []
         for name in lease.names:
             worker = procs.get(name)
-            if worker is None or getattr(worker, "failure", None) is not None:
+            if worker is None or worker.failure is not None:
                 return False  # closed, or given up after failing to start
-            process = getattr(worker, "process", None)
+            process = worker.process
             # (``poll`` learns of a forked worker's end from its zygote, a moment later: a zombie is dead already)
             if process is None or process.poll() is not None or not zygote.alive(process.pid):
                 continue  # dead, or not started yet
-            if getattr(worker, "address_pid", None) == process.pid:
+            if worker.address_pid == process.pid:
                 now.append(worker.address)
         if len(now) == len(lease.names):
             lease.addresses = now

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -298,20 +299,18 @@ class StepPathsMixin:
             pass
 
 
-_sched_getcpu: Any = None
-
-
 def _current_cpu() -> int | None:
     """The core this thread runs on now (``sched_getcpu``: Linux; None elsewhere)."""
-    global _sched_getcpu
-    if _sched_getcpu is None:
-        try:
-            import ctypes
-
-            _sched_getcpu = ctypes.CDLL(None).sched_getcpu
-        except (OSError, AttributeError):  # not glibc or musl: no such call
-            _sched_getcpu = False
-    if _sched_getcpu is False:
-        return None
-    cpu = _sched_getcpu()
+    getcpu = _sched_getcpu()
+    cpu = getcpu() if getcpu is not None else -1
     return int(cpu) if cpu >= 0 else None
+
+
+@functools.cache
+def _sched_getcpu() -> Any:
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError):  # not glibc or musl: no such call
+        return None
