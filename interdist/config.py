@@ -76,6 +76,7 @@ KEYS: dict[str, tuple[type, tuple[str, ...]]] = {
     "replica.inline-bytes": (int, ()),
     "replica.lazy-merge-min-bytes": (int, ("INTERDIST_LAZY_MERGE_MIN_BYTES",)),
     "replica.pin-threads": (bool, ()),
+    "replica.wait-spin-us": (float, ()),
     "gpu.cluster": (str, ("INTERDIST_GPU_CLUSTER",)),
     "lab.registry-dir": (str, ("INTERDIST_REGISTRY_DIR",)),
 }

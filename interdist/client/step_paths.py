@@ -18,8 +18,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from interdist import config, events
 from interdist import control as local_control
-from interdist import events
 from interdist.client import liveness
 from interdist.client.replies import StepReplies
 from interdist.config import settings
@@ -109,7 +109,8 @@ class StepPathsMixin:
                 self._broadcast(self._others(rank), self._abort_step(step, reason))
 
         sent: dict[int, local_control.ControlConnection] = {}
-        for r in self._send_order():
+        order, spin = self._send_plan()
+        for r in order:
             c = conns[r]
             # Small programs (the usual ones) skip ``pack``'s walk for large fields: the same bytes.
             small = not args[r][1] and len(fn) < local_control.BLOB_MIN and len(args[r][0]) < local_control.BLOB_MIN
@@ -124,6 +125,7 @@ class StepPathsMixin:
                     "system": system,
                     "release": release[r],
                     "timeout": timeout,
+                    "spin": spin.get(r, 0.0),
                 }
             )
             try:
@@ -168,20 +170,31 @@ class StepPathsMixin:
             self.pinned.pop(rank, None)
         else:
             self.pinned[rank] = core
+        self._alone = None  # the replicas alone on their cores, found again at the next program
 
-    def _send_order(self) -> list[int]:
-        """The ranks in the order their programs go: those pinned to the core this thread runs on last.
+    _alone: dict[int, tuple[int, float]] | None = None  # rank -> (its core, seconds to spin): ``_send_plan``
+
+    def _send_plan(self) -> tuple[list[int], dict[int, float]]:
+        """The ranks in the order their programs go, those pinned to the core this thread runs on last; and for
+        how long each replica alone on another core waits awake for its next program (``ReplicaThread._spin``).
 
         A replica woken on the notebook's core takes that core at once (the kernel's wake-up preemption) and runs
         its whole program before the notebook's next ``sendmsg`` returns. Sent first, it held back every program
         after it: an empty ``run`` of 2 replicas pinned to cores 0 and 1 took 382 us (median) when the notebook
         ran on core 0 and 259 when on core 1 (rank 1, sent last, took the notebook's core after rank 0 had its
-        program). The control sockets reach workers on this host only, so the cores are this machine's."""
+        program). A replica that shares its core with a peer or the notebook sleeps between programs: spinning,
+        it would hold the core they need. The control sockets reach workers on this host only, so the cores are
+        this machine's."""
         ranks = list(range(self.world_size))
-        if not self.pinned:
-            return ranks
-        cpu = _current_cpu()
-        return ranks if cpu is None else sorted(ranks, key=lambda r: self.pinned.get(r) == cpu)
+        cpu = _current_cpu() if self.pinned else None
+        if cpu is None:
+            return ranks, {}
+        if self._alone is None:
+            cores = [self.pinned.get(r) for r in ranks]
+            seconds = float(config.get("replica.wait-spin-us") or 0.0) / 1e6
+            self._alone = {r: (c, seconds) for r, c in self.pinned.items() if cores.count(c) == 1 and seconds > 0}
+        spin = {r: seconds for r, (core, seconds) in self._alone.items() if core != cpu}
+        return sorted(ranks, key=lambda r: self.pinned.get(r) == cpu), spin
 
     async def _execute_async(
         self, step: int, fn: bytes, args: list[bytes], system: bool, release: dict[int, list[str]], steps: int = 1

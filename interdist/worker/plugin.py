@@ -236,7 +236,11 @@ class ReplicaRuntime(WorkerPlugin):
         # Out-of-band buffers: arrays unpickled over them must be writable, as any argument is.
         buffers = [b if isinstance(b, bytearray) else bytearray(b) for b in msg.get("bufs") or ()]
         self.executors[group].call(
-            replica.execute, (step, msg["fn"], msg["args"], msg["system"], buffers), done, step=step
+            replica.execute,
+            (step, msg["fn"], msg["args"], msg["system"], buffers),
+            done,
+            step=step,
+            spin=msg.get("spin") or 0.0,  # then wait for the next program awake (``ReplicaThread._spin``)
         )
 
     async def execute(

@@ -105,16 +105,72 @@ def test_the_notebook_sends_to_the_replicas_of_its_own_core_last(monkeypatch: py
         group.note_core(rank, answer)  # (earlier workers answered "OK")
     assert group.pinned == {0: 0, 1: 1}
     monkeypatch.setattr(step_paths, "_current_cpu", lambda: 0)
-    assert group._send_order() == [1, 2, 3, 0]  # rank 0 woken last: it takes this core once it has its program
+    assert group._send_plan()[0] == [1, 2, 3, 0]  # rank 0 woken last: it takes this core once it has its program
     monkeypatch.setattr(step_paths, "_current_cpu", lambda: 1)
-    assert group._send_order() == [0, 2, 3, 1]
+    assert group._send_plan()[0] == [0, 2, 3, 1]
     monkeypatch.setattr(step_paths, "_current_cpu", lambda: None)  # not known here: rank order
-    assert group._send_order() == [0, 1, 2, 3]
+    assert group._send_plan() == ([0, 1, 2, 3], {})
     group.note_core(0, {"joined": True, "core": None})  # joined again unpinned (a replaced worker)
     group.note_core(1, {"joined": True, "core": None})
-    assert group.pinned == {} and group._send_order() == [0, 1, 2, 3]
+    assert group.pinned == {} and group._send_plan() == ([0, 1, 2, 3], {})
+
+
+def test_only_a_replica_alone_on_a_core_not_the_notebooks_is_asked_to_wait_awake(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dask
+
+    group = _Group(3)
+    for rank, core in enumerate([0, 1, 0]):
+        group.note_core(rank, {"joined": True, "core": core})
+    monkeypatch.setattr(step_paths, "_current_cpu", lambda: 0)
+    assert group._send_plan() == ([1, 0, 2], {1: 300e-6})  # ranks 0 and 2 share core 0 (the notebook's too)
+    monkeypatch.setattr(step_paths, "_current_cpu", lambda: 1)
+    assert group._send_plan() == ([0, 2, 1], {})  # rank 1 is alone, but on the notebook's core
+    group = _Group(2)
+    with dask.config.set({"interdist.replica.wait-spin-us": 50}):
+        for rank in (0, 1):
+            group.note_core(rank, {"joined": True, "core": rank})
+        assert group._send_plan() == ([0, 1], {0: 50e-6})  # read at the first program after the replicas joined
+    with dask.config.set({"interdist.replica.wait-spin-us": 0}):
+        assert group._send_plan() == ([0, 1], {0: 50e-6})  # not again until they join again (a recovery)
+        group.note_core(0, {"joined": True, "core": 0})
+        assert group._send_plan() == ([0, 1], {})  # 0: no spinning
 
 
 def test_the_current_cpu_is_one_this_thread_may_run_on() -> None:
     cpu = step_paths._current_cpu()
     assert cpu in os.sched_getaffinity(0)  # (this module runs where sched_setaffinity exists: Linux)
+
+
+def _caught_spinning(group: str) -> int:
+    """On a replica: the programs its thread took while it spun (``ReplicaThread.caught_spinning``)."""
+    from distributed import Worker
+
+    from interdist.worker.plugin import PLUGIN_NAME
+
+    (worker,) = list(Worker._instances)
+    return int(worker.plugins[PLUGIN_NAME].executors[group].caught_spinning)
+
+
+def test_replicas_alone_on_their_cores_take_the_notebooks_next_program_awake(as_many_replicas_as_cores: int) -> None:
+    """A loop of empty ``run`` calls: after each program, a replica pinned alone to a core other than the
+    notebook's spins (for up to 5 s here: the next program comes well within them) and takes the next program
+    awake; with ``interdist.replica.wait-spin-us: 0`` none does."""
+    import dask
+
+    import interdist as idist
+
+    n = as_many_replicas_as_cores
+    for spin_us, expect_some in ((5e6, True), (0, False)):
+        with (
+            dask.config.set({"interdist.replica.wait-spin-us": spin_us}),
+            idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s,
+        ):
+            group = s._group.group_id
+            before = sum(s.experimental_local_results(s.run(_caught_spinning, args=(group,))))
+            for _ in range(20):
+                s.run(lambda: None)
+            after = sum(s.experimental_local_results(s.run(_caught_spinning, args=(group,))))
+        # each of the 21 programs after the first count asked one replica at least to spin, and the next came
+        assert (after - before >= 21) if expect_some else (after == before), (spin_us, before, after)

@@ -108,3 +108,44 @@ def test_a_direct_connection_is_read_by_the_replica_thread_between_programs() ->
     assert other_nb.recv(16) == b""  # the thread ended: its connections are closed
     notebook.close()
     other_nb.close()
+
+
+def _state(thread_name: str) -> str:
+    """The kernel's state of this process's thread named ``thread_name`` (``R`` running, ``S`` asleep)."""
+    (native,) = [t.native_id for t in threading.enumerate() if t.name == thread_name]
+    with open(f"/proc/self/task/{native}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_program_that_asks_to_spin_leaves_the_thread_awake_for_the_next_one() -> None:
+    """``call(spin=s)``: once that program replied, the thread polls its direct connections without sleeping for
+    up to ``s`` seconds; the next program that comes meanwhile is taken awake (``caught_spinning``). One that comes
+    after a program that asked for no spin, or after the spin ran out, wakes the thread from ``poll``."""
+    import socket
+
+    from interdist import control
+
+    ex = ReplicaThread("interdist-test-spin")
+    notebook, worker = socket.socketpair()
+
+    def handler(msg: dict[str, Any], reply: Any) -> None:
+        ex.call(lambda: msg["n"], (), lambda r, e: reply({"n": r}), spin=msg["spin"])
+
+    def program(n: int, spin: float) -> None:
+        control.send_parts(notebook, control.pack({"n": n, "spin": spin}))
+        assert dict(control.read_message(notebook)) == {"n": n}
+
+    try:
+        ex.read_directly(worker, handler)
+        program(1, 30.0)  # the thread then spins for up to 30 s: program 2 comes well within them
+        program(2, 0.0)
+        assert ex.caught_spinning == 1
+        program(3, 0.05)  # after program 2 the thread slept: 3 woke it
+        assert ex.caught_spinning == 1
+        if sys.platform.startswith("linux"):
+            _wait(lambda: _state("interdist-test-spin") == "S", "the spin of 50 ms to run out and the thread to sleep")
+            program(4, 0.0)
+            assert ex.caught_spinning == 1
+    finally:
+        ex.shutdown()  # (rings the thread awake also while it spins)
+        notebook.close()
