@@ -16,6 +16,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from interdist import _context, _nest
 from interdist._convert import same_object_across
 from interdist.client import cluster as cluster_lib
@@ -194,7 +196,7 @@ class ReplicaDispatch:
             return _nest.map_structure(leaf, *results)
         except ValueError:
             _assert_regroupable(results)  # containers that differ between replicas: TF's AssertionError
-            raise
+            return _regroup_mixed(results, leaf, lambda r, x: _nest.map_structure(lambda m: decode(r, m), x), self)
 
     def _remote(self, rank: int, meta: ValueMeta) -> RemoteValue:
         rv = RemoteValue(meta.key, rank, self._devices[rank], meta.as_dict(), self._group.fetch, owner=self._group)
@@ -215,11 +217,29 @@ class ReplicaDispatch:
         return registered_variable(self._group_id, var_id)
 
 
+def _regroup_mixed(
+    values: list[Any], leaf: Callable[..., Any], decode: Callable[[int, Any], Any], strategy: Any
+) -> Any:
+    """``_regroup``'s result where replica 0 returned a leaf and another replica a container at the same place
+    (``_assert_regroupable`` found every container of replica 0 matched): as TF 2.21, a ``PerReplica`` of what
+    each replica returned there, as it is (``PerReplica:{0: 1.0, 1: (1.0, 2.0)}``); elsewhere as ``_regroup``."""
+    v0 = values[0]
+    if isinstance(v0, dict):
+        got = {k: _regroup_mixed([v[k] for v in values], leaf, decode, strategy) for k in v0}
+        return got if type(v0) is dict else type(v0)((k, got[k]) for k in v0)
+    if isinstance(v0, (tuple, list)):
+        items = [_regroup_mixed([v[i] for v in values], leaf, decode, strategy) for i in range(len(v0))]
+        return type(v0)(*items) if hasattr(type(v0), "_fields") else type(v0)(items)
+    if not any(_nest.is_nested(v) for v in values):
+        return leaf(*values)
+    return PerReplica([decode(r, v) for r, v in enumerate(values)], strategy)
+
+
 def _assert_regroupable(results: list[Any], path: str = "") -> None:
     """Raise ``AssertionError``, as TF's ``regroup`` does for a ``run``'s results, where a list, tuple or dict that
     replica 0 returned is not matched by another replica's (another type, length or keys), naming both replicas
     and where in the result (``path``). Replica 0's structure leads, as in TF; a leaf of replica 0 where another
-    returned a container is not checked here (TF wraps the two as they are)."""
+    returned a container is not checked here (TF wraps the two as they are: ``_regroup_mixed``)."""
     at = f", at {path}" if path else ""
     v0 = results[0]
     for kind in (list, tuple, dict):
@@ -227,8 +247,8 @@ def _assert_regroupable(results: list[Any], path: str = "") -> None:
             continue
         for i, v in enumerate(results[1:], 1):
             if not isinstance(v, kind):
-                raise AssertionError(f"replica 0 returned a {kind.__name__} where replica {i} returned a "
-                                     f"{type(v).__name__}{at}")  # fmt: skip
+                raise AssertionError(f"replica 0 returned a {kind.__name__} where replica {i} returned "
+                                     f"{_described(v)}{at}")  # fmt: skip
             if kind is dict and set(v) != set(v0):
                 raise AssertionError(f"v[0].keys: {set(v0)}  v[i].keys: {set(v)} (replica 0 and replica {i}{at})")
             if kind is not dict and len(v) != len(v0):
@@ -238,3 +258,14 @@ def _assert_regroupable(results: list[Any], path: str = "") -> None:
                 )
         for key in list(v0) if kind is dict else range(len(v0)):
             _assert_regroupable([v[key] for v in results], f"{path}[{key!r}]")
+
+
+def _described(leaf: Any) -> str:
+    """What a replica returned at a leaf of its reply, for a message: "a float", "an array of shape (2,) float32"."""
+    if isinstance(leaf, ValueMeta):
+        if leaf.shape is None:
+            return f"a {type(leaf.value).__name__}"
+        return f"an array of shape {leaf.shape} {np.dtype(leaf.dtype).name}"
+    if isinstance(leaf, VarRef):
+        return "a variable"
+    return "one of its arguments" if isinstance(leaf, ArgRef) else f"a {type(leaf).__name__}"
