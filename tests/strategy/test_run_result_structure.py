@@ -1,6 +1,7 @@
 """A ``run`` whose replicas return containers that differ: TF 2.21's ``regroup`` raises ``AssertionError`` (recorded
 with a ``MirroredStrategy`` of two logical CPUs; the messages below are TF's, with the replicas named after them).
-Replica 0's structure leads; the strategy goes on."""
+Replica 0's structure leads: where it returned a leaf and another replica a container, TF wraps the two as they
+are. The strategy goes on."""
 
 from __future__ import annotations
 
