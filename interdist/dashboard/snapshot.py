@@ -43,10 +43,11 @@ def snapshot_html(model: DashboardModel, threshold_s: float = 5.0, now: float | 
     # the time of the last event, not the clock's: an idle dashboard's snapshot stays the same (and is not sent)
     at = model.last_time or now
     when = time.strftime("%H:%M:%S", time.localtime(at))
-    chips = "".join(chip(s.replica, s.kind, s.text, s.detail) for s in (model.status(r, now) for r in model.replicas))
+    every = [model.status(r, now) for r in range(model.world_size)]
+    chips = "".join(chip(s.replica, s.kind, s.text, s.detail) for s in every if s.replica in model.replicas)
     parts = [
         f"<div class='{CLASS}' data-time='{at:.3f}' style='font-size:13px;line-height:1.5'>",
-        f"<div>{summary_line(model, threshold_s, now)}</div>",
+        f"<div>{summary_line(model, threshold_s, now, every)}</div>",
         f"<div>{chips}</div>",
         failures_list(model),
         _copies_table(model),

@@ -63,7 +63,7 @@ def test_the_status_strip_moves_while_the_step_runs_and_the_log_has_no_duplicate
         wait_until(lambda: chips() == expected, timeout=HOLD_S)
         seen_after = time.monotonic() - t0
         assert runner.is_alive() and seen_after < HOLD_S, seen_after
-        assert "waiting in all_reduce #1 for [1]" in strip.strip.text
+        assert "waiting in all_reduce #1 for [1]" in strip.header.text
         runner.join(timeout=30)
         wait_until(lambda: chips() == {0: "done", 1: "done"}, timeout=5)
         # the values shown become the replicas' values: the view redraws at most every interval, and the variable's

@@ -321,3 +321,25 @@ def test_replica_values_show_a_large_variables_block_means() -> None:
     v = ReplicaValues()
     v.update(m)
     assert v.source.data["values"] == ["≈ [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]"]
+
+
+def test_the_status_summary_and_its_chips_are_one_text_counted_from_one_list() -> None:
+    """The summary line and the chips are one Div's text (a page gets them in one change, never the counts of one
+    moment beside the chips of another), and the summary counts the very statuses the chips show."""
+    import re
+
+    from bokeh.models import Div
+
+    from interdist.dashboard.components.status import ReplicaStatusStrip
+
+    v = ReplicaStatusStrip(clock=lambda: 103.0)
+    m = DashboardModel()
+    for r in (0, 1, 2):
+        m.note_worker(r, f"tcp://10.0.0.{r + 1}:4000", CPU.format(r))
+    m.feed_many(hang_stream())  # replicas 0 and 2 wait in an all_gather, replica 1 runs its function
+    v.update(m)
+    texts = [d.text for d in v.root.children if isinstance(d, Div) and "interdist-chip" in d.text]
+    assert len(texts) == 1 and "interdist-summary" in texts[0]
+    chips = re.findall(r"data-kind='(\w+)'", texts[0])
+    assert chips == ["waiting", "running", "waiting"]
+    assert "<b>3</b> replica(s): 2 waiting, 1 running" in texts[0]

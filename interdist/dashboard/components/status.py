@@ -44,12 +44,16 @@ COUNTED = ("raised", "frozen", "lost", "restarting", "recovered", "released", "w
 SHOWN_INCIDENTS = 6
 
 
-def summary_line(model: DashboardModel, threshold_s: float = 5.0, now: float | None = None) -> str:
+def summary_line(
+    model: DashboardModel, threshold_s: float = 5.0, now: float | None = None, chips: list[Any] | None = None
+) -> str:
     """Replicas and their states, run number, last collective, divergence, failures, rate: the dashboard's
-    first line (HTML). Every count comes from the replica-state model, as the chips do."""
+    first line (HTML). Every count comes from the replica-state model, as the chips do: ``chips``, every
+    replica's ``model.status`` at ``now`` when the caller has them (the chips drawn beside it, the same list)."""
     now = time.time() if now is None else now
     n = model.world_size
-    chips = [model.status(r, now) for r in range(n)]
+    if chips is None:
+        chips = [model.status(r, now) for r in range(n)]
     kinds: dict[str, int] = {}
     for c in chips:
         kinds[c.kind] = kinds.get(c.kind, 0) + 1
@@ -131,14 +135,14 @@ class ReplicaStatusStrip(View):
         self.threshold_s = threshold_s
         self.clock = clock
         self.source = ColumnDataSource({c: [] for c in COLUMNS}, name=f"interdist-{self.name}")
-        self.summary = Div(text="no replicas yet", sizing_mode="stretch_width")
-        self.strip = Div(text="", sizing_mode="stretch_width")
+        # The summary line and the chips in one Div: one text, so a page shows both from the same moment (two
+        # Divs changed one after the other reached the browser as two changes, and a page could show the
+        # header's counts and chips of another moment in between).
+        self.header = Div(text="no replicas yet", sizing_mode="stretch_width")
         self.failures = Div(text="", sizing_mode="stretch_width", css_classes=["interdist-failures"])
         # the source is drawn by nothing (the chips are HTML): held in the root's tags so that it is in the
         # document, where tests in a browser find it by name as they find the other views' sources
-        self.root = column(
-            self.summary, self.strip, self.failures, sizing_mode="stretch_width", tags=[self.source], **kwargs
-        )
+        self.root = column(self.header, self.failures, sizing_mode="stretch_width", tags=[self.source], **kwargs)
 
     def _clock_key(self, model: DashboardModel) -> Any:
         # the steps/s window and a stuck collective's time move without events: redraw each second
@@ -146,7 +150,8 @@ class ReplicaStatusStrip(View):
 
     def _update(self, model: DashboardModel) -> None:
         now = self.clock()
-        chips = [model.status(r, now) for r in range(model.world_size) if self.shows_replica(r)]
+        every = [model.status(r, now) for r in range(model.world_size)]
+        chips = [c for c in every if self.shows_replica(c.replica)]
         set_data(
             self.source,
             {
@@ -156,12 +161,10 @@ class ReplicaStatusStrip(View):
                 "detail": [c.detail for c in chips],
             },
         )
-        summary = summary_line(model, self.threshold_s, now)
-        if self.summary.text != summary:
-            self.summary.text = summary
         strip = "".join(chip(c.replica, c.kind, c.text, c.detail) for c in chips)
-        if self.strip.text != strip:
-            self.strip.text = strip
+        header = f"{summary_line(model, self.threshold_s, now, every)}<div class='interdist-chips'>{strip}</div>"
+        if self.header.text != header:
+            self.header.text = header
         failures = failures_list(model, self.shows_replica)
         if self.failures.text != failures:
             self.failures.text = failures
