@@ -333,9 +333,8 @@ class DaskGroup(RecoveryMixin, InterruptMixin):
                 self.suspect = f"the interrupted {what}"
                 raise self._interrupted(step, steps, what, user_call) from None
         # The replicas' replies also carry their events and created variables; lost and stuck replies have neither.
-        if self.on_events is not None:
-            for reply in replies:
-                self.on_events(reply.get("events", ()))
+        if self.on_events is not None:  # into the log at once: one lock and one wake-up, not one per replica
+            self.on_events([msg for reply in replies for msg in reply.get("events", ())])
         for rank, rep in enumerate(replies):
             if rep.get("lost"):  # the notebook's own evidence: the connection to its worker closed
                 why = f"{rep['type']}: {rep['message']}"
