@@ -36,6 +36,20 @@ def _flatten_into(x: Any, out: list[Any]) -> None:
         out.append(x)
 
 
+def flatten_up_to(shallow: Any, deep: Any) -> list[Any]:
+    """What ``deep`` holds at each leaf of ``shallow``, in :func:`flatten`'s order (``tf.nest.flatten_up_to``):
+    ``deep`` nests as ``shallow`` does down to those leaves, and may nest further below them.
+
+    >>> flatten_up_to((1, {"x": 2}), ((1, 2), {"x": [3]}))
+    [(1, 2), [3]]
+    """
+    if isinstance(shallow, dict):
+        return [x for k in sorted(shallow) for x in flatten_up_to(shallow[k], deep[k])]
+    if isinstance(shallow, (tuple, list)):
+        return [x for s, d in zip(shallow, deep, strict=True) for x in flatten_up_to(s, d)]
+    return [deep]
+
+
 def pack_sequence_as(structure: Any, leaves: list[Any]) -> Any:
     """Inverse of :func:`flatten`."""
     it = iter(leaves)

@@ -172,7 +172,8 @@ class StepPathsMixin:
             self.pinned[rank] = core
         self._alone = None  # the replicas alone on their cores, found again at the next program
 
-    _alone: dict[int, tuple[int, float]] | None = None  # rank -> (its core, seconds to spin): ``_send_plan``
+    _alone: dict[int, int] | None = None  # rank -> its core, of the replicas that spin there (``_send_plan``)
+    _wait_spin_s = 0.0  # for how long (``interdist.replica.wait-spin-us``, read with ``_alone``)
 
     def _send_plan(self) -> tuple[list[int], dict[int, float]]:
         """The ranks in the order their programs go, those pinned to the core this thread runs on last; and for
@@ -191,9 +192,9 @@ class StepPathsMixin:
             return ranks, {}
         if self._alone is None:
             cores = [self.pinned.get(r) for r in ranks]
-            seconds = float(config.get("replica.wait-spin-us") or 0.0) / 1e6
-            self._alone = {r: (c, seconds) for r, c in self.pinned.items() if cores.count(c) == 1 and seconds > 0}
-        spin = {r: seconds for r, (core, seconds) in self._alone.items() if core != cpu}
+            self._wait_spin_s = float(config.get("replica.wait-spin-us") or 0.0) / 1e6
+            self._alone = {r: c for r, c in self.pinned.items() if cores.count(c) == 1 and self._wait_spin_s > 0}
+        spin = {r: self._wait_spin_s for r, core in self._alone.items() if core != cpu}
         return sorted(ranks, key=lambda r: self.pinned.get(r) == cpu), spin
 
     async def _execute_async(

@@ -196,7 +196,16 @@ class ReplicaDispatch:
             return _nest.map_structure(leaf, *results)
         except ValueError:
             _assert_regroupable(results)  # containers that differ between replicas: TF's AssertionError
-            return _regroup_mixed(results, leaf, lambda r, x: _nest.map_structure(lambda m: decode(r, m), x), self)
+
+        def mixed(*values: Any) -> Any:  # replica 0's leaf, where another replica may hold a container
+            if not any(_nest.is_nested(v) for v in values):
+                return leaf(*values)
+            # TF 2.21 wraps what each replica returned there as it is: PerReplica:{0: 1.0, 1: (1.0, 2.0)}
+            return PerReplica([_nest.map_structure(lambda m, r=r: decode(r, m), v) for r, v in enumerate(values)], self)
+
+        # (every container of replica 0 is matched: _assert_regroupable)
+        at_leaves = [_nest.flatten_up_to(results[0], r) for r in results]
+        return _nest.pack_sequence_as(results[0], [mixed(*values) for values in zip(*at_leaves, strict=True)])
 
     def _remote(self, rank: int, meta: ValueMeta) -> RemoteValue:
         rv = RemoteValue(meta.key, rank, self._devices[rank], meta.as_dict(), self._group.fetch, owner=self._group)
@@ -217,29 +226,11 @@ class ReplicaDispatch:
         return registered_variable(self._group_id, var_id)
 
 
-def _regroup_mixed(
-    values: list[Any], leaf: Callable[..., Any], decode: Callable[[int, Any], Any], strategy: Any
-) -> Any:
-    """``_regroup``'s result where replica 0 returned a leaf and another replica a container at the same place
-    (``_assert_regroupable`` found every container of replica 0 matched): as TF 2.21, a ``PerReplica`` of what
-    each replica returned there, as it is (``PerReplica:{0: 1.0, 1: (1.0, 2.0)}``); elsewhere as ``_regroup``."""
-    v0 = values[0]
-    if isinstance(v0, dict):
-        got = {k: _regroup_mixed([v[k] for v in values], leaf, decode, strategy) for k in v0}
-        return got if type(v0) is dict else type(v0)((k, got[k]) for k in v0)
-    if isinstance(v0, (tuple, list)):
-        items = [_regroup_mixed([v[i] for v in values], leaf, decode, strategy) for i in range(len(v0))]
-        return type(v0)(*items) if hasattr(type(v0), "_fields") else type(v0)(items)
-    if not any(_nest.is_nested(v) for v in values):
-        return leaf(*values)
-    return PerReplica([decode(r, v) for r, v in enumerate(values)], strategy)
-
-
 def _assert_regroupable(results: list[Any], path: str = "") -> None:
     """Raise ``AssertionError``, as TF's ``regroup`` does for a ``run``'s results, where a list, tuple or dict that
     replica 0 returned is not matched by another replica's (another type, length or keys), naming both replicas
     and where in the result (``path``). Replica 0's structure leads, as in TF; a leaf of replica 0 where another
-    returned a container is not checked here (TF wraps the two as they are: ``_regroup_mixed``)."""
+    returned a container is not checked here (TF wraps the two as they are: ``_regroup``)."""
     at = f", at {path}" if path else ""
     v0 = results[0]
     for kind in (list, tuple, dict):

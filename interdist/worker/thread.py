@@ -173,7 +173,7 @@ class ReplicaThread:
         """Poll without sleeping for up to ``seconds``, yielding the core between looks: what came, if anything.
 
         The notebook asks for it after a program of a replica alone on a core other than its own
-        (``StepPathsMixin._spin_hints``). Its next program then finds this thread awake: sleeping in ``poll``,
+        (``StepPathsMixin._send_plan``). Its next program then finds this thread awake: sleeping in ``poll``,
         the thread cost the notebook's ``sendmsg`` ~20 us (waking an idle core of a VM) and an empty ``run`` of
         2 replicas 281 against 246 us (six alternated rounds, medians). A replica on the notebook's core sleeps:
         spinning, even yielding, it held the core the notebook needed (318 us)."""

@@ -45,17 +45,17 @@ SHOWN_INCIDENTS = 6
 
 
 def summary_line(
-    model: DashboardModel, threshold_s: float = 5.0, now: float | None = None, chips: list[Any] | None = None
+    model: DashboardModel, threshold_s: float = 5.0, now: float | None = None, statuses: list[Any] | None = None
 ) -> str:
     """Replicas and their states, run number, last collective, divergence, failures, rate: the dashboard's
-    first line (HTML). Every count comes from the replica-state model, as the chips do: ``chips``, every
-    replica's ``model.status`` at ``now`` when the caller has them (the chips drawn beside it, the same list)."""
+    first line (HTML). Every count comes from the replica-state model, as the chips do: ``statuses``, every
+    replica's ``model.status`` at ``now`` when the caller has them (the list its chips are drawn from)."""
     now = time.time() if now is None else now
     n = model.world_size
-    if chips is None:
-        chips = [model.status(r, now) for r in range(n)]
+    if statuses is None:
+        statuses = [model.status(r, now) for r in range(n)]
     kinds: dict[str, int] = {}
-    for c in chips:
+    for c in statuses:
         kinds[c.kind] = kinds.get(c.kind, 0) + 1
     counted = [f"{kinds[k]} {k}" for k in COUNTED if kinds.get(k)]
     parts = [f"<b>{n}</b> replica(s)" + (f": {', '.join(counted)}" if counted else "")]
