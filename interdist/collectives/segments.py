@@ -12,6 +12,8 @@ import os
 import secrets
 from multiprocessing import resource_tracker, shared_memory
 
+import numpy as np
+
 try:  # POSIX: unlink a segment by name without the resource tracker (_untracked)
     import _posixshmem
 except ImportError:  # Windows has no named POSIX segments: the fast path is off there (shm_available)
@@ -105,3 +107,52 @@ def _close(shm: shared_memory.SharedMemory) -> None:
         # segment): drop our reference; the mapping goes when the last view does.
         shm._mmap = None  # type: ignore[attr-defined]
         shm.close()
+
+
+# -- the shared-memory transport's segments (shared_memory.py) ------------------------------------------
+_HEADER = 64
+_ALIGN = 64
+
+
+def _header_words(readers: int) -> int:
+    return 1 + 2 * readers
+
+
+def _header_bytes(readers: int) -> int:
+    return max(_HEADER, -(-8 * _header_words(readers) // _ALIGN) * _ALIGN)
+
+
+class _Slot:
+    """A segment this rank writes for one peer, or once for several (a broadcast to local peers).
+
+    Header words: ``retired``, then per reader ``i``: ``busy`` (the token of the message it
+    has not released yet, else 0) and ``opened`` (it mapped the segment). Each reader writes
+    only its own words, so no two processes ever write the same word.
+    """
+
+    def __init__(self, capacity: int, readers: int = 1) -> None:
+        self.readers = readers
+        self.header_bytes = _header_bytes(readers)
+        self.shm = _untracked(
+            shared_memory.SharedMemory(
+                name=f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}", create=True, size=self.header_bytes + capacity
+            )
+        )
+        self.capacity = capacity
+        self.header = np.ndarray((_header_words(readers),), np.int64, self.shm.buf)
+        self.header[:] = 0
+
+    @property
+    def free(self) -> bool:
+        return not self.header[1::2].any()
+
+    def mark_busy(self, token: int) -> None:
+        self.header[1::2] = token
+
+    def retire(self) -> None:
+        self.header[0] = 1  # the readers may unmap it now
+        # A reader unlinks the name once every reader has mapped it; whatever is left (never
+        # mapped, or two readers mapping at the same moment) is the sender's to remove.
+        _unlink(self.shm)
+        del self.header
+        _close(self.shm)

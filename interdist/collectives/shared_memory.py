@@ -11,7 +11,7 @@ Segments are reused, not created per message: a fresh 16 MB segment costs
 (measured, 2 cores). A packet for several peers on this host is written
 once, into a segment all of them map (a broadcast, and every all-gather of
 ``all_reduce``): with 4 replicas that is one copy per message instead of three.
-Each segment's header (``_Slot``) has a ``retired`` word (the sender will not
+Each segment's header (``_Slot``, in ``segments.py``) has a ``retired`` word (the sender will not
 write it again) and, per reader, a ``busy`` word (the token of the message it
 has not released; the sender reuses a segment only when all are 0) and an
 ``opened`` word (it mapped the segment). Every word has one writer.
@@ -45,14 +45,13 @@ from interdist.collectives.mailbox import Mailbox
 from interdist.collectives.ring import Ring
 from interdist.collectives.ring_path import PairRing
 from interdist.collectives.segments import PREFIX as PREFIX  # (this module's API too)
-from interdist.collectives.segments import _close, _unlink, _untracked
+from interdist.collectives.segments import _close, _header_words, _Slot, _unlink, _untracked
 from interdist.collectives.segments import shm_available as shm_available
 from interdist.collectives.segments import sweep_stale as sweep_stale
 
 #: Segments up to this size are kept between collectives for reuse; larger ones are given back after
 #: each program (``SharedMemoryTransport.trim``).
 KEEP_BYTES = 64 << 20
-_HEADER = 64
 _ALIGN = 64
 # Packets with at least this many bytes of array buffers go through shared memory (smaller
 # arrays travel inside the pickle, base.INBAND_MAX). Measured inside strategy.run, all_reduce
@@ -70,50 +69,6 @@ _ALIGN = 64
 # 16 KB 1.20 vs 1.55 ms, 64 KB 1.10 vs 1.63 ms), so shm-threshold stays the limit there. The key:
 # ``interdist.collectives.shm-threshold-one-peer`` (128 KiB).
 _tokens = itertools.count(1)
-
-
-def _header_words(readers: int) -> int:
-    return 1 + 2 * readers
-
-
-def _header_bytes(readers: int) -> int:
-    return max(_HEADER, -(-8 * _header_words(readers) // _ALIGN) * _ALIGN)
-
-
-class _Slot:
-    """A segment this rank writes for one peer, or once for several (a broadcast to local peers).
-
-    Header words: ``retired``, then per reader ``i``: ``busy`` (the token of the message it
-    has not released yet, else 0) and ``opened`` (it mapped the segment). Each reader writes
-    only its own words, so no two processes ever write the same word.
-    """
-
-    def __init__(self, capacity: int, readers: int = 1) -> None:
-        self.readers = readers
-        self.header_bytes = _header_bytes(readers)
-        self.shm = _untracked(
-            shared_memory.SharedMemory(
-                name=f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}", create=True, size=self.header_bytes + capacity
-            )
-        )
-        self.capacity = capacity
-        self.header = np.ndarray((_header_words(readers),), np.int64, self.shm.buf)
-        self.header[:] = 0
-
-    @property
-    def free(self) -> bool:
-        return not self.header[1::2].any()
-
-    def mark_busy(self, token: int) -> None:
-        self.header[1::2] = token
-
-    def retire(self) -> None:
-        self.header[0] = 1  # the readers may unmap it now
-        # A reader unlinks the name once every reader has mapped it; whatever is left (never
-        # mapped, or two readers mapping at the same moment) is the sender's to remove.
-        _unlink(self.shm)
-        del self.header
-        _close(self.shm)
 
 
 @functools.cache
@@ -209,7 +164,44 @@ class SharedMemoryTransport(PairRing, Transport):
         packet: Packet,
         on_error: Callable[[BaseException], None] | None,
     ) -> None:
-        sizes = [memoryview(b).nbytes for b in packet.buffers]
+        def write(views: list[np.ndarray]) -> None:
+            for b, v in zip(packet.buffers, views, strict=True):
+                np.copyto(v, np.frombuffer(b, np.uint8))
+
+        specs = [(np.dtype(np.uint8), memoryview(b).nbytes) for b in packet.buffers]
+        self._write_shared(dsts, step, seq, packet.header, specs, write, on_error)
+
+    def send_written(
+        self,
+        dsts: list[int],
+        step: int,
+        seq: int,
+        header: bytes,
+        specs: list[tuple[np.dtype[Any], int]],
+        write: Callable[[list[np.ndarray]], None],
+    ) -> bool:
+        """Send a packet of ``header`` and one buffer per ``(dtype, elements)`` of ``specs``, which ``write(views)``
+        fills where they lie, in the segment itself: no copy in (a split reduce-broadcast owner's sum,
+        ``split.py``). False, nothing sent and ``write`` not called, where the packet would not go through shared
+        memory (a peer on another host, a packet under the threshold)."""
+        data = sum(np.dtype(d).itemsize * n for d, n in specs)
+        limit = self.threshold if len(dsts) > 1 else self.threshold_one_peer
+        if data < limit or self.threshold < 0 or self._closed or not all(self.is_local(d) for d in dsts):
+            return False
+        self._write_shared(tuple(dsts), step, seq, header, specs, write, None)
+        return True
+
+    def _write_shared(
+        self,
+        dsts: tuple[int, ...],
+        step: int,
+        seq: int,
+        header: bytes,
+        specs: list[tuple[np.dtype[Any], int]],
+        write: Callable[[list[np.ndarray]], None],
+        on_error: Callable[[BaseException], None] | None,
+    ) -> None:
+        sizes = [np.dtype(d).itemsize * n for d, n in specs]
         offsets, at = [], 0
         for s in sizes:
             offsets.append(at)
@@ -219,8 +211,7 @@ class SharedMemoryTransport(PairRing, Transport):
         try:
             slot.mark_busy(token)
             base = slot.header_bytes
-            for b, off, s in zip(packet.buffers, offsets, sizes, strict=True):
-                np.copyto(np.ndarray((s,), np.uint8, slot.shm.buf, base + off), np.frombuffer(b, np.uint8))
+            write([np.ndarray((n,), d, slot.shm.buf, base + o) for (d, n), o in zip(specs, offsets, strict=True)])
             spans = [[base + o, s] for o, s in zip(offsets, sizes, strict=True)]
 
             def failed(exc: BaseException) -> None:
@@ -232,7 +223,7 @@ class SharedMemoryTransport(PairRing, Transport):
                 ref = [slot.shm.name, len(dsts), token, spans, index]
                 # Detached: the control message holds none of the caller's memory, so the
                 # collective need not wait for its delivery (saves 0.3-0.7 ms per collective).
-                self.inner.send_packet([dst], step, seq, Packet(packet.header, [], ref), failed, detached=True)
+                self.inner.send_packet([dst], step, seq, Packet(header, [], ref), failed, detached=True)
         except BaseException:
             self._retire(dsts, slot)  # a sender that fails removes its own segment
             raise
