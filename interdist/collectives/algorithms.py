@@ -14,7 +14,9 @@
   moves and adds 1/n of the data instead of all of it, for one more round.
 - reduce-broadcast (large batches among 3 or more replicas on one host): every
   rank sends its arrays to one root, which reduces them once, in rank order, and
-  sends the result to every rank.
+  sends the result to every rank. Where ``AUTO`` chose it and the replicas are
+  pinned round the host's cores, the reduction is split between one owner per core
+  (``split.py``).
 
 Which one runs is ``Collectives.algorithm``, the same on every rank (it comes with
 the group spec, from the strategy's ``cross_device_ops``: ``cross_device_ops.py``):
@@ -55,6 +57,7 @@ from interdist.collectives.reducing import COLLECTIVE_DTYPES as COLLECTIVE_DTYPE
 from interdist.collectives.reducing import _check_collective_dtypes, _dtypes, _reduce_owned, check_batches
 from interdist.collectives.ring_path import RingMixin
 from interdist.collectives.small import small_all_reduce
+from interdist.collectives.split import SplitMixin
 from interdist.collectives.two_round import Consumer, TwoRoundMixin
 from interdist.collectives.two_round import _bounds as _bounds  # (this module's API too)
 from interdist.collectives.two_round import _phase2 as _phase2
@@ -119,7 +122,7 @@ def _forget_on_error(method: _F) -> _F:
     return cast(_F, wrapper)
 
 
-class Collectives(TwoRoundMixin, RingMixin):
+class Collectives(TwoRoundMixin, RingMixin, SplitMixin):
     """The ops a replica uses, on top of a transport. One instance per replica.
 
     The two-round all_reduce algorithms (reduce-broadcast, reduce-scatter + all-gather) are its
@@ -140,6 +143,7 @@ class Collectives(TwoRoundMixin, RingMixin):
         self.timeout = timeout
         self.algorithm = algorithm
         self.root = root
+        self.owners = 1  # the ranks AUTO's reduce-broadcast splits its sum between (split.py; set at the join)
         self.last_timing = Timing(0.0, 0.0, 0)
         self.peers = [r for r in range(transport.world_size) if r != transport.rank]
         self.plans: dict[Any, Any] = {}  # the small path's, by batch layout (small.py)
@@ -263,6 +267,8 @@ class Collectives(TwoRoundMixin, RingMixin):
         if chosen == RS:
             return self._reduce_scatter_all_gather(step, seq, arrays, shapes, op, what)
         if chosen == RB:
+            if self._splits(arrays):  # one owner per core (split.py)
+                return self._split_reduce_broadcast(step, seq, arrays, shapes, op, what)
             return self._reduce_broadcast(step, seq, arrays, shapes, op, what)
         if op in (ReduceOp.SUM, ReduceOp.MEAN) and ring.ring_eligible(self.transport, self.world_size, arrays):
             return self._ring_all_reduce(step, seq, arrays, shapes, op, what)  # (ring_path.py)
@@ -328,10 +334,11 @@ class Collectives(TwoRoundMixin, RingMixin):
         ``i`` is None) or False (then the result's ``i`` is the reduced array, as ``all_reduce`` gives it).
         Where all-gather-reduce runs, after every rank's batch was found to agree (so a mismatch still fails
         every rank before anything is consumed); where reduce-broadcast runs, on the ranks other than the
-        root, with ``parts`` the root's sum alone (a view of its packet). Where the ring of two replicas
-        runs (``ring.py``), ``consume.ring_update(i, array)`` (if it has one) offers a ``ring.RingUpdate``
-        instead, committed once the whole batch went through (result ``i`` None), or None (result ``i`` the
-        sum). None (nothing sent) anywhere else: the caller takes ``all_reduce``."""
+        root, with ``parts`` the root's sum alone (a view of its packet); where it is split between owners
+        (``split.py``), on every rank through ``consume.chunks(i, pieces)``, the owners' chunks. Where the ring
+        of two replicas runs (``ring.py``), ``consume.ring_update(i, array)`` (if it has one) offers a
+        ``ring.RingUpdate`` instead, committed once the whole batch went through (result ``i`` None), or None
+        (result ``i`` the sum). None (nothing sent) anywhere else: the caller takes ``all_reduce``."""
         if self.world_size < 2 or op is not ReduceOp.SUM or any(type(a) is not np.ndarray for a in arrays):
             return None  # (a consumer is given the parts of a sum: a MEAN's division would be its own)
         if sum(a.nbytes for a in arrays) < CONSUME_MIN_BYTES:
@@ -343,6 +350,8 @@ class Collectives(TwoRoundMixin, RingMixin):
                 return self._ring_all_reduce(step, seq, arrays, shapes, op, what, consume)
             return self._all_gather_reduce(step, seq, arrays, shapes, op, what, consume)
         if algorithm == RB:  # the ranks other than the root: the root's sum, read where it sent it
+            if self.algorithm == AUTO and self._splits(arrays):  # every rank: the owners' chunks (split.py)
+                return self._split_reduce_broadcast(step, seq, arrays, shapes, op, what, consume)
             return self._reduce_broadcast(step, seq, arrays, shapes, op, what, consume)
         return None
 

@@ -195,6 +195,26 @@ class Optimizer:
         slots["iterations"] = step
         return True
 
+    def _update_from_chunks(self, var: Any, pieces: list[Any]) -> bool:
+        """``_update_one(var, <the sum>)`` where the sum comes as consecutive 1-D ``pieces`` of the flat array
+        (the owners' chunks of a split reduce-broadcast, read where they lie), where the subclass can
+        (``_apply_chunks``); False: nothing was done."""
+        if type(self)._apply_chunks is Optimizer._apply_chunks:
+            return False
+        if not getattr(var, "_applies_updates", True) or isinstance(var, PSVariable):
+            return False
+        slots = self._slots(var)
+        step = slots.get("iterations", 0) + 1
+        if not self._apply_chunks(var, pieces, step):
+            return False
+        slots["iterations"] = step
+        return True
+
+    def _apply_chunks(self, var: Any, pieces: list[Any], step: int) -> bool:
+        """``_apply_dense`` of the sum given as consecutive flat ``pieces``, in place, or False (nothing done):
+        then the sum is made whole and ``_apply_dense`` runs. Optimizers without slots may override this."""
+        return False
+
     def _ring_update(self, var: Any, grad: Any) -> Any | None:
         """``_update_one(var, <the sum of every replica's grad>)`` as a two replicas' ring all-reduce can make it,
         the update written as the sum comes into a new copy swapped in once the batch went through

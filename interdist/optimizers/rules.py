@@ -15,7 +15,7 @@ import numpy as np
 
 from interdist import _gpu
 from interdist.optimizers.base import Optimizer
-from interdist.replica.fused_update import assign_sub_scaled, ring_swap, sum_assign_sub_scaled
+from interdist.replica.fused_update import assign_sub_scaled, ring_swap, sub_scaled_chunks, sum_assign_sub_scaled
 
 
 class SGD(Optimizer):
@@ -49,6 +49,10 @@ class SGD(Optimizer):
     def _apply_parts(self, var: Any, parts: list[Any], slots: Any, step: int) -> bool:
         # v -= (g0 + g1 + ...) * lr, tile by tile: the sum's bits, never written whole (fused_update.py)
         return self.momentum == 0 and sum_assign_sub_scaled(var, parts, parts[0].dtype.type(self.learning_rate))
+
+    def _apply_chunks(self, var: Any, pieces: list[Any], step: int) -> bool:
+        # v -= g * lr, a chunk of g at a time where the owners' chunks lie (fused_update.py)
+        return self.momentum == 0 and sub_scaled_chunks(var, pieces, pieces[0].dtype.type(self.learning_rate))
 
     def _ring_target(self, var: Any, grad: Any, done: Any) -> Any | None:
         # v - (g0 + g1) * lr written into a new copy as the ring sums (fused_update.ring_swap)

@@ -336,6 +336,11 @@ class _FusedUpdates:
         with _context.enter(self._strategy, None), _context.enter(self._strategy, None, update_replica_id=self._rank):
             return bool(self._optimizer._update_from_parts(self._variables[i], parts))
 
+    def chunks(self, i: int, pieces: list[np.ndarray]) -> bool:
+        """The split reduce-broadcast's (``collectives/split.py``): the update made from the sum's chunks in order."""
+        with _context.enter(self._strategy, None), _context.enter(self._strategy, None, update_replica_id=self._rank):
+            return bool(self._optimizer._update_from_chunks(self._variables[i], pieces))
+
     def ring_update(self, i: int, grad: np.ndarray) -> Any | None:
         """The ring's (``ring.RingUpdate``): the update written into a new copy as the sum comes."""
         if id(self._variables[i]) in self._twice:

@@ -96,6 +96,39 @@ def sum_assign_sub_scaled(var: Any, parts: list[Any], lr: Any) -> bool:
     return True
 
 
+def sub_scaled_chunks(var: Any, pieces: list[Any], lr: Any) -> bool:
+    """``var.assign_sub(g * lr)`` in place, where ``g`` comes as consecutive 1-D ``pieces`` of the flat array (a
+    split reduce-broadcast's chunks, read where they lie: ``collectives/split.py``), each piece's elements as
+    ``assign_sub_scaled`` computes them (the same bits); False (nothing done) where only ``assign_sub`` may."""
+    if not pieces or not _updating(var) or not _owned_in_place(var):
+        return False
+    raw: np.ndarray = var.raw  # (bound only now: _owned_in_place counts the references to it)
+    if sum(getattr(p, "size", -1) for p in pieces) != raw.size:
+        return False
+    for p in pieces:
+        if type(p) is not np.ndarray or p.dtype != raw.dtype or p.ndim != 1 or not p.flags.c_contiguous:
+            return False
+        if np.shares_memory(p, raw):
+            return False
+    lr = raw.dtype.type(lr)
+    flat, at = raw.reshape(-1), 0
+    compiled = raw.dtype.name in COMPILED_DTYPES and not _jit.unavailable_reason()
+    tile = max(1, TILE_BYTES // raw.itemsize)
+    tmp = np.empty(min(tile, flat.size), raw.dtype)
+    for p in pieces:
+        part, at = flat[at : at + p.size], at + p.size
+        if compiled:
+            _update_kernels().sub_scaled(part, p, lr)  # (one pass: _update_kernels.py)
+            continue
+        for start in range(0, p.size, tile):
+            t = tmp[: min(tile, p.size - start)]
+            np.multiply(p[start : start + tile], lr, out=t)
+            out = part[start : start + tile]
+            np.subtract(out, t, out=out)
+    var._replica.touched.add(var.var_id)
+    return True
+
+
 def _updating(var: Any) -> bool:
     """Whether ``var`` is a replica's copy updated here as ``extended.update`` does (outside the replica
     context, where aggregation and faults apply: ``ReplicaVariable._update``)."""
@@ -105,8 +138,8 @@ def _updating(var: Any) -> bool:
     return entry.replica_context is None and entry.update_replica_id is not None
 
 
-def _writable_in_place(var: ReplicaVariable, grad: np.ndarray) -> bool:
-    """``ReplicaVariable._local``'s in-place test (``apply_op``'s), for a copy at least ``MIN_BYTES`` big."""
+def _owned_in_place(var: ReplicaVariable) -> bool:
+    """``ReplicaVariable._local``'s in-place test (``apply_op``'s) of the copy itself, at least ``MIN_BYTES`` big."""
     # The count first, as _local takes it: the variable's attribute and this call's argument.
     if sys.getrefcount(var.raw) > _SOLE_HOLDER:
         return False  # a read of the copy is alive: assign_sub makes a new array (copy on write)
@@ -117,7 +150,16 @@ def _writable_in_place(var: ReplicaVariable, grad: np.ndarray) -> bool:
         and raw.flags.writeable
         and raw.flags.c_contiguous
         and raw.nbytes >= MIN_BYTES
-        and grad.dtype == raw.dtype
+    )
+
+
+def _writable_in_place(var: ReplicaVariable, grad: np.ndarray) -> bool:
+    """``_owned_in_place``, for a gradient of the copy's dtype and shape that is not a view of it."""
+    if not _owned_in_place(var):
+        return False
+    raw = var.raw
+    return (
+        grad.dtype == raw.dtype
         and grad.shape == raw.shape
         and grad.flags.c_contiguous
         and not np.shares_memory(grad, raw)

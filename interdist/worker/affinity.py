@@ -47,6 +47,26 @@ def core_for(rank: int, peers: list[str], cores: list[int]) -> int | None:
     return cores[here.index(rank) % len(cores)]
 
 
+def reduce_owners(peers: list[str], cores: list[int]) -> int:
+    """How many ranks a group's large reduce-broadcast splits its sum between (``collectives/split.py``): one per
+    core, ``len(cores)``, where every replica of the group is on this host and they are pinned round its cores
+    (as many as the cores or more); else 1 (the root alone). The same number on every rank of a host whose
+    workers may use the same cores (ranks ``0 .. owners - 1`` are then on different cores).
+
+    >>> reduce_owners(["tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3", "tcp://127.0.0.1:4"], [0, 1])
+    2
+    >>> reduce_owners(["tcp://127.0.0.1:1", "tcp://10.0.0.2:1", "tcp://127.0.0.1:3"], [0, 1])  # two hosts
+    1
+    """
+    try:
+        hosts = {get_address_host(p) for p in peers}
+    except (ValueError, TypeError):
+        return 1
+    if len(hosts) != 1 or len(cores) < 2 or len(peers) < len(cores):
+        return 1
+    return len(cores)
+
+
 def replica_core(rank: int, peers: list[str], on_gpu: bool) -> int | None:
     """:func:`core_for` with this thread's cores (called on the worker's event loop, which is never pinned), or
     ``None`` where nothing is pinned (see the module's text)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -160,6 +161,9 @@ class ReplicaRuntime(WorkerPlugin):
             core = affinity.replica_core(rank, list(peers), self.replicas[group].on_gpu)
             if core is not None:
                 self.executors[group].pin(core)
+        if self.executors[group].core is not None:  # pinned round the cores: one owner of a large sum per core
+            cores = sorted(os.sched_getaffinity(0))
+            self.replicas[group].collectives.owners = affinity.reduce_owners(list(peers), cores)
         return {"joined": True, "core": self.executors[group].core}  # the notebook sends to its own core's last
 
     async def leave(self, group: str) -> str:

@@ -82,14 +82,16 @@ def test_the_tiled_update_gives_numpys_bits_on_every_replica(mirrored2: Any, way
 def _with_spy(fn: Any) -> Any:
     """``fn``'s result and the path each SGD update it made took: ``"sum"`` (the update fused with the
     gradients' all-reduce, ``sum_assign_sub_scaled``), ``"ring"`` (written into a new copy by the ring,
-    ``ring_swap``), ``"tiled"`` (``assign_sub_scaled`` on the reduced gradient) or ``"assign_sub"``.
+    ``ring_swap``), ``"chunks"`` (from a split reduce-broadcast's chunks where they lie, ``sub_scaled_chunks``),
+    ``"tiled"`` (``assign_sub_scaled`` on the reduced gradient) or ``"assign_sub"``.
 
     Runs where ``fn`` runs (on a replica's worker): the spies are set in that process for the call."""
     taken: list[str] = []
-    real, real_sum, real_ring = (
+    real, real_sum, real_ring, real_chunks = (
         fused_update.assign_sub_scaled,
         fused_update.sum_assign_sub_scaled,
         fused_update.ring_swap,
+        fused_update.sub_scaled_chunks,
     )
 
     def spy(*args: Any) -> Any:
@@ -109,11 +111,19 @@ def _with_spy(fn: Any) -> Any:
             taken.append("ring")
         return out
 
+    def spy_chunks(*args: Any) -> Any:
+        out = real_chunks(*args)
+        if out:
+            taken.append("chunks")  # (declined: the sum is made whole and the update goes on through spy)
+        return out
+
     rules.assign_sub_scaled, rules.sum_assign_sub_scaled, rules.ring_swap = spy, spy_sum, spy_ring
+    rules.sub_scaled_chunks = spy_chunks
     try:
         return fn(), taken
     finally:
         rules.assign_sub_scaled, rules.sum_assign_sub_scaled, rules.ring_swap = real, real_sum, real_ring
+        rules.sub_scaled_chunks = real_chunks
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -179,27 +189,36 @@ def test_the_update_fused_with_a_three_replica_sum_gives_its_bits() -> None:
             b = idist.Variable(np.ones(4, np.float32), name="b_fused3")
             opt = idist.optimizers.SGD(0.3)
 
-        def step(algorithm: str) -> Any:
+        def step(algorithm: str, owners: int = 1, with_b: bool = True) -> Any:
             ctx = idist.get_replica_context()
             g = grads[ctx.replica_id_in_sync_group]
             coll = ctx._replica.collectives  # type: ignore[attr-defined]
-            auto, coll.algorithm = coll.algorithm, algorithm
+            (auto, coll.algorithm), (joined, coll.owners) = (coll.algorithm, algorithm), (coll.owners, owners)
+            pairs = [(g, w), (g[:4].copy(), b)] if with_b else [(g, w)]
             try:
-                return _with_spy(lambda: opt.apply_gradients([(g, w), (g[:4].copy(), b)]))[1]
+                return _with_spy(lambda: opt.apply_gradients(pairs))[1]
             finally:
-                coll.algorithm = auto
+                coll.algorithm, coll.owners = auto, joined
 
-        # AUTO picks reduce-broadcast for 3 replicas on one host: the root makes the sum and sends it, and
-        # updates from it; the others update from the sum where the root sent it. All-gather-reduce (forced
-        # here, on every replica alike): every replica adds up the sum tile by tile as it updates.
+        # AUTO picks reduce-broadcast for 3 replicas on one host: with one owner (replicas not pinned round
+        # the cores), the root makes the sum and sends it, and updates from it; the others update from the sum
+        # where the root sent it. All-gather-reduce (forced here, on every replica alike): every replica adds
+        # up the sum tile by tile as it updates. Split between two owners (replicas pinned round 2 cores:
+        # collectives/split.py), every replica updates from the owners' chunks where they lie.
         paths = s3.experimental_local_results(s3.run(step, args=("auto",)))
         # (b: too small for the tiled path)
         assert [list(p) for p in paths] == [["tiled", "assign_sub"], ["sum", "assign_sub"], ["sum", "assign_sub"]]
+        paths = s3.experimental_local_results(s3.run(step, args=("auto", 2)))
+        assert [list(p) for p in paths] == [["chunks", "assign_sub"]] * 3
+        # w alone: each owner's sum written straight into the segment the others read (no chunk in a header)
+        paths = s3.experimental_local_results(s3.run(step, args=("auto", 2, False)))
+        assert [list(p) for p in paths] == [["chunks"]] * 3
         paths = s3.experimental_local_results(s3.run(step, args=("all-gather-reduce",)))
         assert [list(p) for p in paths] == [["sum", "assign_sub"]] * 3
         total = (grads[0] + grads[1]) + grads[2]
         lr = np.float32(0.3)
         for c in s3.experimental_local_results(w):
-            assert np.array_equal(np.asarray(c), (w0 - total * lr) - total * lr)
+            assert np.array_equal(np.asarray(c), (((w0 - total * lr) - total * lr) - total * lr) - total * lr)
         for c in s3.experimental_local_results(b):
-            assert np.array_equal(np.asarray(c), (np.ones(4, np.float32) - total[:4] * lr) - total[:4] * lr)
+            b3 = ((np.ones(4, np.float32) - total[:4] * lr) - total[:4] * lr) - total[:4] * lr
+            assert np.array_equal(np.asarray(c), b3)

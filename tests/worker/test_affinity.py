@@ -11,7 +11,7 @@ import pytest
 
 from interdist.client import step_paths
 from interdist.client.step_paths import StepPathsMixin
-from interdist.worker.affinity import core_for
+from interdist.worker.affinity import core_for, reduce_owners
 from interdist.worker.thread import ReplicaThread
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no sched_setaffinity here")
@@ -33,6 +33,16 @@ def test_fewer_replicas_on_a_host_than_its_cores_are_not_pinned() -> None:
     assert [core_for(r, peers, [0, 1]) for r in range(4)] == [0, 0, 1, 1]
     assert [core_for(r, peers, [0, 1, 2]) for r in range(4)] == [None] * 4
     assert core_for(0, ["not an address"], [0]) is None  # nothing to count replicas by
+
+
+def test_a_large_sum_is_split_between_one_owner_per_core_only_where_the_whole_group_is_pinned_on_one_host() -> None:
+    assert reduce_owners(HOST_A, [0, 1]) == 2  # 4 replicas round 2 cores: ranks 0 and 1, on different cores
+    assert reduce_owners(HOST_A[:3], [4, 7]) == 2
+    assert reduce_owners(HOST_A, [0, 1, 2, 3]) == 4
+    assert reduce_owners(HOST_A, list(range(8))) == 1  # fewer replicas than cores: not pinned, the root alone
+    assert reduce_owners(HOST_A, [0]) == 1  # one core: nothing to split between
+    assert reduce_owners([HOST_A[0], HOST_B[0], HOST_A[1], HOST_B[1]], [0, 1]) == 1  # two hosts
+    assert reduce_owners(["not an address", "nor this"], [0, 1]) == 1
 
 
 def _on_thread(ex: ReplicaThread, fn: Any) -> Any:
@@ -62,6 +72,14 @@ def _cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+def _owners() -> Any:
+    import numpy as np
+
+    import interdist as idist
+
+    return np.int64(idist.get_replica_context()._replica.collectives.owners)  # type: ignore[attr-defined]
+
+
 @pytest.fixture
 def as_many_replicas_as_cores() -> int:
     n = len(os.sched_getaffinity(0))
@@ -80,8 +98,10 @@ def test_a_strategy_with_a_replica_per_core_pins_each_to_its_own(as_many_replica
     with idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s:
         got = list(s.experimental_local_results(s.run(_cores)))
         known = dict(s._group.pinned)  # what each replica answered when it joined: the notebook's send order
+        owners = [int(o) for o in s.experimental_local_results(s.run(_owners))]
     assert got == [[cores[i % len(cores)]] for i in range(n)]
     assert known == {i: cores[i % len(cores)] for i in range(n)}
+    assert owners == [len(cores) if len(cores) > 1 else 1] * n  # every rank: one owner of a large sum per core
     # the same workers (pooled) serve the next strategy: with every core, the setting off or one replica
     with (
         dask.config.set({"interdist.replica.pin-threads": False}),
@@ -89,6 +109,7 @@ def test_a_strategy_with_a_replica_per_core_pins_each_to_its_own(as_many_replica
     ):
         assert list(s.experimental_local_results(s.run(_cores))) == [cores] * n
         assert s._group.pinned == {}
+        assert [int(o) for o in s.experimental_local_results(s.run(_owners))] == [1] * n  # not pinned: the root alone
     with idist.MirroredStrategy(["CPU:0"]) as s:
         assert list(s.experimental_local_results(s.run(_cores))) == [cores]
 
