@@ -12,13 +12,18 @@ into ``owners`` contiguous chunks, rank ``r`` sends chunk ``j`` of each array to
 owner), owner ``j`` reduces chunk ``j`` in rank order (``_reduce_owned`` on the chunk: elementwise, so the
 same bits as the root's whole sum) and sends it to every rank, and each rank reads the owners' chunks where
 they lie: a consumer with a ``chunks(i, pieces)`` method (the optimizers' fused update) updates from them
-without the sum being copied out whole. Each core adds up a share of the gradient, in parallel.
+without the sum being copied out whole. Each core adds up a share of the gradient, in parallel. An owner
+writes its SUM straight into the segment the others read (``SharedMemoryTransport.send_written``: no copy
+in); another op, or a chunk small enough to travel in a header, is packed and sent as reduce-broadcast's.
+Measured at 4 replicas on 2 cores, alternated processes, medians: the fused SGD step 10.96 -> 9.97 ms, the
+4 MB all-reduce 5.93 -> 5.38 ms, the same bits.
 
 The same checks as reduce-broadcast: each owner sees every rank's (shapes, dtypes, op), so a mismatch
 raises on every owner and reaches the others as the owners' answer (``ReplicaMismatchError``), before any
-consumer runs. The number of owners is the group's, set when the replica joins (``Collectives.owners``: 1,
-the plain reduce-broadcast, where nothing is pinned); it is used only where ``AUTO`` chose reduce-broadcast,
-never where ``cross_device_ops`` named the algorithm or its root.
+consumer runs. The number of owners is the group's, set when the replica joins (``Collectives.owners``, from
+``affinity.reduce_owners``: one per core where each core holds two replicas or more, else 1, the plain
+reduce-broadcast); it is used only where ``AUTO`` chose reduce-broadcast, never where ``cross_device_ops``
+named the algorithm or its root.
 """
 
 from __future__ import annotations

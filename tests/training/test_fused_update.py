@@ -203,8 +203,8 @@ def test_the_update_fused_with_a_three_replica_sum_gives_its_bits() -> None:
         # AUTO picks reduce-broadcast for 3 replicas on one host: with one owner (replicas not pinned round
         # the cores), the root makes the sum and sends it, and updates from it; the others update from the sum
         # where the root sent it. All-gather-reduce (forced here, on every replica alike): every replica adds
-        # up the sum tile by tile as it updates. Split between two owners (replicas pinned round 2 cores:
-        # collectives/split.py), every replica updates from the owners' chunks where they lie.
+        # up the sum tile by tile as it updates. Split between two owners (set here; where two replicas share
+        # each core, the join sets it: collectives/split.py), every replica updates from the owners' chunks.
         paths = s3.experimental_local_results(s3.run(step, args=("auto",)))
         # (b: too small for the tiled path)
         assert [list(p) for p in paths] == [["tiled", "assign_sub"], ["sum", "assign_sub"], ["sum", "assign_sub"]]

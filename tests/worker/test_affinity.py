@@ -7,6 +7,7 @@ import os
 import queue
 from typing import Any
 
+import numpy as np
 import pytest
 
 from interdist.client import step_paths
@@ -37,8 +38,9 @@ def test_fewer_replicas_on_a_host_than_its_cores_are_not_pinned() -> None:
 
 def test_a_large_sum_is_split_between_one_owner_per_core_only_where_the_whole_group_is_pinned_on_one_host() -> None:
     assert reduce_owners(HOST_A, [0, 1]) == 2  # 4 replicas round 2 cores: ranks 0 and 1, on different cores
-    assert reduce_owners(HOST_A[:3], [4, 7]) == 2
-    assert reduce_owners(HOST_A, [0, 1, 2, 3]) == 4
+    assert reduce_owners(HOST_A + HOST_A, [4, 5, 7]) == 3  # 8 replicas round 3 cores
+    assert reduce_owners(HOST_A[:3], [4, 7]) == 1  # a core holding one replica: the root alone (measured)
+    assert reduce_owners(HOST_A, [0, 1, 2, 3]) == 1
     assert reduce_owners(HOST_A, list(range(8))) == 1  # fewer replicas than cores: not pinned, the root alone
     assert reduce_owners(HOST_A, [0]) == 1  # one core: nothing to split between
     assert reduce_owners([HOST_A[0], HOST_B[0], HOST_A[1], HOST_B[1]], [0, 1]) == 1  # two hosts
@@ -101,7 +103,7 @@ def test_a_strategy_with_a_replica_per_core_pins_each_to_its_own(as_many_replica
         owners = [int(o) for o in s.experimental_local_results(s.run(_owners))]
     assert got == [[cores[i % len(cores)]] for i in range(n)]
     assert known == {i: cores[i % len(cores)] for i in range(n)}
-    assert owners == [len(cores) if len(cores) > 1 else 1] * n  # every rank: one owner of a large sum per core
+    assert owners == [1] * n  # a replica per core: no large sum is split (two replicas a core at least)
     # the same workers (pooled) serve the next strategy: with every core, the setting off or one replica
     with (
         dask.config.set({"interdist.replica.pin-threads": False}),
@@ -112,6 +114,31 @@ def test_a_strategy_with_a_replica_per_core_pins_each_to_its_own(as_many_replica
         assert [int(o) for o in s.experimental_local_results(s.run(_owners))] == [1] * n  # not pinned: the root alone
     with idist.MirroredStrategy(["CPU:0"]) as s:
         assert list(s.experimental_local_results(s.run(_cores))) == [cores]
+
+
+def test_two_replicas_a_core_split_their_large_sums_between_one_owner_per_core() -> None:
+    """Every rank knows the owners (ranks 0 .. cores - 1); a 4 MB all-reduce, split between them through
+    shared memory between the workers, gives every replica the bits of the sum in rank order."""
+    import interdist as idist
+
+    cores = _cores()
+    if len(cores) > 2:
+        pytest.skip(f"{len(cores)} cores here: a strategy of twice as many replicas would take too long to start")
+    n = 2 * len(cores)
+    parts = [np.random.default_rng(r).normal(size=1 << 20).astype(np.float32) for r in range(n)]
+
+    def all_reduce() -> Any:
+        ctx = idist.get_replica_context()
+        return ctx.all_reduce("sum", parts[ctx.replica_id_in_sync_group])
+
+    with idist.MirroredStrategy([f"CPU:{i}" for i in range(n)]) as s:
+        owners = [int(o) for o in s.experimental_local_results(s.run(_owners))]
+        sums = [np.asarray(v) for v in s.experimental_local_results(s.run(all_reduce))]
+    assert owners == [len(cores) if len(cores) > 1 else 1] * n
+    want = parts[0] + parts[1]
+    for p in parts[2:]:
+        want = want + p
+    assert all(v.tobytes() == want.tobytes() for v in sums)
 
 
 class _Group(StepPathsMixin):
