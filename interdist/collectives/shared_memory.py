@@ -44,15 +44,14 @@ from interdist.collectives.base import Packet, Transport
 from interdist.collectives.mailbox import Mailbox
 from interdist.collectives.ring import Ring
 from interdist.collectives.ring_path import PairRing
+from interdist.collectives.segments import _ALIGN, _close, _header_words, _Slot, _unlink, _untracked
 from interdist.collectives.segments import PREFIX as PREFIX  # (this module's API too)
-from interdist.collectives.segments import _close, _header_words, _Slot, _unlink, _untracked
 from interdist.collectives.segments import shm_available as shm_available
 from interdist.collectives.segments import sweep_stale as sweep_stale
 
 #: Segments up to this size are kept between collectives for reuse; larger ones are given back after
 #: each program (``SharedMemoryTransport.trim``).
 KEEP_BYTES = 64 << 20
-_ALIGN = 64
 # Packets with at least this many bytes of array buffers go through shared memory (smaller
 # arrays travel inside the pickle, base.INBAND_MAX). Measured inside strategy.run, all_reduce
 # on 2 workers (2 busy cores, interleaved A/B, median of 20), shared memory vs Dask comms:

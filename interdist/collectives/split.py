@@ -48,19 +48,12 @@ from interdist.collectives.base import (
 )
 from interdist.collectives.cost_phases import RB
 from interdist.collectives.reducing import _BLOCK, _dtypes, _reduce_owned
+from interdist.collectives.two_round import _bounds, _phase2
 from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
 #: The dtype kinds whose chunks reduce as the whole arrays do (``_reduce_owned``'s elementwise adds).
 _SPLIT_KINDS = "iufc"
-
-
-def _bounds(size: int, n: int) -> list[int]:
-    return [size * j // n for j in range(n + 1)]
-
-
-def _phase2(seq: int) -> int:
-    return -1 - seq  # (two_round._phase2: the second round's mailbox sequence number)
 
 
 class SplitMixin:
