@@ -119,8 +119,9 @@ class SplitMixin:
             sent += nbytes
         got, wait2 = self._take(step, _phase2(seq), [j for j in range(k) if j != me], what)
         out: list[Any] = []
+        answers: dict[int, tuple[str, Any]] = {me: ("ok", mine)} if me < k else {}
+        pieces: list[np.ndarray] = []
         try:
-            answers: dict[int, tuple[str, Any]] = {me: ("ok", mine)} if me < k else {}
             for j, p in got.items():
                 frame = is_frame(p.header)  # the sum's chunk (views of its segment), else ("error", why)
                 answers[j] = ("ok", unpack_arrays(p.header, self.transport.view(p))[1]) if frame else self._open(p)
@@ -133,9 +134,8 @@ class SplitMixin:
                         out.append(None)
                     else:
                         out.append((np.concatenate(pieces) if flat.size else np.array(pieces[0])).reshape(shape))
-                    pieces = []
-            answers = {}
         finally:
+            answers, pieces = {}, []  # views of the owners' segments: gone before they are released
             self._release(got)
         self.transport.flush(self.timeout())
         wait += wait2
