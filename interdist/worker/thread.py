@@ -65,6 +65,7 @@ class ReplicaThread:
         self._unpinned: set[int] | None = None  # this thread's cores before ``pin`` (worker/affinity.py)
         self._spin_s = 0.0  # how long to poll for the next program before sleeping, once (``call``'s ``spin``)
         self.caught_spinning = 0  # programs (and queued items) that came while this thread spun
+        self.asleep = False  # in the blocking ``poll`` for the next program (any spin ran out), until it returns
         self.core: int | None = None  # the core ``pin`` asked for, until ``unpin``
         if start:
             thread = threading.Thread(target=self.serve, name=name, daemon=True)
@@ -159,7 +160,9 @@ class ReplicaThread:
                 spin, self._spin_s = self._spin_s, 0.0
                 ready = self._spin(poller, spin) if spin > 0 else []
                 if not ready:
+                    self.asleep = True
                     ready = poller.poll()
+                    self.asleep = False
             finally:
                 self._polling = False
             for fd, _ in ready:

@@ -143,7 +143,12 @@ def test_a_program_that_asks_to_spin_leaves_the_thread_awake_for_the_next_one() 
         program(3, 0.05)  # after program 2 the thread slept: 3 woke it
         assert ex.caught_spinning == 1
         if sys.platform.startswith("linux"):
-            _wait(lambda: _state("interdist-test-spin") == "S", "the spin of 50 ms to run out and the thread to sleep")
+            # The spin ran out and the thread sleeps in poll (its state alone is not enough: a spinning thread that
+            # waits for the interpreter's lock sleeps too, and would then catch program 4 when it gets the lock).
+            _wait(
+                lambda: ex.asleep and _state("interdist-test-spin") == "S",
+                "the spin of 50 ms to run out and the thread to sleep in poll",
+            )
             program(4, 0.0)
             assert ex.caught_spinning == 1
     finally:
