@@ -132,6 +132,8 @@ class Collectives(TwoRoundMixin, RingMixin, SplitMixin):
     the rank that reduces in reduce-broadcast; both must be the same on every rank.
     """
 
+    transport: Transport  # (the mixins declare it too; RingMixin as Any)
+
     def __init__(
         self, transport: Transport, timeout: Callable[[], float], algorithm: str = AUTO, root: int = 0
     ) -> None:

@@ -187,8 +187,12 @@ def frame_layout(arrays: list[np.ndarray], op: str) -> _Layout | None:
     for a in arrays:
         if not _frameable(a):
             return None
-    key = (op, *[(a.dtype, a.shape) for a in arrays])
-    return _layout(key, lambda: _Layout(op, [a.dtype for a in arrays], [a.shape for a in arrays]))
+    return described_layout([a.dtype for a in arrays], [a.shape for a in arrays], op)
+
+
+def described_layout(dtypes: list[np.dtype[Any]], shapes: list[tuple[int, ...]], op: str) -> _Layout:
+    """The layout of a frame of arrays of these (frameable) dtypes and shapes with ``op``, before they exist."""
+    return _layout((op, *zip(dtypes, shapes, strict=True)), lambda: _Layout(op, dtypes, shapes))
 
 
 def pack_arrays(arrays: list[np.ndarray], op: str, layout: _Layout | None = None) -> Packet | None:

@@ -99,12 +99,13 @@ def _reduce_owned(values: list[Any], op: ReduceOp) -> np.ndarray:
 _BLOCK = 1 << 16
 
 
-def _blocked_sum(arrays: list[np.ndarray]) -> np.ndarray:
+def _blocked_sum(arrays: list[np.ndarray], total: np.ndarray | None = None) -> np.ndarray:
     """``((a0 + a1) + a2) + ...`` a cache-sized block at a time: the same additions in the same
     order for every element (so the same bits), but the running total of a block stays in cache
     between additions instead of going to memory and back once per array (4 replicas, 16 MB:
-    a third of the memory traffic of whole-array passes)."""
-    total = np.empty_like(arrays[0])
+    a third of the memory traffic of whole-array passes). Into ``total`` when given (contiguous,
+    of the arrays' dtype and size: a split reduce-broadcast owner's segment, ``split.py``)."""
+    total = np.empty_like(arrays[0]) if total is None else total
     out, flats = total.reshape(-1), [a.reshape(-1) for a in arrays]
     for lo in range(0, out.size, _BLOCK):
         hi = lo + _BLOCK

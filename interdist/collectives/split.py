@@ -30,25 +30,21 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from interdist.collectives.base import (
-    Packet,
     Timing,
-    Transport,
-    _Layout,
-    _layout,
+    described_layout,
     is_frame,
     pack,
     pack_arrays,
     unpack_arrays,
 )
 from interdist.collectives.cost_phases import RB
-from interdist.collectives.reducing import _BLOCK, _dtypes, _reduce_owned
-from interdist.collectives.two_round import _bounds, _phase2
+from interdist.collectives.reducing import _blocked_sum, _dtypes, _reduce_owned
+from interdist.collectives.two_round import CollectivesParts, _bounds, _phase2
 from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
 
@@ -56,31 +52,10 @@ from interdist.reduce_op import ReduceOp
 _SPLIT_KINDS = "iufc"
 
 
-class SplitMixin:
+class SplitMixin(CollectivesParts):
     """Reduce-broadcast split between ``owners`` ranks, on ``Collectives``' transport and helpers."""
 
-    transport: Transport
-    timeout: Callable[[], float]
-    last_timing: Timing
-    owners: int
-
-    if TYPE_CHECKING:  # ``Collectives``' (algorithms.py)
-
-        @property
-        def rank(self) -> int: ...
-
-        @property
-        def world_size(self) -> int: ...
-
-        def _peers(self) -> list[int]: ...
-
-        def _take(self, step: int, seq: int, srcs: list[int], what: str) -> tuple[dict[int, Packet], float]: ...
-
-        def _release(self, got: dict[int, Packet]) -> None: ...
-
-        def _open(self, packet: Packet) -> Any: ...
-
-        def _check(self, mine: tuple[list[tuple[int, ...]], list[str], str], metas: dict[int, Any]) -> None: ...
+    owners: int  # (set by ``Collectives.__init__``, then by the join: worker/plugin.py)
 
     def _splits(self, arrays: list[np.ndarray]) -> bool:
         """Whether this batch's reduce-broadcast is split between the owners (a plain numeric batch, owners set)."""
@@ -194,32 +169,18 @@ class SplitMixin:
         send_written = getattr(self.transport, "send_written", None)
         if op is not ReduceOp.SUM or send_written is None:
             return -1
-        dtypes = [c[0].dtype for c in columns]
-        if any(any(a.dtype != d for a in c) for c, d in zip(columns, dtypes, strict=True)):
-            return -1
+        dtypes = [c[0].dtype for c in columns]  # (every rank's the same: the owner checked them)
         shapes: list[tuple[int, ...]] = [(c[0].size,) for c in columns]
-        key = (op.value, *[(d, s) for d, s in zip(dtypes, shapes, strict=True)])
-        layout = _layout(key, lambda: _Layout(op.value, dtypes, shapes))
+        layout = described_layout(dtypes, shapes, op.value)
         if any(layout.inband):
             return -1
 
         def write(views: list[np.ndarray]) -> None:
             for column, view in zip(columns, views, strict=True):
-                _sum_into(column, view)
+                _blocked_sum(column, view)
             sums.extend(views)
 
         specs = [(d, s[0]) for d, s in zip(dtypes, shapes, strict=True)]
         if not send_written(self._peers(), step, _phase2(seq), layout.prefix, specs, write):
             return -1
         return sum(v.nbytes for v in sums)
-
-
-def _sum_into(arrays: list[np.ndarray], out: np.ndarray) -> None:
-    """``_reduce_owned(arrays, SUM)`` written into ``out`` (arrays of its dtype): the same adds in the same order,
-    ``((a0 + a1) + a2) + ...``, a cache-sized block at a time (``reducing._blocked_sum``), so the same bits."""
-    for lo in range(0, out.size, _BLOCK):
-        hi = lo + _BLOCK
-        o = out[lo:hi]
-        np.add(arrays[0][lo:hi], arrays[1][lo:hi], out=o)
-        for a in arrays[2:]:
-            np.add(o, a[lo:hi], out=o)

@@ -34,16 +34,15 @@ def _bounds(size: int, n: int) -> list[int]:
     return [size * j // n for j in range(n + 1)]
 
 
-class TwoRoundMixin:
-    """Reduce-broadcast and reduce-scatter + all-gather, on ``Collectives``' transport and helpers."""
+class CollectivesParts:
+    """What the algorithm mixins (this module's, ``split.py``'s) use of ``Collectives`` (algorithms.py)."""
 
-    # Set by ``Collectives.__init__`` (algorithms.py).
+    # Set by ``Collectives.__init__``.
     transport: Transport
     timeout: Callable[[], float]
-    root: int
     last_timing: Timing
 
-    if TYPE_CHECKING:  # ``Collectives``' (algorithms.py)
+    if TYPE_CHECKING:
 
         @property
         def rank(self) -> int: ...
@@ -59,11 +58,19 @@ class TwoRoundMixin:
 
         def _open(self, packet: Packet) -> Any: ...
 
+        def _check(self, mine: tuple[list[tuple[int, ...]], list[str], str], metas: dict[int, Any]) -> None: ...
+
         def _contribution(self, arrays: list[np.ndarray], meta: tuple[Any, list[str], str]) -> Packet: ...
 
         def _contributions(
             self, got: dict[int, Packet], mine: Packet, meta: tuple[Any, list[str], str]
         ) -> dict[int, list[np.ndarray]]: ...
+
+
+class TwoRoundMixin(CollectivesParts):
+    """Reduce-broadcast and reduce-scatter + all-gather, on ``Collectives``' transport and helpers."""
+
+    root: int  # (set by ``Collectives.__init__``)
 
     def _reduce_broadcast(
         self,

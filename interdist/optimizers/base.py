@@ -184,35 +184,31 @@ class Optimizer:
     def _update_from_parts(self, var: Any, parts: list[Any]) -> bool:
         """``_update_one(var, parts[0] + parts[1] + ...)`` (every replica's gradient, in rank order) without the
         sum ever made whole, where the subclass can (``_apply_parts``); False: nothing was done."""
-        if type(self)._apply_parts is Optimizer._apply_parts:
-            return False  # no fused kernel: _update_one does it all (slots looked up once)
-        if not getattr(var, "_applies_updates", True) or isinstance(var, PSVariable):
-            return False
-        slots = self._slots(var)
-        step = slots.get("iterations", 0) + 1
-        if not self._apply_parts(var, parts, _LocalSlots(slots, self._slot_specs()), step):
-            return False
-        slots["iterations"] = step
-        return True
+        return self._update_fused(var, parts, "_apply_parts")
 
     def _update_from_chunks(self, var: Any, pieces: list[Any]) -> bool:
         """``_update_one(var, <the sum>)`` where the sum comes as consecutive 1-D ``pieces`` of the flat array
         (the owners' chunks of a split reduce-broadcast, read where they lie), where the subclass can
         (``_apply_chunks``); False: nothing was done."""
-        if type(self)._apply_chunks is Optimizer._apply_chunks:
-            return False
+        return self._update_fused(var, pieces, "_apply_chunks")
+
+    def _update_fused(self, var: Any, arrays: list[Any], hook: str) -> bool:
+        """The update of ``var`` by the subclass's ``hook`` (``_apply_parts``, ``_apply_chunks``) from ``arrays``,
+        its slots' step counted where it did it; False: nothing was done (no such hook, or it declined)."""
+        if getattr(type(self), hook) is getattr(Optimizer, hook):
+            return False  # no fused kernel: _update_one does it all (slots looked up once)
         if not getattr(var, "_applies_updates", True) or isinstance(var, PSVariable):
             return False
         slots = self._slots(var)
         step = slots.get("iterations", 0) + 1
-        if not self._apply_chunks(var, pieces, step):
+        if not getattr(self, hook)(var, arrays, _LocalSlots(slots, self._slot_specs()), step):
             return False
         slots["iterations"] = step
         return True
 
-    def _apply_chunks(self, var: Any, pieces: list[Any], step: int) -> bool:
+    def _apply_chunks(self, var: Any, pieces: list[Any], slots: Any, step: int) -> bool:
         """``_apply_dense`` of the sum given as consecutive flat ``pieces``, in place, or False (nothing done):
-        then the sum is made whole and ``_apply_dense`` runs. Optimizers without slots may override this."""
+        then the sum is made whole and ``_apply_dense`` runs. Optimizers with a fused kernel override this."""
         return False
 
     def _ring_update(self, var: Any, grad: Any) -> Any | None:

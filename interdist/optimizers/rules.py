@@ -50,7 +50,7 @@ class SGD(Optimizer):
         # v -= (g0 + g1 + ...) * lr, tile by tile: the sum's bits, never written whole (fused_update.py)
         return self.momentum == 0 and sum_assign_sub_scaled(var, parts, parts[0].dtype.type(self.learning_rate))
 
-    def _apply_chunks(self, var: Any, pieces: list[Any], step: int) -> bool:
+    def _apply_chunks(self, var: Any, pieces: list[Any], slots: Any, step: int) -> bool:
         # v -= g * lr, a chunk of g at a time where the owners' chunks lie (fused_update.py)
         return self.momentum == 0 and sub_scaled_chunks(var, pieces, pieces[0].dtype.type(self.learning_rate))
 

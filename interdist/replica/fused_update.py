@@ -114,7 +114,7 @@ def sub_scaled_chunks(var: Any, pieces: list[Any], lr: Any) -> bool:
     flat, at = raw.reshape(-1), 0
     compiled = raw.dtype.name in COMPILED_DTYPES and not _jit.unavailable_reason()
     tile = max(1, TILE_BYTES // raw.itemsize)
-    tmp = np.empty(min(tile, flat.size), raw.dtype)
+    tmp = np.empty(0 if compiled else min(tile, flat.size), raw.dtype)  # (the NumPy tiles' temporary)
     for p in pieces:
         part, at = flat[at : at + p.size], at + p.size
         if compiled:

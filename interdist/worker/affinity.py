@@ -77,3 +77,8 @@ def replica_core(rank: int, peers: list[str], on_gpu: bool) -> int | None:
     if on_gpu or not hasattr(os, "sched_setaffinity") or not config.get("replica.pin-threads"):
         return None
     return core_for(rank, peers, sorted(os.sched_getaffinity(0)))
+
+
+def pinned_owners(peers: list[str]) -> int:
+    """:func:`reduce_owners` with this thread's cores, for a group whose replica here was pinned (``replica_core``)."""
+    return reduce_owners(peers, sorted(os.sched_getaffinity(0)))

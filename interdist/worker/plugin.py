@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -162,8 +161,7 @@ class ReplicaRuntime(WorkerPlugin):
             if core is not None:
                 self.executors[group].pin(core)
         if self.executors[group].core is not None:  # pinned round the cores: one owner of a large sum per core
-            cores = sorted(os.sched_getaffinity(0))
-            self.replicas[group].collectives.owners = affinity.reduce_owners(list(peers), cores)
+            self.replicas[group].collectives.owners = affinity.pinned_owners(list(peers))
         return {"joined": True, "core": self.executors[group].core}  # the notebook sends to its own core's last
 
     async def leave(self, group: str) -> str:
