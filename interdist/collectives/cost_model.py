@@ -104,13 +104,16 @@ def predict(
     hosts: int = 1,
     transport: str = "shm",
     params: Params | None = None,
+    owners: int = 1,
 ) -> float:
     """Predicted seconds of one ``all_reduce`` of ``nbytes`` per replica.
 
-    ``transport`` names a parameter set of ``PRESETS`` (``params`` overrides it).
+    ``transport`` names a parameter set of ``PRESETS`` (``params`` overrides it). ``owners``: reduce-broadcast
+    on one host with its sum split between that many ranks (``split.py``; where ``AUTO`` picks reduce-broadcast
+    and each core holds two replicas or more, one owner per core: ``worker/affinity.py``'s ``reduce_owners``).
     """
     p = params if params is not None else preset(transport)
-    return _cost(p, phases(algorithm, nbytes, world_size, hosts, p.shared))
+    return _cost(p, phases(algorithm, nbytes, world_size, hosts, p.shared, owners))
 
 
 def best_algorithm(
@@ -160,6 +163,22 @@ def auto_choice(elements: int, world_size: int, spans_hosts: bool) -> str:
     if spans_hosts:
         return best_algorithm(4 * elements, world_size, world_size, "shm", AUTO_CANDIDATES_HOSTS, margin=AUTO_MARGIN)
     return best_algorithm(4 * elements, world_size, 1, "shm", AUTO_CANDIDATES_ONE_HOST, margin=AUTO_MARGIN)
+
+
+@functools.lru_cache(maxsize=4096)
+def split_pays(elements: int, world_size: int, owners: int) -> bool:
+    """Whether ``AUTO``'s reduce-broadcast of a batch of ``elements`` among ``world_size`` replicas of one host
+    splits its sum between ``owners`` ranks (``split.py``): where the model predicts it faster than the root
+    alone. Counted as :func:`auto_choice` counts (4 bytes per element, ``PRESETS["shm"]``), so every rank of
+    the group, whose owners are the group's, decides alike. Each owner adds a share at once, but every rank
+    sends a message to each owner: measured at 4 replicas on 2 cores (``benchmarks/bench_split.py``, two runs),
+    the split took 1.44-1.46x the root's time at 64 KB, 1.12-1.30x at 1 MB, 0.98-1.10x at 2 MB and 0.88-0.90x
+    at 4 MB; the model says 1.51, 1.17, 1.03 and 0.91, its crossover at about 2.5 MB."""
+    if owners < 2:
+        return False
+    p = preset("shm")
+    split = _cost(p, phases(RB, 4 * elements, world_size, 1, p.shared, owners))
+    return split < _cost(p, phases(RB, 4 * elements, world_size, 1, p.shared))
 
 
 # -- GPU replicas: where a batch of CuPy arrays is reduced ----------------------------------------

@@ -54,11 +54,14 @@ def _log2(n: int) -> float:
     return float(math.ceil(math.log2(n))) if n > 1 else 0.0
 
 
-def phases(algorithm: str, nbytes: float, world_size: int, hosts: int = 1, shared: bool = True) -> list[_Phase]:
+def phases(
+    algorithm: str, nbytes: float, world_size: int, hosts: int = 1, shared: bool = True, owners: int = 1
+) -> list[_Phase]:
     """The phases of ``algorithm`` for ``world_size`` replicas of ``nbytes`` each on ``hosts`` hosts.
 
     ``shared``: a message to several replicas of one host is written once, and read in place
-    (interdist's shared memory); else every peer gets its own copy (point to point).
+    (interdist's shared memory); else every peer gets its own copy (point to point). ``owners``:
+    reduce-broadcast's sum split between that many ranks of one host (``split.py``; 1, the root alone).
     """
     n, h, b = world_size, hosts, float(nbytes)
     if n < 1 or h < 1 or h > n:
@@ -67,6 +70,14 @@ def phases(algorithm: str, nbytes: float, world_size: int, hosts: int = 1, share
         raise ValueError(f"nbytes must be >= 0, got {nbytes}")
     if algorithm not in MODELLED:
         raise ValueError(f"unknown all_reduce algorithm {algorithm!r}; modelled: {', '.join(MODELLED)}")
+    if not 1 <= owners <= n:
+        raise ValueError(f"need 1 <= owners <= world_size, got owners={owners}, world_size={n}")
+    if owners > 1 and (algorithm != RB or h > 1):
+        raise ValueError(
+            f"only reduce-broadcast on one host splits its sum between owners, not {algorithm!r} on {h} host(s)"
+        )
+    if owners > 1:
+        return _split(b, n, owners, shared)
     if n == 1:
         return [_Phase(False, 0, 0, b, 0, 1)]  # the result is a copy of the replica's own batch
     g = math.ceil(n / h)
@@ -118,3 +129,21 @@ def phases(algorithm: str, nbytes: float, world_size: int, hosts: int = 1, share
         shard = b / g
         out.append(_Phase(True, 2 * (h - 1), 4 * (h - 1), 4 * (h - 1) / h * shard, (h - 1) / h * shard, g, g))
     return out
+
+
+def _split(b: float, n: int, k: int, shm: bool) -> list[_Phase]:
+    """Reduce-broadcast on one host with the sum split between ``k`` owners (``split.py``): every rank sends
+    chunk ``j`` (``b/k`` bytes) to owner ``j``; each owner, ``k`` of them at once, takes the ``n - 1`` others'
+    chunks, adds them and sends its sum's chunk to every rank (shared memory: written once, straight into
+    the segment the peers read); every rank reads the ``k`` chunks of the sum."""
+    if shm:
+        return [
+            _Phase(False, 1, k, b, 0, n),
+            _Phase(False, 1, 2 * (n - 1), b / k, (n - 1) * b / k, k),
+            _Phase(False, 0, k, b, 0, n),
+        ]
+    return [  # point to point: an owner takes in and sends out (n - 1) chunks
+        _Phase(False, 1, k, b, 0, n),
+        _Phase(False, 1, 2 * (n - 1), 2 * (n - 1) * b / k, (n - 1) * b / k, k),
+        _Phase(False, 0, k, b, 0, n),
+    ]

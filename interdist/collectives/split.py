@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from interdist import config
 from interdist.collectives.base import (
     Timing,
     described_layout,
@@ -42,6 +43,7 @@ from interdist.collectives.base import (
     pack_arrays,
     unpack_arrays,
 )
+from interdist.collectives.cost_model import split_pays
 from interdist.collectives.cost_phases import RB
 from interdist.collectives.reducing import _blocked_sum, _dtypes, _reduce_owned
 from interdist.collectives.two_round import CollectivesParts, _bounds, _phase2
@@ -50,6 +52,12 @@ from interdist.reduce_op import ReduceOp
 
 #: The dtype kinds whose chunks reduce as the whole arrays do (``_reduce_owned``'s elementwise adds).
 _SPLIT_KINDS = "iufc"
+#: A fixed threshold (elements, all arrays together) from which the sum is split, instead of the cost model's
+#: ``split_pays`` (``interdist.collectives.split-min-elements``, read when this module is imported; or assigned
+#: here). The model splits 4 replicas' sum between 2 owners from about 2.5 MB: below, a message to each owner
+#: costs more than the owners' parallel adds save (measured, ``benchmarks/bench_split.py``: 1.44x the root's
+#: time at 64 KB, 1.12-1.30x at 1 MB, 0.88-0.90x at 4 MB).
+SPLIT_MIN_ELEMENTS: int | None = config.get("collectives.split-min-elements")
 
 
 class SplitMixin(CollectivesParts):
@@ -58,8 +66,14 @@ class SplitMixin(CollectivesParts):
     owners: int  # (set by ``Collectives.__init__``, then by the join: worker/plugin.py)
 
     def _splits(self, arrays: list[np.ndarray]) -> bool:
-        """Whether this batch's reduce-broadcast is split between the owners (a plain numeric batch, owners set)."""
-        return 1 < self.owners <= self.world_size and all(a.dtype.kind in _SPLIT_KINDS for a in arrays)
+        """Whether this batch's reduce-broadcast is split between the owners: a plain numeric batch, owners set,
+        and large enough (``SPLIT_MIN_ELEMENTS``, else the cost model's ``split_pays``)."""
+        if not (1 < self.owners <= self.world_size and all(a.dtype.kind in _SPLIT_KINDS for a in arrays)):
+            return False
+        elements = sum(a.size for a in arrays)
+        if SPLIT_MIN_ELEMENTS is not None:
+            return elements >= SPLIT_MIN_ELEMENTS
+        return split_pays(elements, self.world_size, self.owners)
 
     def _split_reduce_broadcast(
         self,

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from interdist._reduction import reduce_arrays
-from interdist.collectives import algorithms
+from interdist.collectives import algorithms, split
 from interdist.collectives.algorithms import AUTO, CONSUME_MIN_BYTES, RB, Collectives
 from interdist.collectives.shared_memory import SharedMemoryTransport
 from interdist.collectives.split import SplitMixin
@@ -34,8 +34,11 @@ def _batch(rank: int, dtype: Any) -> list[np.ndarray]:
 
 @pytest.fixture
 def split_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """AUTO's choice forced to reduce-broadcast (its threshold at one element), and the ranks that split."""
+    """AUTO's choice forced to reduce-broadcast (its threshold at one element) and split from one element (not
+    where the cost model would: ``test_the_model_decides_from_which_size_the_sum_is_split``), and the ranks that
+    split."""
     monkeypatch.setattr(algorithms, "RB_MIN_ELEMENTS_ONE_HOST", 1)
+    monkeypatch.setattr(split, "SPLIT_MIN_ELEMENTS", 1)
     calls: list[int] = []
     real = SplitMixin._split_reduce_broadcast
 
@@ -172,3 +175,30 @@ def test_a_rank_that_never_comes_is_named_by_every_rank_waiting_for_it(split_cal
     for r in (0, 1):  # the owners wait for its chunks; rank 2 for the owners, which never answer
         assert isinstance(results[r], TimeoutError) and "3" in str(results[r]), results[r]
     assert isinstance(results[2], TimeoutError), results[2]
+
+
+def test_the_model_decides_from_which_size_the_sum_is_split(
+    split_calls: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a threshold (``interdist.collectives.split-min-elements``) the cost model's ``split_pays`` decides:
+    at 4 replicas and 2 owners not a 256 KB batch (reduce-broadcast's root sums it alone), a 4 MB one; with a
+    threshold, from that many elements. The same bits either way."""
+    monkeypatch.setattr(split, "SPLIT_MIN_ELEMENTS", None)
+    sizes = {"256 KB": 1 << 16, "4 MB": 1 << 20}
+
+    def data(rank: int, elements: int) -> np.ndarray:
+        return (np.random.default_rng(rank).normal(size=elements) * 100).astype(np.float32)
+
+    def body(rank: int, coll: Collectives, elements: int) -> Any:
+        coll.owners = 2
+        return coll.all_reduce(1, 0, [data(rank, elements)], ReduceOp.SUM, "test")[0]
+
+    for label, threshold, splits in (("256 KB", None, False), ("4 MB", None, True), ("256 KB", 1 << 15, True),
+                                     ("4 MB", 1 << 21, False)):
+        monkeypatch.setattr(split, "SPLIT_MIN_ELEMENTS", threshold)
+        split_calls.clear()
+        results = run_threads(shm_group(4), lambda r, c, e=sizes[label]: body(r, c, e))
+        assert sorted(split_calls) == ([0, 1, 2, 3] if splits else []), (label, threshold)
+        want = reduce_arrays([data(r, sizes[label]) for r in range(4)], ReduceOp.SUM)
+        assert all(res.tobytes() == want.tobytes() for res in results), (label, threshold)
+

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import interdist as idist
-from interdist.collectives import ring
+from interdist.collectives import ring, split
 from interdist.optimizers import rules
 from interdist.replica import fused_update
 
@@ -194,11 +194,12 @@ def test_the_update_fused_with_a_three_replica_sum_gives_its_bits() -> None:
             g = grads[ctx.replica_id_in_sync_group]
             coll = ctx._replica.collectives  # type: ignore[attr-defined]
             (auto, coll.algorithm), (joined, coll.owners) = (coll.algorithm, algorithm), (coll.owners, owners)
+            threshold, split.SPLIT_MIN_ELEMENTS = split.SPLIT_MIN_ELEMENTS, 1  # (the model splits from ~2.5 MB)
             pairs = [(g, w), (g[:4].copy(), b)] if with_b else [(g, w)]
             try:
                 return _with_spy(lambda: opt.apply_gradients(pairs))[1]
             finally:
-                coll.algorithm, coll.owners = auto, joined
+                coll.algorithm, coll.owners, split.SPLIT_MIN_ELEMENTS = auto, joined, threshold
 
         # AUTO picks reduce-broadcast for 3 replicas on one host: with one owner (replicas not pinned round
         # the cores), the root makes the sum and sends it, and updates from it; the others update from the sum
