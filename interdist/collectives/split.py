@@ -106,7 +106,8 @@ class SplitMixin(CollectivesParts):
         if me < k:  # round 2: this owner's chunk of the sum, to every rank
             mine, error, wait, nbytes = self._own_chunk(step, seq, flats, bounds, meta, op, what)
             sent += nbytes
-        got, wait2 = self._take(step, _phase2(seq), [j for j in range(k) if j != me], what)
+        others = [j for j in range(k) if j != me] if error is None else []  # (an owner that refused: its error)
+        got, wait2 = self._take(step, _phase2(seq), others, what)
         out: list[Any] = []
         answers: dict[int, tuple[str, Any]] = {me: ("ok", mine)} if me < k else {}
         pieces: list[np.ndarray] = []
@@ -156,7 +157,10 @@ class SplitMixin(CollectivesParts):
         columns: list[list[np.ndarray]] = []
         try:
             for r, p in got.items():  # views of the senders' memory (read-only), not copies: pickle.loads itself
-                metas[r], parts[r] = pickle.loads(p.header, buffers=self.transport.view(p))
+                if is_frame(p.header):  # a rank that did not split (another batch size: a mismatch, named below)
+                    metas[r], parts[r] = unpack_arrays(p.header, self.transport.view(p))
+                else:
+                    metas[r], parts[r] = pickle.loads(p.header, buffers=self.transport.view(p))
             try:
                 self._check(meta, metas)
             except ValueError as e:

@@ -202,3 +202,25 @@ def test_the_model_decides_from_which_size_the_sum_is_split(
         want = reduce_arrays([data(r, sizes[label]) for r in range(4)], ReduceOp.SUM)
         assert all(res.tobytes() == want.tobytes() for res in results), (label, threshold)
 
+
+@pytest.mark.parametrize("smaller", [1000, 1 << 18])  # the small path's; reduce-broadcast's root alone
+def test_a_replica_whose_batch_is_not_split_is_named_not_unpickled(
+    split_calls: list[int], monkeypatch: pytest.MonkeyPatch, smaller: int
+) -> None:
+    """A mismatch whose batches fall on both sides of the split's threshold: the other replica's packet is not the
+    split's (a frame of another path), and owner 0 reads it as one, so the mismatch is named (no UnpicklingError);
+    the ranks waiting on the replica's path, which never comes, are named by their time-out (bounded)."""
+    monkeypatch.setattr(split, "SPLIT_MIN_ELEMENTS", 1 << 20)
+
+    def body(rank: int, coll: Collectives) -> Any:
+        coll.owners = 2
+        shape = (smaller,) if rank == 3 else (1 << 21,)
+        return coll.all_reduce(1, 0, [np.ones(shape, np.float32)], ReduceOp.SUM, "test")
+
+    results = run_threads(shm_group(4), body, timeout=1.0)
+    assert sorted(split_calls) == [0, 1, 2]
+    for r in (0, 3):
+        assert isinstance(results[r], ReplicaMismatchError), results[r]
+        assert "(2097152,)" in str(results[r]) and f"({smaller},)" in str(results[r])
+    for r in (1, 2):  # owner 1 waits for replica 3's chunk; replica 2 for owner 1
+        assert isinstance(results[r], TimeoutError) and "waiting for replica(s)" in str(results[r]), results[r]
