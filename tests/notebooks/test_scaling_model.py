@@ -124,3 +124,42 @@ def test_the_gpu_paths_are_set_beside_the_h200_measurements(facts: dict[str, Any
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert any("has not been measured" in c.source and "data sheet" in c.source for c in nb.cells
                if c.cell_type == "markdown")
+
+
+def test_the_split_is_set_beside_its_measurements_and_the_model_says_where_it_pays(facts: dict[str, Any]) -> None:
+    """The split section reads notebooks/data/split.json (bench_split.py --json): for every size where AUTO picks
+    reduce-broadcast, the model's time of the root alone and of the split next to the measured ones, recomputed
+    here. At 4 replicas (where the join splits) the model's ratio split / root is on the measured side of 1 wherever
+    the measurement is clear of it (10%), which is what AUTO's split_pays asks; at 3 the join gives no owners."""
+    from interdist.collectives import cost_model as cm
+    from interdist.worker import affinity
+
+    data = json.loads((NOTEBOOK.parent / "data" / "split.json").read_text())
+    mine = facts["split"]
+    assert mine["measured"] == data["measured"]
+    expected = {}
+    for run in data["runs"]:
+        n, k = run["n"], run["owners"]
+        for nbytes, row in run["sizes"].items():
+            if row["algorithm"] == cm.RB:
+                secs = row["seconds"]
+                expected[f"{n}/{nbytes}"] = [cm.predict(cm.RB, int(nbytes), n), cm.predict(cm.RB, int(nbytes), n,
+                                             owners=k), secs["1"], secs[str(k)]]
+    assert sorted(mine["compared"]) == sorted(expected)
+    assert sum(key.startswith("4/") for key in expected) == 6
+    clear = 0
+    for key, values in expected.items():
+        assert mine["compared"][key] == pytest.approx(values, rel=1e-12), key
+        p1, pk, m1, mk = values
+        if key.startswith("4/") and abs(mk / m1 - 1) > 0.1:
+            clear += 1
+            assert (pk < p1) is (mk < m1), (key, pk / p1, mk / m1)
+            assert cm.split_pays(int(key.split("/")[1]) // 4, 4, 2) is (mk < m1), key
+    assert clear >= 3  # 64 KB and 1 MB lose, 4 MB or 16 MB wins (the committed file)
+    peers = [f"tcp://127.0.0.1:{i}" for i in range(4)]
+    assert affinity.reduce_owners(peers[:3], [0, 1]) == 1 and affinity.reduce_owners(peers, [0, 1]) == 2
+    # bigger hosts, two replicas a core: the model's split keeps under the root alone and tends to half of it
+    far = {int(n): t for n, t in mine["far"].items()}
+    assert sorted(far) == [2**k for k in range(2, 11)]
+    ratios = [far[n][1] / far[n][0] for n in sorted(far)]
+    assert all(r < 1 for r in ratios) and ratios == sorted(ratios, reverse=True) and 0.4 < ratios[-1] < 0.55
