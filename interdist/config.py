@@ -74,6 +74,7 @@ KEYS: dict[str, tuple[type, tuple[str, ...]]] = {
     "cluster.local-control": (bool, ("INTERDIST_LOCAL_CONTROL",)),
     "cluster.worker-log": (str, ("INTERDIST_WORKER_LOG",)),
     "cluster.fork-workers": (bool, ()),
+    "cluster.quiet-event-loops": (bool, ()),
     "replica.inline-bytes": (int, ()),
     "replica.lazy-merge-min-bytes": (int, ("INTERDIST_LAZY_MERGE_MIN_BYTES",)),
     "replica.pin-threads": (bool, ()),
@@ -254,6 +255,9 @@ class _Settings:
     # Embedded clusters' CPU workers and interdist.Server's are forked from a process that imported them
     # once (client/zygote.py); False starts each worker as a fresh ``python``.
     fork_workers = _Key[bool]("cluster.fork-workers")
+    # interdist's own workers run without Dask's statistical profiler and tick their event loop every second
+    # (client/worker_process.py: QUIET_EVENT_LOOPS), as does an embedded cluster's scheduler; False: Dask's own.
+    quiet_event_loops = _Key[bool]("cluster.quiet-event-loops")
 
 
 settings = _Settings()

@@ -16,7 +16,7 @@ from typing import Any
 
 from interdist.client import gpus
 from interdist.client.connect import connect
-from interdist.client.worker_process import WorkerProcess
+from interdist.client.worker_process import QUIET_EVENT_LOOPS, WorkerProcess
 from interdist.config import settings
 from interdist.lab import dashboard_auth
 from interdist.worker import credentials
@@ -65,6 +65,16 @@ def _malloc_env() -> Any:
     return dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_env})
 
 
+def _quiet_scheduler() -> Any:
+    """Config under which an embedded cluster's scheduler starts: its event loop ticked every second, not every
+    20 ms (``interdist.cluster.quiet-event-loops``, as its workers: ``worker_process.QUIET_EVENT_LOOPS``). It runs
+    in the notebook's process, whose cores the replicas share."""
+    import dask
+
+    tick = "distributed.admin.tick.interval"
+    return dask.config.set({tick: QUIET_EVENT_LOOPS[tick]} if settings.quiet_event_loops else {})
+
+
 def _list_for_lab(lease: Lease, cluster: Any, n: int) -> None:
     from interdist.lab.registry import register
 
@@ -78,7 +88,7 @@ def _start_local_cpu(n: int, security: Any = None, key: tuple[Any, ...] | None =
 
     register_pages()  # the scheduler reads its dashboard pages once, as it starts
     token = dashboard_auth.new_token()
-    with _malloc_env():
+    with _malloc_env(), _quiet_scheduler():
         cluster = _local_cluster(n, _embedded_class(LocalCluster), security, dashboard_token=token)
     client = connect(cluster, set_as_default=False)
     lease = _lease_from(client, cluster, n, embedded=True, key=key or ("CPU", n))

@@ -59,6 +59,7 @@ from interdist.client import zygote
 from interdist.client.worker_log import FAILURE_TAIL_CHARS as FAILURE_TAIL_CHARS  # (this module's API too)
 from interdist.client.worker_log import _failure, _log_format_env, _log_since, _log_size, _open_log
 from interdist.client.worker_log import worker_log_path as worker_log_path
+from interdist.config import settings
 from interdist.worker import credentials
 
 logger = logging.getLogger("interdist")
@@ -72,6 +73,14 @@ RETRY_MAX_S = 10.0
 #: the worker's last output. A start cut by a signal (someone killed it, as a fault test or the OOM killer
 #: does) is tried again without counting: the worker itself could start.
 MAX_FAILED_STARTS = 5
+#: The Dask settings interdist's workers start with (``interdist.cluster.quiet-event-loops``): each of Dask's
+#: periodic callbacks wakes the worker's event loop, which then takes the interpreter's lock from the replica
+#: running in the same process. The statistical profiler (every 10 ms) samples Dask's task threads, which a
+#: replica is not; the tick (every 20 ms) measures the loop's delay for a warning after 3 s, which a tick a
+#: second still gives. A loop of 4 KB all-reduces, 2 replicas, both settings against Dask's (three alternated
+#: runs each): p99 220-247 us against 446-541, p90 89-95 against 103-117; 4 replicas, mean 341-385 against
+#: 424-445 us (docs/performance.md, "The fifteenth run"). Either one alone changed nothing measurable.
+QUIET_EVENT_LOOPS = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s"}
 
 # The child's first Python: the parent's import path (a notebook may have added to it), then
 # interdist.worker.process; nothing of the parent's __main__. ``distributed`` is imported before
@@ -189,6 +198,7 @@ class WorkerProcess(ProcessInterface):
             "fd": theirs.fileno(),
             "sys_path": sys.path,
             "credentials": self.credentials is not None,  # they follow on the socket, never in argv
+            "dask_config": QUIET_EVENT_LOOPS if settings.quiet_event_loops else {},
         }
         try:
             self.process = await asyncio.get_running_loop().run_in_executor(None, self._start_process, theirs, log)

@@ -33,6 +33,7 @@ import threading
 import time
 from typing import Any
 
+import dask
 from distributed import Worker
 from distributed.compatibility import asyncio_run
 from distributed.config import get_loop_factory
@@ -56,6 +57,7 @@ def main(spec: dict[str, Any]) -> None:
         spec = {**spec, "options": {**spec.get("options", {}), "security": _read_security(sock)}}
     for name, level in spec.get("log_levels", {}).items():
         logging.getLogger(name).setLevel(level)
+    dask.config.set(spec.get("dask_config") or {})  # (QUIET_EVENT_LOOPS: read as the worker is made)
     enable_capture()  # replicas' prints go back with their replies; the rest to the worker log (worker_process.py)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())

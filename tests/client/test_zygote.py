@@ -178,6 +178,7 @@ def test_embedded_workers_are_forked_named_and_told_from_their_zygote(
         got = lease.client.run(os.getcwd)
         assert set(got.values()) == {str(tmp_path)}  # this process's directory now, not the zygote's
         _assert_startup_frozen(lease)
+        _assert_event_loops(lease, quiet=True)
     finally:
         cluster._shutdown(lease)
 
@@ -194,8 +195,45 @@ def test_fork_workers_false_starts_each_worker_fresh() -> None:
         assert isinstance(w.process, subprocess.Popen) and psutil.Process(w.pid).ppid() == os.getpid()
         assert psutil.Process(w.pid).name() == "idist-worker"
         _assert_startup_frozen(lease)
+        _assert_event_loops(lease, quiet=True)
     finally:
         cluster._shutdown(lease)
+
+
+def test_quiet_event_loops_false_keeps_dasks_profiler_and_tick() -> None:
+    import dask
+
+    from interdist.client import cluster
+
+    with dask.config.set({"interdist.cluster.quiet-event-loops": False}):
+        lease = _embedded(1, "dask-loops")
+    try:
+        _assert_event_loops(lease, quiet=False)
+    finally:
+        cluster._shutdown(lease)
+
+
+def _assert_event_loops(lease: Any, quiet: bool) -> None:
+    """``interdist.cluster.quiet-event-loops`` (``worker_process.QUIET_EVENT_LOOPS``): the workers without Dask's
+    statistical profiler, their event loop and the embedded scheduler's ticked every second; else Dask's own
+    settings (as this process reads them)."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    def loops(dask_worker: Any = None, dask_scheduler: Any = None) -> dict[str, float]:
+        server = dask_worker if dask_worker is not None else dask_scheduler
+        return {name: pc.callback_time for name, pc in server.periodic_callbacks.items()}
+
+    workers = lease.client.run(loops)
+    scheduler = lease.client.run_on_scheduler(loops)
+    dasks_tick = 1000 * parse_timedelta(dask.config.get("distributed.admin.tick.interval"))
+    dasks_profile = 1000 * parse_timedelta(dask.config.get("distributed.worker.profile.interval"))
+    assert dasks_tick < 1000 and dask.config.get("distributed.worker.profile.enabled")  # (else nothing is shown)
+    for got in workers.values():
+        assert got["tick"] == (1000 if quiet else dasks_tick), got
+        assert got.get("profile") == (None if quiet else dasks_profile), got
+        assert "heartbeat" in got  # the rest as Dask has it
+    assert scheduler["tick"] == (1000 if quiet else dasks_tick), scheduler
 
 
 def _assert_startup_frozen(lease: Any) -> None:
