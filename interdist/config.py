@@ -62,7 +62,7 @@ KEYS: dict[str, tuple[type, tuple[str, ...]]] = {
     "collectives.rs-min-elements": (int, ("INTERDIST_RS_MIN_ELEMENTS",)),
     "collectives.rs-min-elements-one-host": (int, ("INTERDIST_RS_MIN_ELEMENTS_ONE_HOST",)),
     "collectives.rb-min-elements-one-host": (int, ("INTERDIST_RB_MIN_ELEMENTS_ONE_HOST",)),
-    "collectives.split-min-elements": (int, ("INTERDIST_SPLIT_MIN_ELEMENTS",)),
+    "collectives.split-min-elements": (int, ()),
     "liveness.frozen-after": (float, ("INTERDIST_FROZEN_AFTER",)),
     "liveness.stuck-grace": (float, ("INTERDIST_STUCK_GRACE",)),
     "liveness.interrupt-wait": (float, ("INTERDIST_INTERRUPT_WAIT",)),

@@ -77,9 +77,9 @@ MAX_FAILED_STARTS = 5
 #: periodic callbacks wakes the worker's event loop, which then takes the interpreter's lock from the replica
 #: running in the same process. The statistical profiler (every 10 ms) samples Dask's task threads, which a
 #: replica is not; the tick (every 20 ms) measures the loop's delay for a warning after 3 s, which a tick a
-#: second still gives. A loop of 4 KB all-reduces, 2 replicas, both settings against Dask's (three alternated
-#: runs each): p99 220-247 us against 446-541, p90 89-95 against 103-117; 4 replicas, mean 341-385 against
-#: 424-445 us (docs/performance.md, "The fifteenth run"). Either one alone changed nothing measurable.
+#: second still gives. A loop of 4 KB all-reduces, both settings against Dask's (three alternated pairs): at 2
+#: replicas p99 166-218 us against 365-1,145, p90 87-91 against 93-157; at 4, mean 334-350 against 421-536 us
+#: (docs/performance.md, "The fifteenth run"). Either one alone changed nothing measurable.
 QUIET_EVENT_LOOPS = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s"}
 
 # The child's first Python: the parent's import path (a notebook may have added to it), then
