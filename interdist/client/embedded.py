@@ -177,7 +177,7 @@ def _start_local_gpu(indices: list[int]) -> Lease:
     """One worker per GPU device asked for (``GPU:k`` is the k-th GPU this process sees)."""
     n = len(indices)
     token = dashboard_auth.new_token()
-    with _malloc_env():
+    with _malloc_env(), _quiet_scheduler():
         cluster = gpus.start_cluster(indices, dashboard_token=token)
 
     client = connect(cluster, set_as_default=False)
