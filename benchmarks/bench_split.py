@@ -2,12 +2,12 @@
 model's predictions for both (``cost_model.predict(..., owners=k)``).
 
 Inside one ``strategy.run`` of n local replicas, every replica times ``all_reduce`` SUM of float32 batches from
-64 KB to 16 MB under ``AUTO`` (which picks reduce-broadcast there at 3 and 4 replicas on 2 cores), with the group's
-``Collectives.owners`` set to 1 (the root sums alone) and to ``k`` in turn, interleaved in both orders, so that a
-busy machine slows both alike (the split forced at every size: ``split.SPLIT_MIN_ELEMENTS``; whether the model
-would split there, ``cost_model.split_pays``, is printed beside). Each figure is the median over calls of the slowest replica's time. The strategy's replicas
-are pinned round the cores as any strategy's are; the owners the join chose are printed (``k`` where the split
-runs by itself: each core holds two replicas or more).
+64 KB to 16 MB under ``AUTO`` (reduce-broadcast at every size at 4 replicas on 2 cores; at 3, from 1 MB), with the
+group's ``Collectives.owners`` set to 1 (the root sums alone) and to ``k`` in turn, interleaved in both orders, so
+that a busy machine slows both alike (the split forced at every size: ``split.SPLIT_MIN_ELEMENTS``; whether the
+model would split there, ``cost_model.split_pays``, is printed beside). Each figure is the median over calls of the
+slowest replica's time. The strategy's replicas are pinned round the cores as any strategy's are; the owners the
+join chose are printed (``k`` where the split runs by itself: each core holds two replicas or more).
 
     python benchmarks/bench_split.py [--replicas 3 4] [--owners 2] [--reps 15] [--json PATH]
 
@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 import numpy as np
+from bench_latency import memcpy_bandwidth
 
 import interdist as idist
 from interdist.collectives import cost_model as cm
@@ -78,14 +79,8 @@ def measure(n: int, owners: int, reps: int) -> dict[str, Any]:
 
 
 def _memcpy_16mb() -> float:
-    a = np.ones(4 << 20, np.float32)
-    b = np.empty_like(a)
-    ts = []
-    for _ in range(30):
-        t0 = time.perf_counter()
-        np.copyto(b, a)
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    """Seconds of an in-process copy of 16 MB (``bench_latency.memcpy_bandwidth``): the machine's speed that day."""
+    return (16 << 20) / memcpy_bandwidth(16 << 20)
 
 
 def main() -> None:

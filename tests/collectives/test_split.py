@@ -183,7 +183,6 @@ def test_the_model_decides_from_which_size_the_sum_is_split(
     """Without a threshold (``interdist.collectives.split-min-elements``) the cost model's ``split_pays`` decides:
     at 4 replicas and 2 owners not a 256 KB batch (reduce-broadcast's root sums it alone), a 4 MB one; with a
     threshold, from that many elements. The same bits either way."""
-    monkeypatch.setattr(split, "SPLIT_MIN_ELEMENTS", None)
     sizes = {"256 KB": 1 << 16, "4 MB": 1 << 20}
 
     def data(rank: int, elements: int) -> np.ndarray:
