@@ -330,6 +330,11 @@ class Transport(ABC):
         packet (no buffers of the caller's) is not waited for by :meth:`flush`.
         """
 
+    def send_header(self, dsts: list[int], step: int, seq: int, header: bytes) -> None:
+        """``send_packet`` of a packet that is all header (a small collective's frame): nothing for :meth:`flush`
+        to wait for. Transports with a quicker way for it override this."""
+        self.send_packet(dsts, step, seq, Packet(header), detached=True)
+
     def send(self, dst: int, step: int, seq: int, payload: bytes) -> None:
         """A bytes message (the packet has no buffers)."""
         self.send_packet([dst], step, seq, Packet(payload))
@@ -345,6 +350,9 @@ class Transport(ABC):
     def spans_hosts(self) -> bool:
         """Whether some peer is on another host (the same answer on every rank)."""
         return False
+
+    def peers_replaced(self, peers: list[str]) -> None:  # noqa: B027 - an optional hook: a no-op for transports that need none
+        """A peer's worker was replaced (restarted by its nanny): ``peers`` are the group's addresses now."""
 
     def forget(self) -> None:  # noqa: B027 - an optional hook: a no-op for transports that need none
         """A collective failed: stop tracking its sends (their errors would blame the next one)."""

@@ -70,6 +70,21 @@ class DaskTransport(Transport):
         # Small packets to a peer on this host go through a lane (lanes.py) once it attached, by address.
         self._lanes: dict[str, lanes.Lane] = {}
         self._nudge = channel_parts(lanes.NUDGE_STEP, 0, rank, Packet(b""))
+        # (connection, lane) of each peer whose last packet went through its lane, by rank (``send_header``);
+        # emptied whenever the connections, the lanes or the peers change.
+        self._ways: dict[int, tuple[local_control.ControlConnection, lanes.Lane]] = {}
+
+    def send_header(self, dsts: list[int], step: int, seq: int, header: bytes) -> None:
+        # Straight into the lane of each peer whose last packet went there (a small collective's frame, the
+        # commonest packet); ``send_packet`` for the others, and for a lane that does not take this one.
+        ways = self._ways if lanes.ENABLED else {}
+        rest = None
+        for d in dsts:
+            way = ways.get(d)
+            if way is None or not self._put(way[0], way[1], step, seq, header, b""):
+                rest = [d] if rest is None else [*rest, d]
+        if rest is not None:
+            self.send_packet(rest, step, seq, Packet(header), detached=True)
 
     def send_packet(
         self,
@@ -93,6 +108,8 @@ class DaskTransport(Transport):
                 if lane is not None:
                     ref = _ref_bytes(packet) if ref is None else ref
                     if self._put(conn, lane, step, seq, packet.header, ref):
+                        if not ref:
+                            self._ways[d] = (conn, lane)
                         continue
                 parts = channel_parts(step, seq, self.rank, packet) if parts is None else parts
                 # Written before this returns: the packet holds nothing of the caller's afterwards.
@@ -140,12 +157,12 @@ class DaskTransport(Transport):
         or its receiver blocks in ``poll`` (then the socket wakes it: replicas outnumber the cores)."""
         with conn._write_lock:
             try:
-                if conn.broken or lane.receiver_blocked() or not lane.put(step, seq, self.rank, header, ref):
-                    return False
-                asleep = lane.receiver_asleep()
+                published = 0 if conn.broken else lane.publish(step, seq, self.rank, header, ref)
             except (TypeError, ValueError):  # closed meanwhile (the group is closing)
                 return False
-        if asleep:
+        if not published:
+            return False
+        if published == 2:
             self._post(conn, self._nudge)
         return True
 
@@ -224,6 +241,7 @@ class DaskTransport(Transport):
                     if lane is not None and conn is not None:
                         with self._socks_lock:
                             self._lanes[addr] = lane
+                            self._ways = {}
                             lane = None
                     if lane is not None:
                         lane.close()
@@ -234,6 +252,7 @@ class DaskTransport(Transport):
                             conn.close()
                         continue
                     self._socks[addr] = conn
+                    self._ways = {}
 
         threading.Thread(target=run, name="interdist-peer-connect", daemon=True).start()
 
@@ -242,6 +261,7 @@ class DaskTransport(Transport):
             self._closed_socks = True
             conns, self._socks = list(self._socks.values()), {}
             ways, self._lanes = list(self._lanes.values()), {}
+            self._ways = {}
         for c in conns:
             if c is not None:
                 c.close()
@@ -268,6 +288,10 @@ class DaskTransport(Transport):
 
     def forget(self) -> None:
         self._pending = []
+
+    def peers_replaced(self, peers: list[str]) -> None:
+        self._peers[:] = list(peers)
+        self._ways = {}  # (by rank: a replaced peer's are gone)
 
     def is_local(self, dst: int) -> bool:
         """Whether ``dst`` can map this process's shared memory (probed once per peer)."""

@@ -240,6 +240,9 @@ class DeviceTransport(Transport):
     ) -> None:
         self.inner.send_packet(dsts, step, seq, packet, on_error, detached)
 
+    def send_header(self, dsts: list[int], step: int, seq: int, header: bytes) -> None:
+        self.inner.send_header(dsts, step, seq, header)
+
     def flush(self, timeout: float | None = None) -> None:
         self.inner.flush(timeout)
 
@@ -248,6 +251,9 @@ class DeviceTransport(Transport):
 
     def spans_hosts(self) -> bool:
         return self.inner.spans_hosts()
+
+    def peers_replaced(self, peers: list[str]) -> None:
+        self.inner.peers_replaced(peers)
 
     def forget(self) -> None:
         self.inner.forget()

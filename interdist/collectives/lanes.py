@@ -119,6 +119,14 @@ class Lane:
         words[_HEAD] = self.count  # after the bytes (stores keep their order on x86-64)
         return True
 
+    def publish(self, step: int, seq: int, src: int, header: Any, ref: bytes) -> int:
+        """What a sender does (``DaskTransport``): 0 when the lane did not take the packet (its receiver
+        blocks in ``poll``, or ``put`` refused it), 1 when published, 2 when published to a receiver that
+        went to sleep meanwhile (it needs a nudge)."""
+        if self.words[_ASLEEP] or not self.put(step, seq, src, header, ref):
+            return 0
+        return 2 if self.receiver_asleep() else 1
+
     def receiver_asleep(self) -> bool:
         """After a ``put``: whether the receiver blocks without looking (it needs a nudge)."""
         fence()

@@ -126,6 +126,7 @@ class SharedMemoryTransport(PairRing, Transport):
         self._ring: Ring | None = None  # two local replicas: the pair's ring (ring.py)
         self._ring_peer = ""  # the peer's worker it was made with or mapped from
         self._ring_failed = False  # no segment could be made here
+        self._one_host = False  # every peer was found on this host (``spans_hosts``)
         sweep_stale()
 
     # -- sending --------------------------------------------------------------
@@ -284,7 +285,18 @@ class SharedMemoryTransport(PairRing, Transport):
     def spans_hosts(self) -> bool:
         if self.threshold < 0:
             return self.inner.spans_hosts()
-        return not all(self.is_local(d) for d in range(self.world_size) if d != self.rank)
+        if self._one_host:  # (asked at every collective: AUTO's choice)
+            return False
+        # A peer not probed yet counts as far (``is_local``), so only the answer "one host" is kept.
+        self._one_host = all(self.is_local(d) for d in range(self.world_size) if d != self.rank)
+        return not self._one_host
+
+    def peers_replaced(self, peers: list[str]) -> None:
+        self._one_host = False  # a replaced peer may be on another host
+        self.inner.peers_replaced(peers)
+
+    def send_header(self, dsts: list[int], step: int, seq: int, header: bytes) -> None:
+        self.inner.send_header(dsts, step, seq, header)
 
     def flush(self, timeout: float | None = None) -> None:
         self.inner.flush(timeout)

@@ -276,10 +276,7 @@ class ReplicaRuntime(WorkerPlugin):
 
     async def set_peers(self, group: str, peers: list[str]) -> str:
         """A peer's worker was replaced (restarted by its nanny): talk to the new address."""
-        transport: Any = self._replica(group).transport
-        while not hasattr(transport, "_peers") and hasattr(transport, "inner"):
-            transport = transport.inner  # a wrapping transport (shared memory) carries control over Dask comms
-        transport._peers[:] = list(peers)
+        self._replica(group).transport.peers_replaced(list(peers))
         return "OK"
 
     async def restore_var(self, group: str, var_id: int, meta: bytes, value: bytes, step: int = -1) -> Any:

@@ -1,12 +1,15 @@
 """Lanes (small packets through shared memory, ``lanes.py``) and the small all_reduce path (``small.py``).
 
 - A lane carries packets in order, refuses what it cannot take (not attached, full, too long), and
-  leaves no name in /dev/shm once its receiver mapped it.
+  leaves no name in /dev/shm once its receiver mapped it; ``publish`` says whether to nudge.
+- ``send_header`` writes straight into the lane a packet took before, falls back to the socket when the
+  lane is full, and forgets the lanes when a peer is replaced; "one host" is remembered until then.
 - Through a mailbox: the waiting thread reads a peer's lane; a reader blocked in ``poll`` is woken by
   the sender's nudge (not by its periodic look), an abort or a put still release it at once, and
   packets of a step gone are dropped.
 - Between Dask workers, small packets go through attached lanes and the sums are right.
-- The small path gives the general path's bits, and a mismatch still raises on every rank.
+- The small path gives the general path's bits, and a mismatch (or a dtype TF cannot reduce, at every
+  call) still raises on every rank.
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ def lane_pair() -> Any:
     sender._peers, sender._sockets, sender._pending = ["me", "peer"], True, []
     sender._nudge = dask_comms.channel_parts(lanes.NUDGE_STEP, 0, 0, Packet(b""))
     conn = _Conn(peer)
-    sender._socks, sender._lanes = {"peer": conn}, {}
+    sender._socks, sender._lanes, sender._ways = {"peer": conn}, {}, {}
     lane = lanes.Lane.create() if lanes.available() else None
     if lane is not None:
         sender._lanes["peer"] = lane
@@ -178,6 +181,67 @@ def test_a_spinning_reader_gets_a_lane_packet(lane_pair: Any, monkeypatch: pytes
 
 
 @needs_lanes
+def test_publish_says_whether_the_lane_took_the_packet_and_whether_to_nudge(monkeypatch: pytest.MonkeyPatch) -> None:
+    sender = lanes.Lane.create()
+    assert sender is not None
+    try:
+        assert sender.publish(1, 1, 0, b"early", b"") == 0  # nobody attached yet
+        receiver = lanes.Lane.attach(sender.name)
+        assert receiver is not None
+        try:
+            assert sender.publish(1, 1, 0, b"one", b"") == 1
+            receiver.sleep(True)  # blocked in poll: the socket wakes it, not the lane
+            assert sender.publish(1, 2, 0, b"two", b"") == 0
+            receiver.sleep(False)
+            # it went to sleep between the sender's look and its publishing: published, and nudged
+            monkeypatch.setattr(sender, "receiver_asleep", lambda: True)
+            assert sender.publish(1, 3, 0, b"three", b"") == 2
+            assert [(p[1], p[3]) for p in receiver.take()] == [(1, b"one"), (3, b"three")]
+        finally:
+            receiver.close()
+    finally:
+        sender.close()
+
+
+@needs_lanes
+def test_send_header_takes_the_lane_a_packet_took_until_the_peers_change(lane_pair: Any) -> None:
+    box, sender, lane = lane_pair
+    sender.send_header([1], 1, 1, b"first")  # no lane known for rank 1 yet: send_packet, which finds it
+    assert box.take(1, 1, [0], 5.0, "t")[0].header == b"first" and lane.count == 1
+    assert sender._ways == {1: (sender._socks["peer"], lane)}
+    for seq in range(2, 2 + lanes.SLOTS + 2):  # nobody reads meanwhile: the lane fills, the socket takes the rest
+        sender.send_header([1], 1, seq, b"h%d" % seq)
+    got = [box.take(1, seq, [0], 5.0, "t")[0].header for seq in range(2, 2 + lanes.SLOTS + 2)]
+    assert got == [b"h%d" % seq for seq in range(2, 2 + lanes.SLOTS + 2)] and lane.count == 1 + lanes.SLOTS
+    # Rank 1's worker was replaced (worker/plugin.py ``set_peers``): the old peer's lane is not written again.
+    sender.peers_replaced(["me", "new peer"])
+    assert sender._peers == ["me", "new peer"] and sender._ways == {}
+    sent = []
+    sender.send_packet = lambda dsts, step, seq, packet, *a, **k: sent.append((dsts, seq, packet.header))
+    sender.send_header([1], 1, 99, b"to the new one")
+    assert sent == [([1], 99, b"to the new one")] and lane.count == 1 + lanes.SLOTS
+
+
+def test_one_host_is_remembered_until_the_peers_change() -> None:
+    from interdist.collectives.shared_memory import SharedMemoryTransport
+
+    asked: list[int] = []
+    local = {1: False, 2: True}
+
+    def is_local(d: int) -> bool:
+        asked.append(d)
+        return local[d]
+
+    t = SharedMemoryTransport(local_group(3)[0], is_local, threshold=1024)
+    assert t.spans_hosts() and t.spans_hosts() and asked == [1, 1]  # "far" is asked again (maybe not probed yet)
+    local[1] = True
+    assert not t.spans_hosts() and not t.spans_hosts() and asked == [1, 1, 1, 2]  # "one host" is kept
+    t.peers_replaced(["a", "b", "c"])  # a replaced peer may be elsewhere
+    local[2] = False
+    assert t.spans_hosts() and asked == [1, 1, 1, 2, 1, 2]
+
+
+@needs_lanes
 def test_lane_packets_of_a_step_gone_are_dropped(lane_pair: Any) -> None:
     box, sender, _ = lane_pair
     dropped: list[Any] = []
@@ -215,7 +279,7 @@ def lane_peers() -> Any:
         conn = _Conn(peer)
         lane = lanes.Lane.create()
         assert lane is not None
-        sender._socks, sender._lanes = {"me": conn}, {"me": lane}
+        sender._socks, sender._lanes, sender._ways = {"me": conn}, {"me": lane}, {}
         sender._post(conn, dask_comms.channel_parts(lanes.OFFER_STEP, 0, rank, Packet(lane.name.encode())))
         senders.append(sender)
         lanes_made.append(lane)
@@ -397,6 +461,32 @@ def test_small_and_large_frames_disagreeing_raise_on_every_rank(world: int, algo
     out = run_threads(local_group(world), body, algorithm=algorithm)
     for o in out:
         assert isinstance(o, ReplicaMismatchError) and "(8,)" in str(o) and "(8000,)" in str(o)
+
+
+@pytest.mark.parametrize("world, algorithm", [(2, "auto"), (4, "auto")])  # all-gather-reduce; reduce-broadcast
+def test_a_dtype_tf_cannot_reduce_raises_on_every_rank_every_time(world: int, algorithm: str) -> None:
+    # The small path looks at the dtypes once per layout when they pass: one that fails fails at every call.
+    def body(r: int, c: Collectives) -> Any:
+        out = []
+        for seq in (1, 2):
+            try:
+                c.all_reduce(1, seq, [np.ones(4, np.uint8)], ReduceOp.SUM, "t")
+                out.append(None)
+            except ValueError as e:
+                out.append(str(e))
+        out.append(c.all_reduce(1, 3, [np.ones(4, np.int32)], ReduceOp.SUM, "t")[0].tolist())
+        return out
+
+    for got in run_threads(local_group(world), body, algorithm=algorithm):
+        assert all("dtype uint8" in m for m in got[:2]) and got[2] == [world] * 4
+
+
+def test_reduce_ops_are_hashed_as_the_same_members_after_pickling() -> None:
+    import pickle
+
+    plans = {(ReduceOp.SUM, np.dtype("f4"), (4,)): "plan"}
+    assert plans.get((pickle.loads(pickle.dumps(ReduceOp.SUM)), np.dtype("f4"), (4,))) == "plan"
+    assert plans.get((ReduceOp.MEAN, np.dtype("f4"), (4,))) is None
 
 
 def test_small_path_receives_a_general_packet_of_the_same_batch() -> None:
