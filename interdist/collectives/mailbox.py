@@ -98,7 +98,10 @@ def _cores() -> int:
 
 class Mailbox(ChannelReader):
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        # Held as ``with self._lock`` (the lock's own C methods; the condition's ``__enter__`` and ``__exit__`` are
+        # Python, a microsecond of every take), waited on and notified through the condition.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._messages: dict[tuple[int, int, int], Any] = {}
         self._aborted: dict[int, str] = {}
         # rank -> (first step, last step of its program, the step it returned in, its collectives there):
@@ -118,16 +121,18 @@ class Mailbox(ChannelReader):
         self._cores = _cores()
         self._closed = False
         self._stale_doorbell: tuple[int, int] | None = None
+        self._lane_ways: list[Any] | None = None  # (lane, payload maker) of every channel, when all have lanes
+        self._sleepers = 0  # threads waiting on the condition (notified when the reading is free again)
 
     def put(self, step: int, seq: int, src: int, payload: Any) -> None:
-        with self._cond:
+        with self._lock:
             self._messages[(step, seq, src)] = payload
             self._cond.notify_all()
             if self._reading:
                 self._ring()
 
     def abort(self, step: int, reason: str) -> None:
-        with self._cond:
+        with self._lock:
             self._aborted.setdefault(step, reason)
             self._cond.notify_all()
             if self._reading:
@@ -137,7 +142,7 @@ class Mailbox(ChannelReader):
         """Replica ``rank``'s function of the program of steps ``first``..``last`` returned, in step
         ``last_step`` after ``collectives`` collectives there: a take waiting for a later one of its
         packets fails at once (``ReplicaMismatchError``) instead of at its timeout."""
-        with self._cond:
+        with self._lock:
             self._finished[rank] = (first, last, last_step, collectives)
             self._cond.notify_all()
             if self._reading:
@@ -206,7 +211,7 @@ class Mailbox(ChannelReader):
         """Forget what belongs to steps before ``step`` (later steps may already have messages)."""
         self._floor = step
         if self._channels and not self._reading:
-            with self._cond:
+            with self._lock:
                 if not self._reading:  # read what waits in the channels (packets of steps gone are dropped)
                     self._reading = True
                     try:
@@ -217,7 +222,7 @@ class Mailbox(ChannelReader):
                         self._close_stale_doorbell()
         if not self._messages and not self._aborted and not self._finished:
             return  # the common case between steps without collectives (a fused loop's): no lock
-        with self._cond:
+        with self._lock:
             dropped = [self._messages.pop(k) for k in [k for k in self._messages if k[0] < step]]
             for s in [s for s in self._aborted if s < step]:
                 del self._aborted[s]
@@ -228,7 +233,7 @@ class Mailbox(ChannelReader):
     def drain(self) -> None:
         """Drop every message and close the channels (the group is closing)."""
         self._close_channels()
-        with self._cond:
+        with self._lock:
             dropped = list(self._messages.values())
             self._messages.clear()
         self._drop(dropped)
@@ -262,7 +267,7 @@ class Mailbox(ChannelReader):
         grace_end: float | None = None
         never_end: float | None = None
         spin_first = True
-        with self._cond:
+        with self._lock:
             while True:
                 for src in srcs:
                     if src not in out and (step, seq, src) in self._messages:

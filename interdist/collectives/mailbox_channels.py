@@ -25,6 +25,7 @@ class ChannelReader:
     """The channels of a mailbox and the reading of them (under the mailbox's lock, by one waiter)."""
 
     # Set by ``Mailbox.__init__`` (mailbox.py).
+    _lock: threading.RLock
     _cond: threading.Condition
     _messages: dict[tuple[int, int, int], Any]
     _floor: int
@@ -37,6 +38,8 @@ class ChannelReader:
     _stale_doorbell: tuple[int, int] | None
     _aborted: dict[int, str]
     _finished: dict[int, tuple[int, int, int, int]]
+    _lane_ways: list[tuple[lanes.Lane | None, LanePacket | None]] | None
+    _sleepers: int
 
     if TYPE_CHECKING:  # ``Mailbox``'s (mailbox.py)
 
@@ -54,7 +57,7 @@ class ChannelReader:
         """From now on, ``sock``'s packets are read by whoever waits in ``take`` (parsed by ``parse``),
         and those of the lane its peer offers on it, if any (made payloads by ``lane_packet``)."""
         channel = Channel(sock, parse, lane_packet)
-        with self._cond:
+        with self._lock:
             if self._closed:
                 channel.close()
                 return
@@ -79,6 +82,7 @@ class ChannelReader:
         """Under the lock, with no reader polling: poll the channels added since."""
         for c in self._new_channels:
             self._channels[c.fd] = c
+            self._lane_ways = None
             self._poller.register(c.fd, select.POLLIN)
         self._new_channels.clear()
 
@@ -149,6 +153,7 @@ class ChannelReader:
             self._cond.acquire()
         for c in gone:
             self._channels.pop(c.fd, None)
+            self._lane_ways = None
             with contextlib.suppress(KeyError, ValueError, OSError):
                 poller.unregister(c.fd)
             c.close()
@@ -186,45 +191,50 @@ class ChannelReader:
         spin = self._spin_budget()
         if spin <= 0:
             return False
-        channels = list(self._channels.values())
-        if any(c.lane is None or c.lane_packet is None for c in channels):
-            return False
-        want = {s for s in srcs if s not in out}
-        poller = self._poller
+        ways = self._lane_ways
+        if ways is None:  # (made again whenever the channels change: a lane, once attached, stays)
+            ways = [(c.lane, c.lane_packet) for c in self._channels.values()]
+            if any(lane is None or make is None for lane, make in ways):
+                return False
+            self._lane_ways = ways
+        want = [s for s in srcs if s not in out]
         self._reading = True
         self._cond.release()
         other: list[tuple[int, int, int, Any]] = []
         try:
-            end = time.perf_counter() + spin
+            end = 0.0
             looks = 0
-            while want:
-                for c in channels:
-                    lane = c.lane
-                    if lane is None or not lane.ready():
-                        continue
-                    for st, sq, src, header, ref in lane.take():
-                        payload = c.lane_packet(header, ref)  # type: ignore[misc]
-                        if st == step and sq == seq and src in want:
-                            out[src] = payload
-                            want.discard(src)
-                        else:
-                            other.append((st, sq, src, payload))
+            while True:
+                for lane, make in ways:
+                    if lane.ready():  # type: ignore[union-attr]
+                        for st, sq, src, header, ref in lane.take():  # type: ignore[union-attr]
+                            payload = make(header, ref)  # type: ignore[misc]
+                            if st == step and sq == seq and src in want:
+                                out[src] = payload
+                                want.remove(src)
+                            else:
+                                other.append((st, sq, src, payload))
                 if not want:
                     break
                 if looks % 16 == 0:  # (the first look too: a packet may wait in a socket already)
-                    if poller.poll(0) or time.perf_counter() >= end:
+                    now = time.perf_counter()
+                    end = end or now + spin
+                    if self._poller.poll(0) or now >= end:
                         break
                 elif self._yields():
                     os.sched_yield()  # a runnable process of this core (a peer) goes first
                 looks += 1
-        except (TypeError, ValueError):  # a lane closed meanwhile (the group is closing)
+        except (TypeError, ValueError, AttributeError):  # a lane closed meanwhile (the group is closing)
             pass
         finally:
             self._cond.acquire()
             self._reading = False
-            self._close_stale_doorbell()
-            self._cond.notify_all()
-            self._store(other)
+            if self._stale_doorbell is not None:
+                self._close_stale_doorbell()
+            if self._sleepers:
+                self._cond.notify_all()  # another waiter may take the reading over
+            if other:
+                self._store(other)
         return True
 
     @staticmethod
@@ -259,12 +269,16 @@ class ChannelReader:
                 self._close_stale_doorbell()
                 self._cond.notify_all()  # another waiter may take the reading over
         else:
-            self._cond.wait(timeout)
+            self._sleepers += 1
+            try:
+                self._cond.wait(timeout)
+            finally:
+                self._sleepers -= 1
 
     def wait_writable(self, sock: socket.socket, timeout: float) -> None:
         """Wait up to ``timeout`` s until ``sock`` takes more bytes, reading this mailbox's channels
         meanwhile (a peer that is itself blocked sending to us is then unblocked)."""
-        with self._cond:
+        with self._lock:
             if (self._channels or self._new_channels) and not self._reading:
                 self._reading = True
                 try:
@@ -279,10 +293,11 @@ class ChannelReader:
         poller.poll(max(0.0, timeout) * 1000)
 
     def _close_channels(self) -> None:
-        with self._cond:
+        with self._lock:
             self._closed = True
             channels = [*self._channels.values(), *self._new_channels]
             self._channels.clear()
+            self._lane_ways = None
             self._new_channels.clear()
             doorbell, self._doorbell = self._doorbell, None
             if doorbell is not None and self._reading:
