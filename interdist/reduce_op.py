@@ -20,6 +20,10 @@ class ReduceOp(enum.Enum):
     SUM = "SUM"
     MEAN = "MEAN"
 
+    # Members are singletons (unpickled too), compared by identity: hashed by it, in C. Enum's own hash is
+    # Python (``hash(self._name_)``), and every small all-reduce looks its plan up by a key holding its op.
+    __hash__ = object.__hash__
+
     @staticmethod
     def from_variable_aggregation(aggregation: Any) -> ReduceOp:
         """The op that aggregates variable updates (SUM or MEAN)."""

@@ -36,7 +36,7 @@ _MAX_PLANS = 64
 class _Plan:
     """What one batch layout (op, dtypes, shapes) needs on this path, worked out once."""
 
-    __slots__ = ("choices", "fast", "head", "layout", "op", "pieces", "prefix", "size")
+    __slots__ = ("choices", "dtypes_ok", "fast", "head", "layout", "op", "pieces", "prefix", "size")
 
     def __init__(self, layout: _Layout, op: ReduceOp) -> None:
         self.layout, self.op = layout, op
@@ -49,8 +49,16 @@ class _Plan:
             op is _SUM or all(d.kind in "fc" for d in layout.dtypes)
         )
         self.choices: dict[Any, str] = {}  # AUTO's choice, by (spans hosts, the thresholds)
+        self.dtypes_ok = False  # ``check_dtypes`` passed
         # One array with elements: the frame's bytes before them, made once (``pack``).
         self.head = layout.prefix + layout.pads[0] if len(layout.shapes) == 1 and layout.sizes[0] else None
+
+    def check_dtypes(self) -> None:
+        """TF's collective dtypes only (``_check_collective_dtypes``), once the peers' frames showed that every
+        rank has them: raises on every rank alike, and looks only once per layout when they pass."""
+        if not self.dtypes_ok:
+            _check_collective_dtypes(self.layout.strs, self.layout.op)
+            self.dtypes_ok = True
 
     def pack(self, arrays: list[np.ndarray]) -> bytes:
         if self.head is not None:  # one array: the frame's head, then its bytes
@@ -113,31 +121,30 @@ def small_all_reduce(
     transport, me, n = coll.transport, coll.rank, coll.world_size
     header = plan.pack(arrays)
     peers = coll.peers
-    transport.send_packet(peers, step, seq, Packet(header))
+    # All header: the transport holds nothing of ours once sent (no ``flush``), and a peer's frame read
+    # from its header holds nothing of the transport's (no ``release``).
+    transport.send_header(peers, step, seq, header)
     got: dict[int, Packet] = transport.mailbox.take(step, seq, peers, coll.timeout(), what)
     wait = time.perf_counter() - t0
-    try:
-        theirs: dict[int, Any] = {}
-        for r, p in got.items():
-            got_arrays = plan.arrays(p.header) if p.shm is None and not p.buffers else None
-            if got_arrays is None:
+    theirs: dict[int, Any] = {}
+    for r, p in got.items():
+        got_arrays = plan.arrays(p.header) if p.shm is None and not p.buffers else None
+        if got_arrays is None:
+            try:
                 out = _mismatch(coll, got, Packet(header), arrays, op)
-                break
-            theirs[r] = got_arrays
+            finally:
+                coll._release(got)
+            break
+        theirs[r] = got_arrays
+    else:
+        plan.check_dtypes()
+        if n == 2 and plan.fast and op is _SUM:  # the commonest: one add per array
+            other = theirs[1 - me]
+            out = [np.add(a, other[i]) if me == 0 else np.add(other[i], a) for i, a in enumerate(arrays)]
         else:
-            _check_collective_dtypes(plan.layout.strs, plan.layout.op)
-            if n == 2 and plan.fast and op is _SUM:  # the commonest: one add per array
-                other = theirs[1 - me]
-                out = [np.add(a, other[i]) if me == 0 else np.add(other[i], a) for i, a in enumerate(arrays)]
-            else:
-                out = [
-                    _sum([a if r == me else theirs[r][i] for r in range(n)], op, plan.fast)
-                    for i, a in enumerate(arrays)
-                ]
-        theirs.clear()
-    finally:
-        coll._release(got)
-    transport.flush(coll.timeout())
+            out = [
+                _sum([a if r == me else theirs[r][i] for r in range(n)], op, plan.fast) for i, a in enumerate(arrays)
+            ]
     coll.last_timing = Timing(wait, time.perf_counter() - t0 - wait, len(header), AG)
     return out
 
@@ -151,18 +158,18 @@ def _reduce_broadcast(
     transport, me, n, root = coll.transport, coll.rank, coll.world_size, coll.root
     header = plan.pack(arrays)
     if me != root:
-        transport.send_packet([root], step, seq, Packet(header))
+        transport.send_header([root], step, seq, header)
         got: dict[int, Packet] = transport.mailbox.take(step, -1 - seq, [root], coll.timeout(), what)
         wait = time.perf_counter() - t0
-        try:
-            result = plan.arrays(got[root].header)
-            if result is not None:  # a frame of this layout: copies, the caller's own
-                kind, body = "ok", [np.array(a) for a in result]
-            else:
-                kind, body = coll._result(got[root])
-        finally:
-            coll._release(got)
-        transport.flush(coll.timeout())
+        reply = got[root]
+        result = plan.arrays(reply.header) if reply.shm is None and not reply.buffers else None
+        if result is not None:  # a frame of this layout: copies, the caller's own
+            kind, body = "ok", [np.array(a) for a in result]
+        else:
+            try:
+                kind, body = coll._result(reply)
+            finally:
+                coll._release(got)
         coll.last_timing = Timing(wait, time.perf_counter() - t0 - wait, len(header), RB)
         if kind == "error":
             raise ReplicaMismatchError(body)
@@ -178,7 +185,7 @@ def _reduce_broadcast(
             if any(t is None for t in theirs.values()):
                 out = _mismatch(coll, got, Packet(header), arrays, op)
             else:
-                _check_collective_dtypes(plan.layout.strs, plan.layout.op)
+                plan.check_dtypes()
                 out = [
                     _sum([a if r == me else theirs[r][i] for r in range(n)], op, plan.fast)  # type: ignore[index]
                     for i, a in enumerate(arrays)
@@ -191,8 +198,11 @@ def _reduce_broadcast(
     reply = (None if error is not None else pack_arrays(out, op.value)) or pack(
         ("error", str(error)) if error is not None else ("ok", out)
     )
-    transport.send_packet(peers, step, -1 - seq, reply)
-    transport.flush(coll.timeout())
+    if reply.buffers or reply.shm is not None:
+        transport.send_packet(peers, step, -1 - seq, reply)
+        transport.flush(coll.timeout())
+    else:
+        transport.send_header(peers, step, -1 - seq, reply.header)
     coll.last_timing = Timing(wait, time.perf_counter() - t0 - wait, reply.nbytes, RB)
     if error is not None:
         raise error

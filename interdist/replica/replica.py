@@ -163,8 +163,8 @@ class Replica:
                     self._flush_rows()
 
     # -- collectives ---------------------------------------------------------
-    def collective(self, op: str, nbytes: int, call: Callable[[int, int, str], _T]) -> _T:
-        """Run one collective with its events; ``call(step, seq, what)`` does the work."""
+    def collective(self, op: str, nbytes: int, call: Callable[[int, int, str], _T], resolve: bool = True) -> _T:
+        """Run one collective with its events; ``call(step, seq, what)`` does it (``resolve=False``: arrays only)."""
         if self.armed_fault is not None:
             faults.fire(self, "collective", op)
         self.seq = seq = self.seq + 1
@@ -178,8 +178,11 @@ class Replica:
         # The events, as rows of a ``collectives`` record (events.COLLECTIVES): CollectiveEntered, CollectiveExited.
         step = self.step
         self._row((_ENTERED, time.time(), op, seq, nbytes))
-        with resolving(self):  # handles in peers' payloads become this replica's objects
+        if not resolve:
             result = call(step, seq, what)
+        else:
+            with resolving(self):  # handles in peers' payloads become this replica's objects
+                result = call(step, seq, what)
         t = self.collectives.last_timing
         self._row(
             (_EXITED, time.time(), op, seq, max(nbytes, t.nbytes), t.algorithm or op, self.transport.name, t.wait_s,
