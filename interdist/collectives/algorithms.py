@@ -233,7 +233,7 @@ class Collectives(TwoRoundMixin, RingMixin, SplitMixin):
         host, reduced by the algorithms below exactly as NumPy arrays are (the same bits on every rank,
         and as on CPU replicas), and copied back. One replica alone reduces on its device.
         """
-        if self.world_size > 1:  # a small batch of NumPy arrays first (small.py): most of them are
+        if self.transport.world_size > 1:  # a small batch of NumPy arrays first (small.py): most of them are
             try:
                 out = small_all_reduce(self, step, seq, arrays, op, what, self.algorithm)
             except BaseException:

@@ -15,6 +15,7 @@ the same bits). What a batch layout needs is worked out once (``_Plan``, cached 
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from interdist.collectives.algorithms import Collectives
 
 _SUM, _MEAN = ReduceOp.SUM, ReduceOp.MEAN
+#: ``Timing`` made from a tuple of its four fields in C (a named tuple's own ``__new__`` is Python).
+_timing = functools.partial(tuple.__new__, Timing)
 _MAX_PLANS = 64
 
 
@@ -118,7 +121,8 @@ def small_all_reduce(
     if algorithm != AG:
         return None
     t0 = time.perf_counter()
-    transport, me, n = coll.transport, coll.rank, coll.world_size
+    transport = coll.transport
+    me, n = transport.rank, transport.world_size
     header = plan.pack(arrays)
     peers = coll.peers
     # All header: the transport holds nothing of ours once sent (no ``flush``), and a peer's frame read
@@ -138,14 +142,17 @@ def small_all_reduce(
         theirs[r] = got_arrays
     else:
         plan.check_dtypes()
-        if n == 2 and plan.fast and op is _SUM:  # the commonest: one add per array
+        if n == 2 and plan.fast and op is _SUM:  # the commonest: one add per array (in rank order)
             other = theirs[1 - me]
-            out = [np.add(a, other[i]) if me == 0 else np.add(other[i], a) for i, a in enumerate(arrays)]
+            if len(arrays) == 1:
+                out = [np.add(arrays[0], other[0]) if me == 0 else np.add(other[0], arrays[0])]
+            else:
+                out = [np.add(a, other[i]) if me == 0 else np.add(other[i], a) for i, a in enumerate(arrays)]
         else:
             out = [
                 _sum([a if r == me else theirs[r][i] for r in range(n)], op, plan.fast) for i, a in enumerate(arrays)
             ]
-    coll.last_timing = Timing(wait, time.perf_counter() - t0 - wait, len(header), AG)
+    coll.last_timing = _timing((wait, time.perf_counter() - t0 - wait, len(header), AG))
     return out
 
 
@@ -155,7 +162,8 @@ def _reduce_broadcast(
     """``Collectives._reduce_broadcast`` of a small batch: the same packets (frames to the root, the
     result back as a frame, or a pickled error), with the small path's checks and sums."""
     t0 = time.perf_counter()
-    transport, me, n, root = coll.transport, coll.rank, coll.world_size, coll.root
+    transport, root = coll.transport, coll.root
+    me, n = transport.rank, transport.world_size
     header = plan.pack(arrays)
     if me != root:
         transport.send_header([root], step, seq, header)
@@ -170,7 +178,7 @@ def _reduce_broadcast(
                 kind, body = coll._result(reply)
             finally:
                 coll._release(got)
-        coll.last_timing = Timing(wait, time.perf_counter() - t0 - wait, len(header), RB)
+        coll.last_timing = _timing((wait, time.perf_counter() - t0 - wait, len(header), RB))
         if kind == "error":
             raise ReplicaMismatchError(body)
         return list(body)
@@ -203,7 +211,7 @@ def _reduce_broadcast(
         transport.flush(coll.timeout())
     else:
         transport.send_header(peers, step, -1 - seq, reply.header)
-    coll.last_timing = Timing(wait, time.perf_counter() - t0 - wait, reply.nbytes, RB)
+    coll.last_timing = _timing((wait, time.perf_counter() - t0 - wait, reply.nbytes, RB))
     if error is not None:
         raise error
     return out
