@@ -187,6 +187,7 @@ def _reduce_broadcast(
     wait = time.perf_counter() - t0
     error: ValueError | None = None
     out: list[np.ndarray] = []
+    framed = False  # the sums have the batch's dtypes and shapes: the reply is a frame of this layout
     try:
         try:
             theirs = {r: plan.arrays(p.header) if p.shm is None and not p.buffers else None for r, p in got.items()}
@@ -198,20 +199,27 @@ def _reduce_broadcast(
                     _sum([a if r == me else theirs[r][i] for r in range(n)], op, plan.fast)  # type: ignore[index]
                     for i, a in enumerate(arrays)
                 ]
+                framed = plan.fast  # (in place, in the first array's dtype; ``_reduce_owned`` may not be)
         except ValueError as e:
             error = e
         theirs = {}
     finally:
         coll._release(got)
-    reply = (None if error is not None else pack_arrays(out, op.value)) or pack(
-        ("error", str(error)) if error is not None else ("ok", out)
-    )
-    if reply.buffers or reply.shm is not None:
-        transport.send_packet(peers, step, -1 - seq, reply)
-        transport.flush(coll.timeout())
+    if framed:  # ``pack_arrays`` of the sums, with the layout already worked out (4 us against 0.4)
+        reply_header = plan.pack(out)
+        transport.send_header(peers, step, -1 - seq, reply_header)
+        nbytes = len(reply_header)
     else:
-        transport.send_header(peers, step, -1 - seq, reply.header)
-    coll.last_timing = _timing((wait, time.perf_counter() - t0 - wait, reply.nbytes, RB))
+        reply = (None if error is not None else pack_arrays(out, op.value)) or pack(
+            ("error", str(error)) if error is not None else ("ok", out)
+        )
+        if reply.buffers or reply.shm is not None:
+            transport.send_packet(peers, step, -1 - seq, reply)
+            transport.flush(coll.timeout())
+        else:
+            transport.send_header(peers, step, -1 - seq, reply.header)
+        nbytes = reply.nbytes
+    coll.last_timing = _timing((wait, time.perf_counter() - t0 - wait, nbytes, RB))
     if error is not None:
         raise error
     return out

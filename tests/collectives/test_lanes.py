@@ -452,6 +452,28 @@ def test_small_reduce_broadcast_gives_the_general_bits(world: int, algorithm: st
             assert o.flags.writeable
 
 
+@pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.MEAN])
+def test_the_roots_reply_is_the_frame_pack_arrays_makes(op: ReduceOp) -> None:
+    # Arrays the small path adds in place (no 0-d, no integer mean): the root frames the sums with the batch's
+    # layout as worked out once, and the replicas read them back as the general path's bits.
+    def values(r: int) -> list[np.ndarray]:
+        rng = np.random.default_rng(r)
+        return [(rng.normal(size=(6, 5)) * 1e3).astype(np.float32), rng.normal(size=7)]
+
+    boxes = local_group(3)
+    sent: list[Any] = []
+    send_header = boxes[0].send_header
+    boxes[0].send_header = lambda dsts, step, seq, header: (
+        sent.append((seq, header)),
+        send_header(dsts, step, seq, header),
+    )  # type: ignore[method-assign]
+    got = run_threads(boxes, lambda r, c: c.all_reduce(1, 1, values(r), op, "t"), algorithm=RB)
+    want = [_reduce_owned([values(r)[i] for r in range(3)], op) for i in range(2)]
+    for out in got:
+        assert [o.tobytes() for o in out] == [w.tobytes() for w in want] and all(o.flags.writeable for o in out)
+    assert sent == [(-2, pack_arrays(want, op.value).header)]  # the reply to (step 1, seq 1), from the root
+
+
 @pytest.mark.parametrize("world, algorithm", [(2, "auto"), (4, "auto"), (3, RB)])
 def test_small_and_large_frames_disagreeing_raise_on_every_rank(world: int, algorithm: str) -> None:
     def body(r: int, c: Collectives) -> Any:
