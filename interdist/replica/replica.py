@@ -84,8 +84,7 @@ class Replica:
         self.transport = transport
         self._sink = emit
         self.step_events: list[dict[str, Any]] = []
-        # This step's collective events not yet sent, as rows (``_row``), and the lock that orders them with the
-        # other events: the worker's event loop sends them too (``flush_events``).
+        # This step's collective events not sent yet (``_row``); the lock orders them with the others (``flush_events``)
         self._rows: list[tuple[Any, ...]] = []
         self._rows_step = -1
         self._emit_lock = threading.Lock()
@@ -133,6 +132,8 @@ class Replica:
             rows = self._rows
             if not rows:
                 self._rows_step = self.step
+            elif row[0] == _EXITED and self._rows_step == self.step and events.merge_exited(rows, row):
+                return  # (one row for both: the commonest)
             elif self._rows_step != self.step or len(rows) >= events.MAX_ROWS:
                 self._flush_rows()
                 rows = self._rows
@@ -155,8 +156,7 @@ class Replica:
         self._sink(msg)
 
     def flush_events(self) -> None:
-        """Send the collectives' rows kept so far (the worker's event loop, before its batch goes to the
-        scheduler: a replica waiting in a collective is seen there while it waits)."""
+        """Send the rows kept so far (the worker's event loop, before its batch: a replica waiting in one is seen)."""
         if self._rows:
             with self._emit_lock:
                 if self._rows:

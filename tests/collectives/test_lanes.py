@@ -595,10 +595,38 @@ def test_a_long_loop_of_collectives_sends_records_of_at_most_max_rows(monkeypatc
     spec: Any = {"world_size": 1, "devices": ["/job:localhost/replica:0/task:0/device:CPU:0"], "kind": "mirrored"}
     rep = Replica("g", 0, spec, local_group(1)[0], sink.append, lambda s, r: None)
     rep.step = 3
-    for _ in range(5):
+    for _ in range(9):  # a row each: its two events in one (events.DONE_ROW)
         rep.collective("barrier", 0, lambda s, q, w: None)
-    assert [len(m["rows"]) for m in sink] == [4, 4]  # sent as they fill; the last two rows wait
+    assert [len(m["rows"]) for m in sink] == [4, 4]  # sent as they fill; the last row waits
     rep.flush_events()
-    assert [len(m["rows"]) for m in sink] == [4, 4, 2]
+    assert [len(m["rows"]) for m in sink] == [4, 4, 1]
+    assert [events.weight(m) for m in sink] == [8, 8, 2]
     seqs = [e.seq for m in sink for e in events.expand(m)]
-    assert seqs == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert seqs == [k for k in range(1, 10) for _ in range(2)]
+
+
+def test_a_collective_seen_waiting_sends_its_exit_as_a_row_of_its_own() -> None:
+    # The worker's flush while a replica waits in a collective sends its CollectiveEntered alone (the live views
+    # show it waiting); its CollectiveExited then comes as a row of its own, not merged into a row sent already.
+    from interdist import events
+    from interdist.replica.replica import Replica
+
+    sink: list[dict[str, Any]] = []
+    spec: Any = {"world_size": 1, "devices": ["/job:localhost/replica:0/task:0/device:CPU:0"], "kind": "mirrored"}
+    rep = Replica("g", 0, spec, local_group(1)[0], sink.append, lambda s, r: None)
+    rep.step = 2
+    rep.collective("barrier", 0, lambda s, q, w: rep.flush_events())  # flushed while "waiting"
+    rep.collective("barrier", 0, lambda s, q, w: None)
+    rep.flush_events()
+    assert [[row[0] for row in m["rows"]] for m in sink] == [
+        [events.ENTERED_ROW],
+        [events.EXITED_ROW, events.DONE_ROW],
+    ]
+    got = [e for m in events.unpack_batch(events.pack_batch(sink)) for e in events.expand(m)]
+    assert [(type(e).__name__, e.seq) for e in got] == [
+        ("CollectiveEntered", 1),
+        ("CollectiveExited", 1),
+        ("CollectiveEntered", 2),
+        ("CollectiveExited", 2),
+    ]
+    assert [e.time for e in got] == sorted(e.time for e in got)
