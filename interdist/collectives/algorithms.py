@@ -196,7 +196,7 @@ class Collectives(TwoRoundMixin, RingMixin, SplitMixin):
         t0 = time.perf_counter()
         peers = self._peers()
         if peers:
-            self.transport.send_packet(peers, step, seq, Packet(b""), detached=True)
+            self.transport.send_header(peers, step, seq, b"")  # (into the peers' lanes, once they took one)
         got, wait = self._take(step, seq, peers, what)
         self._release(got)
         self.last_timing = Timing(wait, time.perf_counter() - t0 - wait, 0, "barrier")
