@@ -98,6 +98,7 @@ class DaskTransport(Transport):
         far = []
         parts: list[Any] | None = None  # the packet as written to a channel, once for every peer
         ref: bytes | None = None
+        ways = self._ways  # (one emptied meanwhile, by a peer replaced or a lane made, is not written again)
         for d in dsts:
             conn = self._socket(d)
             if conn is None:
@@ -109,7 +110,7 @@ class DaskTransport(Transport):
                     ref = _ref_bytes(packet) if ref is None else ref
                     if self._put(conn, lane, step, seq, packet.header, ref):
                         if not ref:
-                            self._ways[d] = (conn, lane)
+                            ways[d] = (conn, lane)
                         continue
                 parts = channel_parts(step, seq, self.rank, packet) if parts is None else parts
                 # Written before this returns: the packet holds nothing of the caller's afterwards.

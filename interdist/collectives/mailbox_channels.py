@@ -224,7 +224,7 @@ class ChannelReader:
                 elif self._yields():
                     os.sched_yield()  # a runnable process of this core (a peer) goes first
                 looks += 1
-        except (TypeError, ValueError, AttributeError):  # a lane closed meanwhile (the group is closing)
+        except (TypeError, ValueError):  # a lane closed meanwhile (the group is closing)
             pass
         finally:
             self._cond.acquire()
