@@ -171,15 +171,15 @@ class DashboardModel(RunProgress):
             self._sent(e)  # the notebook's own number for the call (progress.RunProgress)
         elif isinstance(e, events.ReplicaFailed):
             self._incident("raised", e, e.error)
-        elif isinstance(e, events.ReplicaFrozen):
+        elif isinstance(e, events.ReplicaFrozen):  # (its peers wait for it until they are released)
             self._incident("frozen", e, f"ReplicaFrozenError: {e.reason}")
-            self._close_collectives(e.step)
         elif isinstance(e, events.ReplicaLost):
             self._incident("lost", e, f"WorkerLostError: {e.reason}")
-            self._close_collectives(e.step)
             for f in self.faults:  # a killed process never says its fault fired: its death does
                 if f.replica == e.replica and f.fault == "kill" and f.state == "armed" and f.armed_at <= e.time:
                     f.state, f.where, f.step = "fired", "its worker died", e.step
+        elif isinstance(e, events.ReplicaReleased):  # the step was aborted: its collectives are over
+            self._close_collectives(e.step)
         elif isinstance(e, events.ReplicaRecovered):
             self._incident("recovered", e, f"recovered on {e.worker}: {recovery_note(e)}")
         elif isinstance(e, events.VariablesRepaired):
@@ -197,7 +197,8 @@ class DashboardModel(RunProgress):
         self.incidents.append(Incident(kind, e.replica, e.step, e.time, error))
 
     def _close_collectives(self, step: int) -> None:
-        """A replica frozen or lost in ``step``: its peers are released, so the step's collectives are over."""
+        """``step`` was aborted (a replica released from it, or one whose run failed): its collectives are over. Not
+        when a replica is found frozen or lost: until the notebook releases them, its peers wait for it there."""
         for k in [k for k in self.open if k[0] == step]:
             del self.open[k]
 

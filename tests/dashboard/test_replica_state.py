@@ -245,8 +245,11 @@ def test_a_frozen_replica_is_frozen_with_its_measured_time_and_peers_wait_for_it
     # while it is stopped (before the liveness watch names it): the peers wait for it; it runs
     assert chips(m)[0] == "waiting in all_reduce #1 for [2]" and chips(m)[2] == "running train_step"
     m.feed(ev.ReplicaFrozen(G, 1, 2, 106.0, 5.2, "its worker process (pid 7) has been stopped for 5.2 s"))
+    # named frozen, not released yet: the peers still wait for it where they are (not "running train_step")
+    assert chips(m)[0] == "waiting in all_reduce #1 for [2]" and chips(m, now=106.0)[2] == "frozen 5 s"
     more = [ev.ReplicaReleased(G, 1, r, 106.1, 2, "replica 2 is frozen: ...") for r in (0, 1, 3)]
     m.feed_many(more)
+    assert m.open == {}  # released: the step's collectives are over (no watchdog entry left behind)
     assert chips(m, now=110.8) == {0: "released: replica 2 frozen", 1: "released: replica 2 frozen",
                                    2: "frozen 10 s", 3: "released: replica 2 frozen"}  # stopped since 100.8
     assert [(f.replica, f.kind) for f in m.failures] == [(2, "frozen")]
