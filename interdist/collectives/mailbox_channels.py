@@ -38,7 +38,7 @@ class ChannelReader:
     _stale_doorbell: tuple[int, int] | None
     _aborted: dict[int, str]
     _finished: dict[int, tuple[int, int, int, int]]
-    _lane_ways: list[tuple[lanes.Lane | None, LanePacket | None]] | None
+    _lane_ways: list[tuple[lanes.Lane, LanePacket]] | None
     _sleepers: int
 
     if TYPE_CHECKING:  # ``Mailbox``'s (mailbox.py)
@@ -193,8 +193,8 @@ class ChannelReader:
             return False
         ways = self._lane_ways
         if ways is None:  # (made again whenever the channels change: a lane, once attached, stays)
-            ways = [(c.lane, c.lane_packet) for c in self._channels.values()]
-            if any(lane is None or make is None for lane, make in ways):
+            ways = [(c.lane, c.lane_packet) for c in self._channels.values() if c.lane and c.lane_packet]
+            if len(ways) < len(self._channels):  # a channel without a lane
                 return False
             self._lane_ways = ways
         want = [s for s in srcs if s not in out]
@@ -206,9 +206,9 @@ class ChannelReader:
             looks = 0
             while True:
                 for lane, make in ways:
-                    if lane.ready():  # type: ignore[union-attr]
-                        for st, sq, src, header, ref in lane.take():  # type: ignore[union-attr]
-                            payload = make(header, ref)  # type: ignore[misc]
+                    if lane.ready():
+                        for st, sq, src, header, ref in lane.take():
+                            payload = make(header, ref)
                             if st == step and sq == seq and src in want:
                                 out[src] = payload
                                 want.remove(src)

@@ -169,7 +169,8 @@ class ReplicaContext:
                 "cast them to a number first"
             )
         nbytes = value.nbytes if one else _nbytes(leaves)
-        out = r.collective("all_reduce", nbytes, lambda s, q, w: r.collectives.all_reduce(s, q, leaves, op, w), False)
+        call = r.collectives.all_reduce
+        out = r.collective("all_reduce", nbytes, lambda s, q, w: call(s, q, leaves, op, w), resolve=False)
         central_sync(r)
         return out[0] if one else _nest.pack_sequence_as(value, out)
 
