@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, list[str]]] = [
 # is first used (``python -m interdist.server`` must find it not yet imported: runpy's RuntimeWarning); and
 # compiled kernels, which import numba (the optional ``fast`` extra) and compile on first use.
 LAZY_OK = ("interdist.dashboard", "interdist.lab", "interdist.server", "interdist.collectives._ring_kernels",
-           "interdist.replica._update_kernels")
+           "interdist.replica._update_kernels", "interdist.collectives._sum_kernels")
 
 # Modules that must not import Dask at all: the SPMD engine and what it stands on run without it
 # (the default strategy runs the engine in the notebook; a fake transport is enough to test it).

@@ -6,10 +6,12 @@ Every rank adds the contributions in rank order, so every rank gets the same bit
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
+from interdist import _jit
 from interdist._reduction import check_dtypes, check_shapes, mean_of_sum, reduce_arrays
 from interdist.errors import ReplicaMismatchError
 from interdist.reduce_op import ReduceOp
@@ -97,6 +99,36 @@ def _reduce_owned(values: list[Any], op: ReduceOp) -> np.ndarray:
 
 # Elements per block of a blocked sum: 256 KB of float32, which stays in a core's L2 cache.
 _BLOCK = 1 << 16
+#: Where numba is installed (the ``fast`` extra), sums of three arrays or more of these dtypes run as one compiled
+#: pass (``_sum_kernels.py``: the same additions, the same bits); two arrays are one ``np.add`` already.
+COMPILED_DTYPES = frozenset(("float32", "float64", "int32", "int64"))
+
+
+@functools.cache
+def _sum_kernels() -> Any:
+    from interdist.collectives import _sum_kernels as kernels
+
+    return kernels
+
+
+def _compiled(out: np.ndarray, flats: list[np.ndarray]) -> bool:
+    """Whether ``_blocked_sum`` of ``flats`` into ``out`` runs compiled: numba here, three arrays or more of one of
+    ``COMPILED_DTYPES``, every one contiguous."""
+    dtype = out.dtype
+    return (
+        len(flats) > 2
+        and dtype.name in COMPILED_DTYPES
+        and out.flags.c_contiguous
+        and all(f.dtype == dtype and f.flags.c_contiguous for f in flats)
+        and not _jit.unavailable_reason()
+    )
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a``: the kernel's parts are then of one numba type (segments' views are read-only)."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 def _blocked_sum(arrays: list[np.ndarray], total: np.ndarray | None = None) -> np.ndarray:
@@ -104,9 +136,13 @@ def _blocked_sum(arrays: list[np.ndarray], total: np.ndarray | None = None) -> n
     order for every element (so the same bits), but the running total of a block stays in cache
     between additions instead of going to memory and back once per array (4 replicas, 16 MB:
     a third of the memory traffic of whole-array passes). Into ``total`` when given (contiguous,
-    of the arrays' dtype and size: a split reduce-broadcast owner's segment, ``split.py``)."""
+    of the arrays' dtype and size: a split reduce-broadcast owner's segment, ``split.py``). Compiled, in one pass,
+    where it can be (``_compiled``)."""
     total = np.empty_like(arrays[0]) if total is None else total
     out, flats = total.reshape(-1), [a.reshape(-1) for a in arrays]
+    if _compiled(out, flats):
+        _sum_kernels().sum_into(out, tuple(map(_read_only, flats)))  # (one pass, the same additions)
+        return total
     for lo in range(0, out.size, _BLOCK):
         hi = lo + _BLOCK
         o = out[lo:hi]
