@@ -37,6 +37,7 @@ from interdist.protocol import (
 )
 from interdist.replica import faults
 from interdist.replica.context import ReplicaContext
+from interdist.replica.event_rows import SENT, EventRows
 from interdist.replica.user_code import begin_output, call_user, end_output, trim_traceback
 from interdist.replica.variable import ReplicaVariable
 from interdist.replica.view import make_view
@@ -46,11 +47,11 @@ if TYPE_CHECKING:
     from interdist.replica.central import CentralState
 
 _T = TypeVar("_T")
-_ENTERED, _EXITED = events.ENTERED_ROW, events.EXITED_ROW
+_ENTERED, _EXITED, _DONE = events.ENTERED_ROW, events.EXITED_ROW, events.DONE_ROW
 
 
-class Replica:
-    """State and execution of one replica of one group."""
+class Replica(EventRows):
+    """State and execution of one replica of one group (its events: ``EventRows``)."""
 
     worker: Any  # the Dask worker, set by the worker plugin (replica programs that read Dask collections)
     central_state: CentralState  # central storage's bookkeeping, made on first use (replica/central.py)
@@ -83,10 +84,11 @@ class Replica:
         )
         self.transport = transport
         self._sink = emit
-        self.step_events: list[dict[str, Any]] = []
-        # This step's collective events not sent yet (``_row``); the lock orders them with the others (``flush_events``)
-        self._rows: list[tuple[Any, ...]] = []
+        self.step_events = []
+        # This step's collective rows not sent yet, and the one in progress (event_rows.py); the lock orders them
+        self._rows = []
         self._rows_step = -1
+        self._open = None
         self._emit_lock = threading.Lock()
         # idist.debug.inject (replica/faults.py): the fault armed here, and what the hooks read (only while a
         # user program runs, so that system programs neither fire nor drop it)
@@ -111,57 +113,6 @@ class Replica:
         self.view = make_view(self)
         self.context = ReplicaContext._for_replica(self)
 
-    def emit(self, event: events.Event) -> None:
-        """Record an event: it travels back with this step's reply, and to the sink (Dask's event log)."""
-        self.emit_msg(event.to_msg())
-
-    def emit_msg(self, msg: dict[str, Any]) -> None:
-        """``emit`` of an event already in its wire form (``Event.to_msg()``)."""
-        self._before_event()
-        with self._emit_lock:
-            if self._rows:
-                self._flush_rows()  # the collectives before this event go first
-            self.step_events.append(msg)
-            self._sink(msg)
-
-    def _row(self, row: tuple[Any, ...]) -> None:
-        """Record a collective's event as a row of this step's ``collectives`` record (events.COLLECTIVES)."""
-        if self.before_emit is not None:  # (``_before_event``'s look, here: two rows a collective)
-            self._before_event()
-        with self._emit_lock:
-            rows = self._rows
-            if not rows:
-                self._rows_step = self.step
-            elif row[0] == _EXITED and self._rows_step == self.step and events.merge_exited(rows, row):
-                return  # (one row for both: the commonest)
-            elif self._rows_step != self.step or len(rows) >= events.MAX_ROWS:
-                self._flush_rows()
-                rows = self._rows
-                self._rows_step = self.step
-            rows.append(row)
-
-    def _before_event(self) -> None:
-        """A fused loop's steps so far go first, to keep the events in order (``before_emit``, fused.py); called
-        before ``_emit_lock`` is taken, since the hook emits."""
-        hook = self.before_emit
-        if hook is not None:
-            self.before_emit = None
-            hook()
-
-    def _flush_rows(self) -> None:
-        """The rows so far as one record, to the reply and the sink (with ``_emit_lock`` held)."""
-        rows, self._rows = self._rows, []
-        msg = events.collectives_msg(self.group_id, self._rows_step, self.rank, rows)
-        self.step_events.append(msg)
-        self._sink(msg)
-
-    def flush_events(self) -> None:
-        """Send the rows kept so far (the worker's event loop, before its batch: a replica waiting in one is seen)."""
-        if self._rows:
-            with self._emit_lock:
-                if self._rows:
-                    self._flush_rows()
-
     # -- collectives ---------------------------------------------------------
     def collective(self, op: str, nbytes: int, call: Callable[[int, int, str], _T], resolve: bool = True) -> _T:
         """Run one collective with its events; ``call(step, seq, what)`` does it (``resolve=False``: arrays only)."""
@@ -175,19 +126,44 @@ class Replica:
             # A step aborted before this replica got here (a peer failed, the notebook was interrupted):
             # send nothing, so that no peer can complete this collective (and apply an update) without it.
             raise CollectiveAbortedError(f"{what} was aborted: {aborted}")
-        # The events, as rows of a ``collectives`` record (events.COLLECTIVES): CollectiveEntered, CollectiveExited.
+        # The events, as rows of a ``collectives`` record (events.COLLECTIVES): the ENTERED row is kept open (``_open``)
+        # until the EXITED one makes it a DONE row (one row, the commonest), or a flush meanwhile sends it on its own.
         step = self.step
-        self._row((_ENTERED, time.time(), op, seq, nbytes))
-        if not resolve:
-            result = call(step, seq, what)
-        else:
-            with resolving(self):  # handles in peers' payloads become this replica's objects
+        if self.before_emit is not None:
+            self._before_event()
+        entered = (_ENTERED, t_in := time.time(), op, seq, nbytes)
+        if self._open is None:
+            self._open = entered
+        else:  # (a collective within another's call: the rows at once, the outer one's first)
+            with self._emit_lock:
+                if self._open is not SENT:
+                    self._row(self._open)
+                    self._open = SENT
+                self._row(entered)
+        try:
+            if not resolve:
                 result = call(step, seq, what)
+            else:
+                with resolving(self):  # handles in peers' payloads become this replica's objects
+                    result = call(step, seq, what)
+        except BaseException:
+            with self._emit_lock:
+                if self._open is entered:
+                    self._open = None
+                    self._row(entered)
+                elif self._open is SENT:
+                    self._open = None
+            raise
         t = self.collectives.last_timing
-        self._row(
-            (_EXITED, time.time(), op, seq, max(nbytes, t.nbytes), t.algorithm or op, self.transport.name, t.wait_s,
-             t.transfer_s)
-        )  # fmt: skip
+        t_out, nb, alg, backend = time.time(), max(nbytes, t.nbytes), t.algorithm or op, self.transport.name
+        with self._emit_lock:
+            if self._open is entered:
+                self._open = None
+                self._row((_DONE, t_in, nbytes, t_out, op, seq, nb, alg, backend, t.wait_s, t.transfer_s))
+            else:
+                if self._open is SENT:
+                    self._open = None
+                self._row((_EXITED, t_out, op, seq, nb, alg, backend, t.wait_s, t.transfer_s))
         self.in_collective = None
         return result
 
@@ -300,7 +276,7 @@ class Replica:
             if printed:
                 reply["output"] = printed
             with self._emit_lock:
-                if self._rows:
+                if self._rows or self._unsent():
                     self._flush_rows()
                 reply["events"], self.step_events = self.step_events, []
             if self.created:

@@ -630,3 +630,43 @@ def test_a_collective_seen_waiting_sends_its_exit_as_a_row_of_its_own() -> None:
         ("CollectiveExited", 2),
     ]
     assert [e.time for e in got] == sorted(e.time for e in got)
+
+
+def test_a_collective_that_raises_or_runs_inside_another_keeps_every_event_in_order() -> None:
+    # The open ENTERED row (replica/event_rows.py): a collective that raises leaves its CollectiveEntered alone (no
+    # exit: the dashboard shows where it failed); one run within another's call writes the rows at once, the outer
+    # one's first; a flush while rows of an earlier step wait sends them as their own record before the open one.
+    from interdist import events
+    from interdist.replica.replica import Replica
+
+    sink: list[dict[str, Any]] = []
+    spec: Any = {"world_size": 1, "devices": ["/job:localhost/replica:0/task:0/device:CPU:0"], "kind": "mirrored"}
+    rep = Replica("g", 0, spec, local_group(1)[0], sink.append, lambda s, r: None)
+    rep.step = 4
+
+    def fails(s: int, q: int, w: str) -> None:
+        raise ValueError("mismatch")
+
+    with pytest.raises(ValueError, match="mismatch"):
+        rep.collective("all_reduce", 8, fails)
+    rep.collective("barrier", 0, lambda s, q, w: rep.collective("broadcast", 4, lambda *a: None))
+    rep.flush_events()
+    got = [(type(e).__name__, e.op, e.seq) for m in sink for e in events.expand(m)]
+    assert got == [
+        ("CollectiveEntered", "all_reduce", 1),
+        ("CollectiveEntered", "barrier", 2),
+        ("CollectiveEntered", "broadcast", 3),
+        ("CollectiveExited", "broadcast", 3),
+        ("CollectiveExited", "barrier", 2),
+    ]
+    sink.clear()
+    rep.collective("barrier", 0, lambda s, q, w: None)  # a row of step 4, kept
+    rep.step = 5
+    rep.collective("barrier", 0, lambda s, q, w: rep.flush_events())  # step 5's, open when the worker flushes
+    rep.flush_events()
+    assert [(m["step"], [row[0] for row in m["rows"]]) for m in sink] == [
+        (4, [events.DONE_ROW]),
+        (5, [events.ENTERED_ROW]),
+        (5, [events.EXITED_ROW]),
+    ]
+    assert rep._open is None and rep._rows == []
