@@ -136,9 +136,9 @@ class Replica(EventRows):
             self._open = entered
         else:  # (a collective within another's call: the rows at once, the outer one's first)
             with self._emit_lock:
-                if self._open is not SENT:
-                    self._row(self._open)
-                    self._open = SENT
+                outer, self._open = self._open, SENT  # (SENT first: a flush within ``_row`` must not send it too)
+                if outer is not SENT:
+                    self._row(outer)
                 self._row(entered)
         try:
             if not resolve:

@@ -670,3 +670,30 @@ def test_a_collective_that_raises_or_runs_inside_another_keeps_every_event_in_or
         (5, [events.EXITED_ROW]),
     ]
     assert rep._open is None and rep._rows == []
+
+
+def test_a_full_record_sent_as_a_collective_opens_inside_another_sends_each_row_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The outer collective's open row goes into the record as the inner one starts, and the record is full: it is
+    # sent with the rows before it, and the next record starts with the inner row (not the outer one again).
+    from interdist import events
+    from interdist.replica.replica import Replica
+
+    monkeypatch.setattr(events, "MAX_ROWS", 1)
+    sink: list[dict[str, Any]] = []
+    spec: Any = {"world_size": 1, "devices": ["/job:localhost/replica:0/task:0/device:CPU:0"], "kind": "mirrored"}
+    rep = Replica("g", 0, spec, local_group(1)[0], sink.append, lambda s, r: None)
+    rep.step = 1
+    rep.collective("barrier", 0, lambda s, q, w: None)
+    rep.collective("barrier", 0, lambda s, q, w: rep.collective("broadcast", 4, lambda *a: None))
+    rep.flush_events()
+    got = [(type(e).__name__, e.seq) for m in sink for e in events.expand(m)]
+    assert got == [
+        ("CollectiveEntered", 1),
+        ("CollectiveExited", 1),
+        ("CollectiveEntered", 2),
+        ("CollectiveEntered", 3),
+        ("CollectiveExited", 3),
+        ("CollectiveExited", 2),
+    ]
