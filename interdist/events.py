@@ -148,7 +148,7 @@ notebook against 42-59 us with no events at all; as rows, the notebook's CPU per
 to 26-33 us (docs/performance.md). A replica keeps the rows of its current
 collectives until it emits any other event, its reply is made, its worker's batch goes to the scheduler
 (every 250 ms, so a replica waiting in a collective is seen waiting there at once), or ``MAX_ROWS`` wait
-(``Replica._row``)."""
+(``replica/event_rows.py``)."""
 
 ENTERED_ROW: int = 0
 EXITED_ROW: int = 1
@@ -160,16 +160,6 @@ MAX_ROWS = 1024
 def collectives_msg(group: str, step: int, replica: int, rows: list[tuple[Any, ...]]) -> dict[str, Any]:
     """The record of a replica's collective events ``rows`` in ``step``, in order (see ``COLLECTIVES``)."""
     return {"kind": COLLECTIVES, "group": group, "step": step, "replica": replica, "time": rows[0][1], "rows": rows}
-
-
-def merge_exited(rows: list[tuple[Any, ...]], row: tuple[Any, ...]) -> bool:
-    """Make the ``EXITED_ROW`` ``row`` and the last of ``rows``, when that is its collective's ``ENTERED_ROW``, one
-    ``DONE_ROW``; False (nothing done) when it is not (sent while the collective waited, or an event between)."""
-    last = rows[-1]
-    if last[0] != ENTERED_ROW or last[3] != row[3]:
-        return False
-    rows[-1] = (DONE_ROW, last[1], last[4], *row[1:])
-    return True
 
 
 def weight(msg: dict[str, Any]) -> int:

@@ -76,13 +76,12 @@ class EventRows:
     def _flush_rows(self) -> None:
         """The rows so far as a record, to the reply and the sink (``_emit_lock`` held), the open collective's
         ENTERED row last (which makes it ``SENT``)."""
-        rows, self._rows = self._rows, []
-        if self._unsent():
-            assert self._open is not None
+        rows, self._rows, entered = self._rows, [], self._open
+        if entered is not None and entered is not SENT:
             if rows and self._rows_step != self.step:  # rows of an earlier step: a record of their own
                 self._send(rows)
                 rows = []
-            rows.append(self._open)
+            rows.append(entered)
             self._open, self._rows_step = SENT, self.step
         if rows:
             self._send(rows)

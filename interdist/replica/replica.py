@@ -147,22 +147,18 @@ class Replica(EventRows):
                 with resolving(self):  # handles in peers' payloads become this replica's objects
                     result = call(step, seq, what)
         except BaseException:
-            with self._emit_lock:
-                if self._open is entered:
-                    self._open = None
+            with self._emit_lock:  # (``_open`` holds ours, or SENT or None: a nested one never leaves its own)
+                unsent, self._open = self._open is entered, None
+                if unsent:
                     self._row(entered)
-                elif self._open is SENT:
-                    self._open = None
             raise
         t = self.collectives.last_timing
         t_out, nb, alg, backend = time.time(), max(nbytes, t.nbytes), t.algorithm or op, self.transport.name
         with self._emit_lock:
-            if self._open is entered:
-                self._open = None
+            unsent, self._open = self._open is entered, None
+            if unsent:
                 self._row((_DONE, t_in, nbytes, t_out, op, seq, nb, alg, backend, t.wait_s, t.transfer_s))
             else:
-                if self._open is SENT:
-                    self._open = None
                 self._row((_EXITED, t_out, op, seq, nb, alg, backend, t.wait_s, t.transfer_s))
         self.in_collective = None
         return result
