@@ -122,7 +122,16 @@ def _fingerprint(obj: Any, depth: int, refs: list[Any]) -> tuple[Any, ...] | Non
         refs.append(obj)
         items = [_fingerprint(x, depth, refs) for x in obj]
         return None if any(p is None for p in items) else (id(obj), *items)
-    if isinstance(obj, (type, types.BuiltinFunctionType, types.FunctionType)) and _cp._should_pickle_by_reference(obj):
+    if isinstance(obj, types.BuiltinFunctionType):
+        # ``from math import sqrt``: a module's builtin goes by reference (cloudpickle asks nothing of it:
+        # ``_should_pickle_by_reference`` raises for builtins); a builtin bound to an object (``[].append``)
+        # carries that object, which may change unseen.
+        owner = obj.__self__
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            return None
+        refs.append(obj)
+        return (id(obj),)
+    if isinstance(obj, (type, types.FunctionType)) and _cp._should_pickle_by_reference(obj):
         refs.append(obj)
         return (id(obj),)
     # A function pickled by value is known by what it is made of (kept in ``refs``), not by its own

@@ -16,7 +16,7 @@ import pytest
 import interdist as idist
 from interdist.client import fn_pickle
 
-NOTEBOOK_CELL = '''
+NOTEBOOK_CELL = """
 SCALE = 2.0
 TABLE = [1.0]
 
@@ -37,14 +37,27 @@ def with_default(b, k=2.0):
 
 def make(k):
     return lambda b: b * k
-'''
+
+from math import floor as m_floor
+from time import perf_counter
+ROOT = math.sqrt
+SEEN = []
+note = SEEN.append
+
+def uses_builtins(b):
+    return ROOT(b) + m_floor(b) + (perf_counter() > 0) + len([b])
+
+def uses_a_bound_builtin(b):
+    note(b)
+    return len(SEEN)
+"""
 
 
 @pytest.fixture()
 def nb() -> dict[str, Any]:
     """A notebook's namespace after running ``NOTEBOOK_CELL``."""
     ns: dict[str, Any] = {"__name__": "__main__", "np": np, "math": math}
-    exec(compile(NOTEBOOK_CELL, "<notebook cell>", "exec"), ns)  # noqa: S102 - test code, made here
+    exec(compile(NOTEBOOK_CELL, "<notebook cell>", "exec"), ns)
     return ns
 
 
@@ -88,8 +101,32 @@ def test_mutable_captures_are_never_reused(nb: dict[str, Any]) -> None:
     assert cloudpickle.loads(fn_pickle.dumps_fn(nb["uses_list"]))(2.0) == 2.0
 
 
-def test_replicas_see_a_rebound_global_and_a_mutated_list(mirrored2: idist.MirroredStrategy,
-                                                         nb: dict[str, Any]) -> None:
+def test_builtins_imported_by_name_are_pickled_by_reference_and_reused(nb: dict[str, Any]) -> None:
+    # ``from math import sqrt``: cloudpickle's importability check raises for builtins, so the cache asked it
+    # nothing: it must key them by identity, as it does modules, and never fail where cloudpickle succeeds.
+    first = fn_pickle.cached_dumps(nb["uses_builtins"])
+    assert first is not None
+    assert fn_pickle.cached_dumps(nb["uses_builtins"]) is first
+    assert cloudpickle.loads(first)(4.0) == 2.0 + 4 + 1 + 1
+    nb["ROOT"] = math.exp  # rebound to another builtin: a new pickle
+    assert cloudpickle.loads(fn_pickle.cached_dumps(nb["uses_builtins"]))(0.0) == 1.0 + 0 + 1 + 1
+
+
+def test_a_builtin_bound_to_an_object_is_never_reused(nb: dict[str, Any]) -> None:
+    # ``SEEN.append`` carries the list, which may change unseen: pickled afresh each call, as a mutable capture.
+    assert fn_pickle.cached_dumps(nb["uses_a_bound_builtin"]) is None
+    nb["SEEN"].extend([1.0, 2.0])
+    assert cloudpickle.loads(fn_pickle.dumps_fn(nb["uses_a_bound_builtin"]))(3.0) == 3
+
+
+def test_replicas_run_a_function_of_imported_builtins(mirrored2: idist.MirroredStrategy, nb: dict[str, Any]) -> None:
+    out = mirrored2.run(nb["uses_builtins"], args=(np.float64(9.0),))
+    assert [float(v) for v in mirrored2.experimental_local_results(out)] == [3.0 + 9 + 1 + 1] * 2
+
+
+def test_replicas_see_a_rebound_global_and_a_mutated_list(
+    mirrored2: idist.MirroredStrategy, nb: dict[str, Any]
+) -> None:
     s = mirrored2
 
     def values(out: Any) -> list[float]:
@@ -206,8 +243,10 @@ def test_a_fused_step_reads_another_strategys_variable_as_a_copy_each_call(mirro
 
         data = idist.data.Dataset.from_tensors(np.float32(1.0)).repeat(4)
         it = iter(mirrored2.experimental_distribute_dataset(data.batch(2)))
-        assert [float(np.ravel(x)[0]) for x in mirrored2.experimental_local_results(
-            mirrored2.run_steps(step, it, steps=1))] == [2.0, 2.0]
+        assert [
+            float(np.ravel(x)[0]) for x in mirrored2.experimental_local_results(mirrored2.run_steps(step, it, steps=1))
+        ] == [2.0, 2.0]
         w.assign(3.0)
-        assert [float(np.ravel(x)[0]) for x in mirrored2.experimental_local_results(
-            mirrored2.run_steps(step, it, steps=1))] == [3.0, 3.0]
+        assert [
+            float(np.ravel(x)[0]) for x in mirrored2.experimental_local_results(mirrored2.run_steps(step, it, steps=1))
+        ] == [3.0, 3.0]
