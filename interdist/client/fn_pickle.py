@@ -28,10 +28,12 @@ from collections import ChainMap, OrderedDict
 from typing import Any, ClassVar
 
 import cloudpickle
+import numpy as np
 from cloudpickle import cloudpickle as _cp
 
 _SCALARS = (int, float, complex, str, bytes, bool, type(None), type(Ellipsis))
 _MAX_DEPTH = 4
+_MAX_TUPLE_DEPTH = 32  # tuples in tuples (each level counts one, as a function does)
 # The function's code -> (fingerprint, the objects it names (kept alive), bytes). Keyed by code, not
 # by function: ``run_steps(lambda b: ..., it, steps=64)`` in a loop makes a new function each call,
 # with the same code and captures, hence the same pickle. The most recent _MAX_ENTRIES are kept.
@@ -115,12 +117,24 @@ def _fingerprint(obj: Any, depth: int, refs: list[Any]) -> tuple[Any, ...] | Non
         # the cache does not keep the handle (nor its copies on the workers) alive.
         key = stable(obj)
         return None if key is None else (key,)
-    if isinstance(obj, (*_SCALARS, types.ModuleType)):
+    kind = type(obj)
+    # Exact types: a subclass (a NamedTuple, an IntEnum member, ``class MyInt(int)``) carries an instance
+    # ``__dict__`` and maybe a class of the notebook's, which cloudpickle sends by value and which may change.
+    if kind in _SCALARS or (kind.__module__ == "numpy" and isinstance(obj, (np.number, np.bool_))):
+        refs.append(obj)  # (a NumPy number is immutable too; a ``np.void`` may be a view into an array)
+        return (id(obj),)
+    if isinstance(obj, types.ModuleType):
+        # A module made in the notebook (``types.ModuleType``, not imported) or shipped (``Strategy.ship``)
+        # travels by value, its attributes with it: they may be reassigned unseen.
+        if not _cp._should_pickle_by_reference(obj):
+            return None
         refs.append(obj)
         return (id(obj),)
-    if isinstance(obj, tuple):
+    if kind is tuple:
+        if depth >= _MAX_TUPLE_DEPTH:
+            return None  # a deep nest (a cons list): pickled afresh, as cloudpickle can, not a RecursionError here
         refs.append(obj)
-        items = [_fingerprint(x, depth, refs) for x in obj]
+        items = [_fingerprint(x, depth + 1, refs) for x in obj]
         return None if any(p is None for p in items) else (id(obj), *items)
     if isinstance(obj, types.BuiltinFunctionType):
         # ``from math import sqrt``: a module's builtin goes by reference (cloudpickle asks nothing of it:
