@@ -211,6 +211,22 @@ def test_arguments_out_of_band_are_private_writable_copies(mirrored2: idist.Mirr
     np.testing.assert_array_equal(small, np.arange(10))
 
 
+class _Unit:
+    """A class of the notebook's, named in a dtype's metadata (the standard pickler sends it by reference)."""
+
+
+def test_arrays_whose_dtype_holds_python_objects_are_pickled_by_value(mirrored2: idist.MirroredStrategy) -> None:
+    """An array's dtype may carry ``metadata`` or a record type of the user's: such an argument goes through
+    cloudpickle (by value), not the standard pickler, which failed on it (or named a class no worker has)."""
+    from interdist.client.group import _plain
+
+    tagged = np.ones(3, dtype=np.dtype("f8", metadata={"unit": _Unit}))
+    record = np.zeros(2, dtype=np.dtype((np.record, [("a", "f4"), ("b", "i4")])))
+    assert not _plain(((tagged,), {})) and _plain(((np.ones(3), record.view(np.ndarray)), {}))
+    out = mirrored2.run(lambda a: np.float64(a.sum()), args=(tagged,))
+    assert [float(v) for v in mirrored2.experimental_local_results(out)] == [3.0, 3.0]
+
+
 def _raw_connection(server: object) -> socket.socket:
     ep = server.endpoint()  # type: ignore[attr-defined]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -78,8 +78,18 @@ def _plain(x: Any) -> bool:
     if kind is dict:
         return all(_plain(k) and _plain(v) for k, v in x.items())
     if kind is np.ndarray or isinstance(x, np.generic):
-        return kind.__module__ == "numpy" and not x.dtype.hasobject
+        return kind.__module__ == "numpy" and _plain_dtype(x.dtype)
     return False
+
+
+def _plain_dtype(dtype: np.dtype[Any]) -> bool:
+    """Whether ``dtype`` is NumPy's own through and through: no Python objects, no ``metadata`` (which may hold
+    any object), no record type of the notebook's (``np.dtype((Rec, fields))``), in its fields and sub-arrays too."""
+    if dtype.hasobject or dtype.metadata is not None or dtype.type.__module__ != "numpy":
+        return False
+    if dtype.fields is not None and not all(_plain_dtype(f[0]) for f in dtype.fields.values()):
+        return False
+    return dtype.subdtype is None or _plain_dtype(dtype.subdtype[0])
 
 
 def _dump_out_of_band(obj: Any) -> tuple[bytes, list[memoryview]]:
