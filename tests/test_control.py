@@ -218,7 +218,7 @@ class _Unit:
 def test_arrays_whose_dtype_holds_python_objects_are_pickled_by_value(mirrored2: idist.MirroredStrategy) -> None:
     """An array's dtype may carry ``metadata`` or a record type of the user's: such an argument goes through
     cloudpickle (by value), not the standard pickler, which failed on it (or named a class no worker has)."""
-    from interdist.client.group import _plain
+    from interdist.client.arg_pickle import _plain
 
     tagged = np.ones(3, dtype=np.dtype("f8", metadata={"unit": _Unit}))
     record = np.zeros(2, dtype=np.dtype((np.record, [("a", "f4"), ("b", "i4")])))
