@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 _SPEC = re.compile(
     r"^(?:/job:(?P<job>[^/]+))?(?:/replica:(?P<replica>\d+))?(?:/task:(?P<task>\d+))?"
@@ -63,6 +66,15 @@ def host_device(job: str = "localhost", task: int = 0) -> str:
 
 # -- the destinations of StrategyExtended's reduce_to/broadcast_to (the notebook's and a replica's) --------
 BAD_DESTINATIONS = "destinations must be one of a `DistributedValues` object, a tf.Variable object, or a device string."
+
+
+def refuse_int32_in_batch(dtypes: list[set[Any]]) -> None:
+    """``MirroredStrategy``'s ``batch_reduce_to`` (TF 2.21's ``MirroredExtended._batch_reduce_to``): int32 values
+    live in host memory, so each goes to its own ``ReductionToOneDevice``, and a batch of two values or more with
+    any int32 among them raises this ``ValueError`` (even two int32 values, even on one replica). Other dtypes
+    mix freely. ``dtypes``: each value's dtypes (a distributed value's components may differ)."""
+    if len(dtypes) > 1 and any(np.dtype(np.int32) in d for d in dtypes):
+        raise ValueError("Inputs to batch_reduce_to must be either all on the host or all on the compute devices.")
 
 
 def refuse_sequence(destinations: object, what: str) -> None:

@@ -55,6 +55,7 @@ class GroupSpec(TypedDict, total=False):
     strategy_name: str
     extended_class: list[list[str]]
     extended_name: str
+    int32_on_host: bool  # MirroredStrategy's batch_reduce_to refuses int32 among several values (device.py)
 
 
 class VariableMeta(TypedDict, total=False):

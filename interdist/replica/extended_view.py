@@ -44,22 +44,15 @@ def _copies(x: Any) -> bool:
     return isinstance(x, ReplicaVariable) and not single_copy(x.meta)
 
 
-def _check_one_dtype(values: list[Any]) -> None:
-    """``batch_reduce_to`` packs its values into one collective: TF refuses mixed dtypes there."""
-    dtypes = set()
-    for v in values:
-        if isinstance(v, ReplicaVariable):
-            dtypes.add(np.dtype(v.dtype))  # not read: reading another replica's copy is a collective
-        elif isinstance(v, LazyPerReplica):
-            dtypes.add(v.local_dtype())  # not gathered
-        elif isinstance(v, DistributedValues):
-            dtypes |= {dtype_of(_unwrap(c)) for c in v.values[:1]}  # a GPU replica's CuPy values too
-        else:
-            dtypes.add(dtype_of(_unwrap(v)))
-    if len(dtypes) > 1:
-        raise ValueError(
-            f"batch_reduce_to cannot reduce values of different dtypes in one batch: {sorted(d.name for d in dtypes)}"
-        )
+def _dtypes(value: Any) -> set[Any]:
+    """The dtypes of ``value``, as TF's int32 check in ``batch_reduce_to`` reads them (``refuse_int32_in_batch``)."""
+    if isinstance(value, ReplicaVariable):
+        return {np.dtype(value.dtype)}  # not read: reading another replica's copy is a collective
+    if isinstance(value, LazyPerReplica):
+        return {value.local_dtype()}  # not gathered
+    if isinstance(value, DistributedValues):
+        return {dtype_of(_unwrap(c)) for c in value.values}  # a GPU replica's CuPy values too
+    return {dtype_of(_unwrap(value))}
 
 
 class ReplicaExtendedView(_ReportsNotebookClass):
@@ -152,8 +145,8 @@ class ReplicaExtendedView(_ReportsNotebookClass):
             self._devices_of(d)  # TF: ValueError for None and for a list of devices here
         if self._replica.armed_fault is not None:  # an all-reduce, even of values already here (faults.py)
             faults.fire(self._replica, "collective", "all_reduce", "batch_reduce_to")
-        if self._n() > 1:
-            _check_one_dtype([v for v, _ in pairs])
+        if self._replica.spec.get("int32_on_host"):
+            device_lib.refuse_int32_in_batch([_dtypes(v) for v, _ in pairs])
         # merge_call's held arguments (an optimizer's gradients): one all-reduce for the whole batch.
         lazy = [i for i, (v, _) in enumerate(pairs) if isinstance(v, LazyPerReplica) and v.reducible()]
         reduced = (
@@ -276,7 +269,8 @@ class ReplicaExtendedView(_ReportsNotebookClass):
             ):
                 return False
             grads.append(np.asarray(g) if isinstance(g, np.generic) else g)  # a NumPy scalar: a 0-d array
-        _check_one_dtype(grads)
+        if len({g.dtype for g in grads}) > 1:
+            return False  # variables of several dtypes: the merge's batch_reduce_to (one all-reduce of the list)
         if replica.armed_fault is not None:  # as batch_reduce_to: the fault stops the step before values leave
             faults.fire(replica, "collective", "all_reduce", "batch_reduce_to")
         nbytes = int(sum(g.nbytes for g in grads))

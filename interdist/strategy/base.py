@@ -98,6 +98,8 @@ class Strategy(CrossReplicaMixin, InputMixin, VariablesMixin, RunMixin, DisplayM
                 "strategy_class_pickle": _class_pickle(type(self)),
                 "strategy_name": type(self).__name__,
                 "extended_class": _class_path(type(self.extended)),
+                # MirroredStrategy's batch_reduce_to refuses int32 among several values (strategy/extended.py)
+                "int32_on_host": self._kind == "mirrored" and self.extended._int32_on_host,
                 "extended_name": type(self.extended).__name__,
             }
         )

@@ -67,6 +67,10 @@ class StrategyExtended:
     (True, '/job:localhost/replica:0/task:0/device:CPU:1', 3.0)
     """
 
+    #: ``MirroredStrategy``'s ``batch_reduce_to`` refuses int32 among several values (``device.refuse_int32_in_batch``);
+    #: ``MultiWorkerMirroredStrategy``'s collectives take them (TF's ``CollectiveAllReduceExtended``).
+    _int32_on_host = True
+
     def __init__(self, strategy: _ContainerStrategy) -> None:
         self._container_strategy_weakref = weakref.ref(strategy)
 
@@ -133,8 +137,8 @@ class StrategyExtended:
         pairs = list(value_destination_pairs)
         for _, d in pairs:
             _devices_of(d, self._strategy)  # TF: ValueError for None and for a list of devices here
-        if self._strategy.num_replicas_in_sync > 1:
-            _check_one_dtype([v for v, _ in pairs])
+        if self._int32_on_host and self._strategy._kind == "mirrored":
+            device_lib.refuse_int32_in_batch([_dtypes(v) for v, _ in pairs])
         out = []
         n = self._strategy.num_replicas_in_sync
         for v, d in pairs:
@@ -230,13 +234,9 @@ def _devices_of(destinations: Any, strategy: Any = None) -> list[str]:
     raise ValueError(f"{device_lib.BAD_DESTINATIONS} Got {destinations!r}.")
 
 
-def _check_one_dtype(values: list[Any]) -> None:
-    """``batch_reduce_to`` packs its values into one collective: TF refuses mixed dtypes there."""
-    dtypes = set()
-    for v in values:
-        comps = v.values if isinstance(v, DistributedValues) else (v,)
-        dtypes |= {np.asarray(c).dtype for c in comps[:1]}
-    if len(dtypes) > 1:
-        raise ValueError(
-            f"batch_reduce_to cannot reduce values of different dtypes in one batch: {sorted(d.name for d in dtypes)}"
-        )
+def _dtypes(value: Any) -> set[Any]:
+    """The dtypes of ``value``'s components (a distributed value's may differ), as TF's int32 check reads them."""
+    if isinstance(value, Variable):
+        return {np.dtype(value.dtype)}
+    comps = value.values if isinstance(value, DistributedValues) else (value,)
+    return {np.asarray(c).dtype for c in comps}

@@ -99,6 +99,7 @@ class CommunicationOptions:
 
 class _MultiWorkerExtended(StrategyExtended):
     experimental_between_graph = True  # as TF reports it for MultiWorkerMirroredStrategy
+    _int32_on_host = False  # TF's collectives reduce int32 with the rest (CollectiveAllReduceExtended)
 
 
 class MultiWorkerMirroredStrategy(Strategy):

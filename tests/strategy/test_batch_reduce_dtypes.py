@@ -1,0 +1,119 @@
+"""Which dtypes ``batch_reduce_to`` takes together, as TF 2.21 does (recorded with tensorflow-cpu 2.21, two
+logical CPU devices, ``MirroredStrategy``):
+
+- values of different float or int64 dtypes in one batch are reduced, each keeping its dtype
+  (float32 + float64 SUM: float32 and float64 results; float32 + int64 MEAN: float32 and float64);
+- int32 values live in host memory, each with a ``ReductionToOneDevice`` of its own, so a batch of two values
+  or more with any int32 among them raises ``ValueError: Inputs to batch_reduce_to must be either all on the
+  host or all on the compute devices.`` (int32 with float32, even int32 with int32, in cross-replica context and
+  inside ``merge_call``); one int32 value alone is reduced;
+- ``CentralStorageStrategy`` reduces int32 with float32 (its extended has no such check);
+- an optimizer's ``apply_gradients`` to a float32 and a float64 variable at once works (Keras 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import interdist as idist
+
+HOST_OR_DEVICES = "Inputs to batch_reduce_to must be either all on the host or all on the compute devices."
+
+
+def _per_replica(s: idist.Strategy, dtype: str, shape: tuple[int, ...]) -> object:
+    return s.experimental_distribute_values_from_function(
+        lambda ctx: np.full(shape, ctx.replica_id_in_sync_group + 1, dtype)
+    )
+
+
+def _local(s: idist.Strategy, value: object) -> tuple[list[float], str]:
+    first = np.asarray(s.experimental_local_results(value)[0])
+    return first.tolist(), first.dtype.name
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "op", "expected"),
+    [
+        ("float32", "float64", "SUM", [([3.0] * 4, "float32"), ([3.0] * 2, "float64")]),
+        ("float16", "float32", "MEAN", [([1.5] * 4, "float16"), ([1.5] * 2, "float32")]),
+        ("float32", "int64", "MEAN", [([1.5] * 4, "float32"), ([1.5] * 2, "float64")]),
+        ("float64", "int64", "SUM", [([3.0] * 4, "float64"), ([3] * 2, "int64")]),
+    ],
+)
+def test_values_of_different_dtypes_are_reduced_in_one_batch(
+    mirrored2: idist.MirroredStrategy, first: str, second: str, op: str, expected: list[tuple[list[float], str]]
+) -> None:
+    s = mirrored2
+    a, b = _per_replica(s, first, (4,)), _per_replica(s, second, (2,))
+    out = s.extended.batch_reduce_to(op, [(a, a), (b, b)])
+    assert [_local(s, o) for o in out] == expected
+
+    def step(x: object, y: object) -> object:
+        merge = lambda strategy, x, y: strategy.extended.batch_reduce_to(op, [(x, x), (y, y)])
+        return idist.get_replica_context().merge_call(merge, args=(x, y))
+
+    assert [_local(s, o) for o in s.run(step, args=(a, b))] == expected
+
+
+@pytest.mark.parametrize(("first", "second"), [("int32", "float32"), ("float32", "int32"), ("int32", "int32")])
+def test_int32_among_several_values_is_refused_as_tf_does(
+    mirrored2: idist.MirroredStrategy, first: str, second: str
+) -> None:
+    s = mirrored2
+    a, b = _per_replica(s, first, (2,)), _per_replica(s, second, (2,))
+    with pytest.raises(ValueError, match=HOST_OR_DEVICES):
+        s.extended.batch_reduce_to("SUM", [(a, "CPU:0"), (b, "CPU:0")])
+    with pytest.raises(ValueError, match=HOST_OR_DEVICES):
+        s.extended.batch_reduce_to("SUM", [(a, "CPU:0"), (np.int32(3) if first != "int32" else b, "CPU:0")])
+
+    def step() -> object:
+        merge = lambda strategy: strategy.extended.batch_reduce_to(
+            "SUM", [(np.ones(2, first), "CPU:0"), (np.ones(2, second), "CPU:0")]
+        )
+        return idist.get_replica_context().merge_call(merge)
+
+    with pytest.raises(ValueError, match=HOST_OR_DEVICES):
+        s.run(step)
+    # one int32 value alone is reduced, and the strategy goes on
+    assert _local(s, s.extended.batch_reduce_to("SUM", [(_per_replica(s, "int32", (2,)), "CPU:0")])[0]) == (
+        [3, 3],
+        "int32",
+    )
+
+
+@pytest.fixture(scope="module")
+def central() -> Iterator[idist.experimental.CentralStorageStrategy]:
+    s = idist.experimental.CentralStorageStrategy(["CPU:0", "CPU:1"])
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_central_storage_reduces_int32_with_other_values(central: idist.experimental.CentralStorageStrategy) -> None:
+    a, b = _per_replica(central, "float32", (2,)), _per_replica(central, "int32", (2,))
+    out = central.extended.batch_reduce_to("SUM", [(a, "CPU:0"), (b, "CPU:0")])
+    assert [(np.asarray(o).tolist(), np.asarray(o).dtype.name) for o in out] == [
+        ([3.0, 3.0], "float32"),
+        ([3, 3], "int32"),
+    ]
+
+
+def test_an_optimizer_updates_variables_of_two_dtypes_at_once(mirrored2: idist.MirroredStrategy) -> None:
+    s = mirrored2
+    with s.scope():
+        a = idist.Variable(np.ones(3, np.float32))
+        b = idist.Variable(np.ones(2, np.float64))
+        opt = idist.optimizers.SGD(0.25)
+
+    def step() -> None:
+        opt.apply_gradients([(np.ones(3, np.float32), a), (np.ones(2, np.float64), b)])
+
+    s.run(step)  # the gradients' SUM over two replicas is 2: 1 - 0.25 * 2
+    for var, dtype in ((a, np.float32), (b, np.float64)):
+        for copy in s.experimental_local_results(var):
+            got = np.asarray(copy)
+            assert got.dtype == dtype and got.tolist() == [0.5] * got.size
