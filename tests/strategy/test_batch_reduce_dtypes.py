@@ -7,7 +7,7 @@ logical CPU devices, ``MirroredStrategy``):
   or more with any int32 among them raises ``ValueError: Inputs to batch_reduce_to must be either all on the
   host or all on the compute devices.`` (int32 with float32, even int32 with int32, in cross-replica context and
   inside ``merge_call``); one int32 value alone is reduced;
-- ``CentralStorageStrategy`` reduces int32 with float32 (its extended has no such check);
+- ``CentralStorageStrategy`` and ``MultiWorkerMirroredStrategy`` reduce int32 with float32 (no such check);
 - an optimizer's ``apply_gradients`` to a float32 and a float64 variable at once works (Keras 3).
 """
 
@@ -117,3 +117,15 @@ def test_an_optimizer_updates_variables_of_two_dtypes_at_once(mirrored2: idist.M
         for copy in s.experimental_local_results(var):
             got = np.asarray(copy)
             assert got.dtype == dtype and got.tolist() == [0.5] * got.size
+
+
+def test_multi_worker_mirrored_reduces_int32_with_other_values() -> None:
+    # TF 2.21's CollectiveAllReduceExtended picks its collectives by the number of devices, not the dtype.
+    with idist.MultiWorkerMirroredStrategy() as s:  # no TF_CONFIG: one worker, this machine
+        x = s.experimental_distribute_values_from_function(lambda ctx: np.array([1, 2], np.int32))
+        y = s.experimental_distribute_values_from_function(lambda ctx: np.array([1.0, 2.0], np.float32))
+        out = s.extended.batch_reduce_to("SUM", [(x, "CPU:0"), (y, "CPU:0")])
+        assert [(np.asarray(o).tolist(), np.asarray(o).dtype.name) for o in out] == [
+            ([1, 2], "int32"),
+            ([1.0, 2.0], "float32"),
+        ]
