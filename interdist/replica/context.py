@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from interdist import _context, _nest, _reduction
+from interdist import device as device_lib
 from interdist._convert import as_array, same_object_across
 from interdist.reduce_op import check_reduce_op, known_reduce_op
 from interdist.replica.central import central_sync
@@ -168,6 +169,9 @@ class ReplicaContext:
                 f"all_reduce cannot {op.value} boolean values (TF has no {op.value} kernel for bool); "
                 "cast them to a number first"
             )
+        if not one and len(leaves) > 1 and r.spec.get("int32_on_host"):
+            # TF reduces a structure with one batch_reduce_to: MirroredStrategy refuses int32 among its leaves
+            device_lib.refuse_int32_in_batch([{a.dtype} for a in leaves])
         nbytes = value.nbytes if one else _nbytes(leaves)
         call = r.collectives.all_reduce
         out = r.collective("all_reduce", nbytes, lambda s, q, w: call(s, q, leaves, op, w), resolve=False)

@@ -5,7 +5,7 @@
   ``THRESHOLD`` bytes really goes through a POSIX shared-memory segment, mapped and
   unlinked exactly as between worker processes.
 - ``dask``: every rank is a replica on a Dask worker of a real cluster; a test body runs
-  inside ``strategy.run`` and uses the replica's own engine (``ctx.all_reduce``, the
+  inside ``strategy.run`` and uses the replica's own engine (``Replica.collective``, the
   replica's ``Collectives`` over the transport the worker took from the registry).
 
 A test body gets an ``Ops`` (the same methods either way) and its result, or the exception
@@ -149,14 +149,18 @@ class ReplicaOps:
         self.rank, self.world_size = replica.rank, replica.world_size
 
     def all_reduce(self, arrays: list[np.ndarray], op: ReduceOp, algorithm: str | None = None) -> list[np.ndarray]:
-        import interdist as idist
-
         colls = self.r.collectives
         before = colls.algorithm
         if algorithm is not None:
             colls.algorithm = algorithm
+        r, arrays = self.r, list(arrays)
+        nbytes = sum(a.nbytes for a in arrays)
         try:
-            return list(idist.get_replica_context().all_reduce(op, list(arrays)))
+            # The engine's all-reduce of the list, as ``ctx.all_reduce`` runs it, without TF's rule for structures
+            # (MirroredStrategy refuses int32 among several values: tests/strategy/test_batch_reduce_dtypes.py)
+            return list(
+                r.collective("all_reduce", nbytes, lambda s, q, w: r.collectives.all_reduce(s, q, arrays, op, w))
+            )
         finally:
             colls.algorithm = before
 

@@ -129,3 +129,28 @@ def test_multi_worker_mirrored_reduces_int32_with_other_values() -> None:
             ([1, 2], "int32"),
             ([1.0, 2.0], "float32"),
         ]
+
+
+def test_all_reduce_of_a_structure_with_int32_is_refused_as_tf_does(mirrored2: idist.MirroredStrategy) -> None:
+    """TF's ``ReplicaContext.all_reduce`` of a structure is one ``batch_reduce_to`` (in a ``merge_call``), so the
+    same rule holds there: two leaves or more with any int32 among them raise; one int32 leaf is reduced, and
+    float32 with int64 are (TF 2.21: [2.0, 4] for SUM, [1.0, 2.0] for MEAN on two replicas)."""
+    s = mirrored2
+
+    def reduce(op: str, make: object) -> object:
+        return s.run(lambda: idist.get_replica_context().all_reduce(op, make()))  # type: ignore[operator]
+
+    for make in (
+        lambda: [np.int32(1), np.int32(2)],
+        lambda: [np.int32(1), np.float32(2.0)],
+        lambda: {"a": np.ones(2, np.int32), "b": np.ones(2, np.int32)},
+    ):
+        for op in ("SUM", "MEAN"):
+            with pytest.raises(ValueError, match=HOST_OR_DEVICES):
+                reduce(op, make)
+    one = reduce("SUM", lambda: [np.int32(1)])
+    assert [np.asarray(v).tolist() for v in s.experimental_local_results(one[0])] == [2, 2]
+    summed = reduce("SUM", lambda: [np.float32(1.0), np.int64(2)])
+    assert [(np.asarray(s.experimental_local_results(v)[0]).tolist()) for v in summed] == [2.0, 4]
+    mean = reduce("MEAN", lambda: [np.float32(1.0), np.int64(2)])
+    assert [(np.asarray(s.experimental_local_results(v)[0]).tolist()) for v in mean] == [1.0, 2.0]
