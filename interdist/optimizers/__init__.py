@@ -6,8 +6,9 @@ variables and NumPy gradients, the same all-reduce and updates without the merge
 Gradients are summed across replicas: scale the loss by the global batch size.
 
 Each optimizer's update is Keras 3's ``update_step``, operation for operation in the variable's
-dtype (the same ``assign``/``assign_add``/``assign_sub`` of the same float32 values), so that its
-results equal TF 2.21's eager ones.
+dtype (the same ``assign``/``assign_add``/``assign_sub`` of the same values), so that its results
+equal TF 2.21's eager ones, for float16, float32 and float64 variables alike (hyperparameters rounded
+where Keras rounds them: ``rules._cast``, ``rules._operand``).
 
 Where the slots (momentum, Adam's moments, RMSprop's velocity, Adagrad's accumulators) live:
 

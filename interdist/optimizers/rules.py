@@ -1,8 +1,12 @@
 """The optimizers: ``SGD``, ``Adam``, ``RMSprop`` and ``Adagrad``, each Keras 3's ``update_step``.
 
 Operation for operation in the variable's dtype (the same ``assign``/``assign_add``/``assign_sub`` of the
-same float32 values), so that their results equal TF 2.21's eager ones. Part of ``interdist.optimizers``,
-which re-exports its public names.
+same values), so that their results equal TF 2.21's eager ones, for float16, float32 and float64 variables.
+The hyperparameters come into the variable's dtype as Keras 3 on TF brings them there: what it passes
+to ``ops.cast`` (the learning rate, a float32 variable; SGD's momentum; Adam's betas in their powers;
+Adagrad's initial accumulator) through float32 (``_cast``); a Python float it uses as an operand
+(epsilon, RMSprop's rho and momentum, ``1 - beta``) straight into the dtype (``_operand``). Part of
+``interdist.optimizers``, which re-exports its public names.
 """
 
 from __future__ import annotations
@@ -48,23 +52,23 @@ class SGD(Optimizer):
 
     def _apply_parts(self, var: Any, parts: list[Any], slots: Any, step: int) -> bool:
         # v -= (g0 + g1 + ...) * lr, tile by tile: the sum's bits, never written whole (fused_update.py)
-        return self.momentum == 0 and sum_assign_sub_scaled(var, parts, parts[0].dtype.type(self.learning_rate))
+        return self.momentum == 0 and sum_assign_sub_scaled(var, parts, _cast(self.learning_rate, parts[0].dtype.type))
 
     def _apply_chunks(self, var: Any, pieces: list[Any], slots: Any, step: int) -> bool:
         # v -= g * lr, a chunk of g at a time where the owners' chunks lie (fused_update.py)
-        return self.momentum == 0 and sub_scaled_chunks(var, pieces, pieces[0].dtype.type(self.learning_rate))
+        return self.momentum == 0 and sub_scaled_chunks(var, pieces, _cast(self.learning_rate, pieces[0].dtype.type))
 
     def _ring_target(self, var: Any, grad: Any, done: Any) -> Any | None:
         # v - (g0 + g1) * lr written into a new copy as the ring sums (fused_update.ring_swap)
-        return None if self.momentum != 0 else ring_swap(var, grad, grad.dtype.type(self.learning_rate), done)
+        return None if self.momentum != 0 else ring_swap(var, grad, _cast(self.learning_rate, grad.dtype.type), done)
 
     def _apply_dense(self, var: Any, grad: Any, slots: Any, step: int) -> Any:
         t = grad.dtype.type
-        lr = t(self.learning_rate)
+        lr = _cast(self.learning_rate, t)
         if self.momentum == 0:
             done = assign_sub_scaled(var, grad, lr)  # in one pass over memory where it can (the same bits)
             return done if done is not None else var.assign_sub(grad * lr)
-        momentum = t(self.momentum)
+        momentum = _cast(self.momentum, t)  # ops.cast: through float32
         m = slots.read("momentum", grad)
         slots.assign("momentum", m * momentum - grad * lr)
         m = slots.read("momentum", grad)
@@ -106,15 +110,15 @@ class Adam(Optimizer):
     def _apply_dense(self, var: Any, grad: Any, slots: Any, step: int) -> Any:
         t = grad.dtype.type
         xp = _gpu.xp_of(grad)
-        beta_1_power = _power(t(self.beta_1), step)
-        beta_2_power = _power(t(self.beta_2), step)
-        alpha = t(self.learning_rate) * np.sqrt(t(1) - beta_2_power) / (t(1) - beta_1_power)
+        beta_1_power = _power(_cast(self.beta_1, t), step)  # ops.cast(beta, dtype): through float32
+        beta_2_power = _power(_cast(self.beta_2, t), step)
+        alpha = _cast(self.learning_rate, t) * np.sqrt(t(1) - beta_2_power) / (t(1) - beta_1_power)
         m = slots.read("momentum", grad)
-        slots.assign_add("momentum", (grad - m) * t(1 - self.beta_1))
+        slots.assign_add("momentum", (grad - m) * _operand(1 - self.beta_1, t))
         v = slots.read("velocity", grad)
-        slots.assign_add("velocity", (grad * grad - v) * t(1 - self.beta_2))
+        slots.assign_add("velocity", (grad * grad - v) * _operand(1 - self.beta_2, t))
         m, v = slots.read("momentum", grad), slots.read("velocity", grad)
-        return var.assign_sub((m * alpha) / (xp.sqrt(v) + t(self.epsilon)))
+        return var.assign_sub((m * alpha) / (xp.sqrt(v) + _operand(self.epsilon, t)))
 
 
 class RMSprop(Optimizer):
@@ -158,7 +162,7 @@ class RMSprop(Optimizer):
     def _apply_dense(self, var: Any, grad: Any, slots: Any, step: int) -> Any:
         t = grad.dtype.type
         xp = _gpu.xp_of(grad)
-        lr, rho, rest = t(self.learning_rate), t(self.rho), t(1 - self.rho)
+        lr, rho, rest = _cast(self.learning_rate, t), _operand(self.rho, t), _operand(1 - self.rho, t)
         velocity = slots.read("velocity", grad)
         slots.assign("velocity", rho * velocity + rest * (grad * grad))
         velocity = slots.read("velocity", grad)
@@ -166,13 +170,13 @@ class RMSprop(Optimizer):
             average = slots.read("average_gradient", grad)
             slots.assign("average_gradient", rho * average + rest * grad)
             average = slots.read("average_gradient", grad)
-            denominator = velocity - average * average + t(self.epsilon)
+            denominator = velocity - average * average + _operand(self.epsilon, t)
         else:
-            denominator = velocity + t(self.epsilon)
+            denominator = velocity + _operand(self.epsilon, t)
         increment = (lr * grad) / xp.sqrt(denominator)
         if self.momentum > 0:
             m = slots.read("momentum", grad)
-            slots.assign("momentum", t(self.momentum) * m + increment)
+            slots.assign("momentum", _operand(self.momentum, t) * m + increment)
             return var.assign_sub(slots.read("momentum", grad))
         return var.assign_sub(increment)
 
@@ -203,22 +207,41 @@ class Adagrad(Optimizer):
         self._has_slots = True
 
     def _slot_specs(self) -> dict[str, float]:
-        return {"accumulator": self.initial_accumulator_value}
+        # Keras' initializers.Constant: ops.cast(value, dtype), through float32 (as for float32 variables)
+        return {"accumulator": float(np.float32(self.initial_accumulator_value))}
 
     def _apply_dense(self, var: Any, grad: Any, slots: Any, step: int) -> Any:
         t = grad.dtype.type
         xp = _gpu.xp_of(grad)
         slots.assign_add("accumulator", grad * grad)
         accumulator = slots.read("accumulator", grad)
-        return var.assign_sub((t(self.learning_rate) * grad) / xp.sqrt(accumulator + t(self.epsilon)))
+        lr, epsilon = _cast(self.learning_rate, t), _operand(self.epsilon, t)
+        return var.assign_sub((lr * grad) / xp.sqrt(accumulator + epsilon))
+
+
+def _cast(value: float, t: Any) -> Any:
+    """``ops.cast(value, dtype)`` of a Python float (or of the learning rate, a float32 variable), as Keras 3 on
+    TF computes it: ``tf.cast`` makes the value a float32 tensor first, then casts that to the dtype. So a
+    float64 variable's update uses the float32-rounded value (e.g. 0.1 is 0.10000000149011612 there), a
+    float16 one the float32 value rounded to half (checked with TF 2.21)."""
+    return t(np.float32(value))
+
+
+def _operand(value: float, t: Any) -> Any:
+    """A Python float as Keras 3 on TF uses it as an operand of a tensor of the dtype (``ops.add(x, eps)``,
+    ``ops.multiply(rho, x)``, ``x + eps``): converted to the dtype directly, so exactly for float64; a
+    float16 tensor's, through float32 (TF converts a Python float to half by way of float: checked with TF
+    2.21, 1 + 2**-11 + 2**-40 becomes 1.0 there, where NumPy's direct rounding makes it 1.001)."""
+    return t(value) if np.dtype(t).itemsize > 4 else t(np.float32(value))
 
 
 def _power(base: np.floating[Any], step: int) -> Any:
-    """``base ** step`` in ``base``'s dtype, as TF's scalar ``pow`` on CPU computes it: for float32,
-    the C library's ``powf`` (TF calls it; NumPy's float32 power differs from it by an ulp at times,
-    e.g. 0.9**4), else the power in double precision rounded to the dtype."""
+    """``base ** step`` in ``base``'s dtype, as TF's scalar ``pow`` on CPU computes it: for float32 (and
+    float16, which Eigen computes in float), the C library's ``powf`` (TF calls it; NumPy's float32 power
+    differs from it by an ulp at times, e.g. 0.9**4), else the power in double precision (C's ``pow``, as
+    TF's float64 ``pow``) rounded to the dtype."""
     t = type(base)
-    if t is np.float32:
+    if t is np.float32 or t is np.float16:
         powf = _c_powf()
         if powf is not None:
             return t(powf(float(base), float(step)))

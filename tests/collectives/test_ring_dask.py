@@ -113,10 +113,11 @@ def test_sgd_through_the_ring_gives_the_all_gather_reduces_copies_and_leaves_rea
     assert unused == [0, 0]
     assert all(all(h) for h in held_ring) and all(all(h) for h in held_plain)
     t = np.dtype(dtype).type
+    lr = t(np.float32(0.1))  # Keras 3's learning rate is a float32 variable, cast to the variable's dtype
     w = np.random.default_rng(5).normal(size=N).astype(dtype)
     for _ in range(4):
         g = [(w * t(0.01) + t(r + 1)) * t(0.5) for r in (0, 1)]
-        w = w - np.add(g[0], g[1]) * t(0.1)
+        w = w - np.add(g[0], g[1]) * lr
     for copies in (with_ring, without):
         assert copies[0].dtype == dtype
         assert np.array_equal(copies[0], copies[1])
