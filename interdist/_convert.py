@@ -10,6 +10,7 @@ CuPy mirrors NumPy's API, and the array-module helpers of ``_gpu`` return ``Any`
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Any, cast
 
 import numpy as np
@@ -251,3 +252,19 @@ def summarize_with_sketch(value: Any, blocks: int, above: int) -> tuple[float, f
             return math.sqrt(sq), checksum, sketch
     f = flat.astype(xp.float64, copy=False)
     return float(xp.sqrt(xp.dot(f, f))), checksum, sketch
+
+
+def content_digest(value: Any) -> tuple[str, tuple[int, ...], int]:
+    """An array's dtype, shape and the CRC-32 of its bytes: to tell, on either side of the wire, whether an argument
+    a replica function returned is still what the notebook sent (``ArgRef``)."""
+    a = np.asarray(_gpu.to_host(value), order="C")  # (not ascontiguousarray: it makes a 0-d array 1-d)
+    return a.dtype.str, tuple(a.shape), zlib.crc32(a.reshape(-1).view(np.uint8).data)
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Whether two arrays have the same dtype, shape and bytes (NaNs by their bits: a copy equals its source)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    xp = _gpu.xp_of(a)
+    return bool(xp.array_equal(xp.ascontiguousarray(a).reshape(-1).view(xp.uint8),
+                               xp.ascontiguousarray(b).reshape(-1).view(xp.uint8)))  # fmt: skip

@@ -263,15 +263,20 @@ class ValueMeta:
 
 
 class ArgRef:
-    """A result that is one of the program's own arguments, returned unchanged (by identity)."""
+    """A result that is one of the program's own arguments (by identity): the notebook hands back the object it
+    passed. An array the function may have changed in place comes with ``digest`` (``content_digest`` of it as
+    returned) and ``meta`` (the value, kept as any result): the notebook's object if its digest is the same,
+    else the value as returned."""
 
-    __slots__ = ("index",)
+    __slots__ = ("digest", "index", "meta")
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, digest: Any = None, meta: ValueMeta | None = None) -> None:
         self.index = index
+        self.digest = digest
+        self.meta = meta
 
     def __reduce__(self) -> Any:
-        return (ArgRef, (self.index,))
+        return (ArgRef, (self.index, self.digest, self.meta))
 
 
 VARIABLE_KEY = "variable:"  # a released key naming a variable whose notebook handle was collected

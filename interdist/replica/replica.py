@@ -8,6 +8,7 @@ worker.
 
 from __future__ import annotations
 
+import functools
 import pickle
 import threading
 import time
@@ -15,7 +16,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import cloudpickle
-import numpy as np
 
 from interdist import _context, _gpu, _nest, events
 from interdist._convert import small_values, summarize_with_sketch
@@ -25,21 +25,18 @@ from interdist.config import settings
 from interdist.errors import CollectiveAbortedError
 from interdist.protocol import (
     VARIABLE_KEY,
-    ArgRef,
     CreatedVariable,
     GroupSpec,
     Reply,
     StoreRef,
-    ValueMeta,
-    VarRef,
     dump_exception,
     resolving,
 )
 from interdist.replica import faults
 from interdist.replica.context import ReplicaContext
 from interdist.replica.event_rows import SENT, EventRows
+from interdist.replica.results import encode, held_copy
 from interdist.replica.user_code import begin_output, call_user, end_output, trim_traceback
-from interdist.replica.variable import ReplicaVariable
 from interdist.replica.view import make_view
 from interdist.values.variables import PlainVariableProxy, plain_updates
 
@@ -196,8 +193,10 @@ class Replica(EventRows):
                 fn_name = getattr(fn, "__qualname__", getattr(fn, "__name__", type(fn).__name__))
                 program = "run" if not system else fn_name
                 self.emit_msg(events.RunStarted.msg(self.group_id, step, self.rank, t0, fn_name, program))
+                held: dict[int, Any] = {}  # a user function's copies of held values (results.py)
                 if args or kwargs:
-                    args, kwargs = _nest.map_structure(self._deref, (args, kwargs))
+                    deref = self._deref if system else functools.partial(held_copy, self, held)
+                    args, kwargs = _nest.map_structure(deref, (args, kwargs))
                 if self.on_gpu:
                     _gpu.use_device0()  # this thread's current device: the worker's GPU
                     args, kwargs = _gpu.inputs_to_device((args, kwargs))  # as TF places inputs on the device
@@ -212,7 +211,7 @@ class Replica(EventRows):
                         faults.fire(self, "step")
                     with _context.enter(self.view, self.context):
                         result = call_user(fn, args, kwargs)
-                reply: Reply = {"ok": True, "result": dump_result(self.encode(result, step, arg_ids))}
+                reply: Reply = {"ok": True, "result": dump_result(encode(self, result, step, arg_ids, held))}
             except BaseException as exc:  # noqa: BLE001 - every failure must reach the notebook
                 secondary = isinstance(exc, CollectiveAbortedError)
                 tb, frames = trim_traceback(exc)  # the user's frames only
@@ -299,42 +298,6 @@ class Replica(EventRows):
             except KeyError:
                 raise KeyError(f"value {x.key} is no longer held by replica {self.rank}") from None
         return x
-
-    def encode(self, result: Any, step: int, arg_ids: dict[int, int] | None = None) -> Any:
-        """Keep result leaves in the store; reply with their metadata (and small values)."""
-
-        counter = iter(range(1 << 30))
-
-        def leaf(x: Any) -> Any:
-            if x is None:
-                return None
-            if isinstance(x, ReplicaVariable):
-                return VarRef(x.var_id)
-            if arg_ids and id(x) in arg_ids:
-                return ArgRef(arg_ids[id(x)])
-            key = f"{step}.{next(counter)}"
-            self.store[key] = x
-            if isinstance(x, (np.ndarray, np.generic)):
-                a = np.asarray(x)
-                small = a.nbytes <= settings.inline_bytes
-                return ValueMeta(
-                    key, a.shape, a.dtype.str, x if small else None, small, shared=id(x) in self.shared_results
-                )
-            if _gpu.is_cupy(x):  # kept on the GPU; the notebook gets NumPy (small values inline)
-                small = x.nbytes <= settings.inline_bytes
-                return ValueMeta(
-                    key,
-                    tuple(x.shape),
-                    x.dtype.str,
-                    x.get() if small else None,
-                    small,
-                    shared=id(x) in self.shared_results,
-                )
-            # Python values travel as they are (TF leaves them unconverted); one merge_fn returned
-            # (a float, a string) is one object in TF, handed back as such (not a PerReplica)
-            return ValueMeta(key, None, None, x, True, shared=id(x) in self.shared_results)
-
-        return _nest.map_structure(leaf, result)
 
     def _emit_variable_updates(self, step: int) -> None:
         for var_id in sorted(self.touched):

@@ -75,6 +75,48 @@ def test_arguments_returned_unchanged_are_the_notebooks_own_objects(mirrored2: A
     assert plain == 7
 
 
+def test_an_argument_changed_in_place_and_returned_comes_back_changed(mirrored2: Any) -> None:
+    """A replica that updates an array argument in place and returns it returns what it computed, not the
+    notebook's array (which it never changes): each replica works on its own copy. Returned unchanged, the
+    argument is still the notebook's own object. Small (inline) and large (kept on the replicas) alike."""
+
+    def inc(x: np.ndarray) -> np.ndarray:
+        x += idist.get_replica_context().replica_id_in_sync_group + 1
+        return x
+
+    for n in (3, 20_000):
+        a = np.zeros(n)
+        out = mirrored2.run(inc, args=(a,))
+        assert out is not a
+        assert [float(np.asarray(v).sum()) for v in _locals(mirrored2, out)] == [n * 1.0, n * 2.0]
+        assert not a.any()  # the notebook's array: unchanged
+        assert mirrored2.run(lambda x: x, args=(a,)) is a
+        nan = np.full(n, np.nan)
+        assert mirrored2.run(lambda x: x, args=(nan,)) is nan  # unchanged by its bits, NaNs included
+        flipped = mirrored2.run(lambda x: x.__setitem__(slice(None), x[::-1]) or x, args=(np.arange(n, dtype=float),))
+        assert [np.asarray(v)[0] for v in _locals(mirrored2, flipped)] == [n - 1.0, n - 1.0]
+
+
+def test_a_held_value_is_not_changed_by_a_function_that_updates_its_argument(mirrored2: Any) -> None:
+    """Values the replicas hold (an earlier run's results) reach a function as copies: ``x += 1`` there leaves
+    the held value as it was, as a TF tensor is never changed by a step that reads it. Returned unchanged, a
+    held value is the notebook's own handle; changed, a new value."""
+    for n in (3, 20_000):
+        held = mirrored2.run(lambda n=n: np.zeros(n))
+
+        def inc(x: np.ndarray) -> np.ndarray:
+            x += 1
+            return x
+
+        out = mirrored2.run(inc, args=(held,))
+        assert [float(np.asarray(v).sum()) for v in _locals(mirrored2, out)] == [float(n)] * 2
+        assert [float(np.asarray(v).sum()) for v in _locals(mirrored2, held)] == [0.0, 0.0]
+        seen = mirrored2.run(lambda x: float(x.sum()), args=(held,))  # what a replica reads now
+        assert list(mirrored2.experimental_local_results(seen)) == [0.0, 0.0]
+        back = mirrored2.run(lambda x: x, args=(held,))
+        assert all(x is y for x, y in zip(_locals(mirrored2, back), held.values, strict=True))
+
+
 def test_a_variable_of_another_strategy_is_refused_by_name(mirrored2: Any) -> None:
     with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as other:
         with other.scope():
