@@ -74,7 +74,11 @@ def refuse_int32_in_batch(dtypes: list[set[Any]]) -> None:
     any int32 among them raises this ``ValueError`` (even two int32 values, even on one replica). Other dtypes
     mix freely. ``dtypes``: each value's dtypes (a distributed value's components may differ)."""
     if len(dtypes) > 1 and any(np.dtype(np.int32) in d for d in dtypes):
-        raise ValueError("Inputs to batch_reduce_to must be either all on the host or all on the compute devices.")
+        raise ValueError(
+            "Inputs to batch_reduce_to must be either all on the host or all on the compute devices. (TF's "
+            "MirroredStrategy keeps int32 values in host memory and reduces them apart: reduce an int32 value on its "
+            "own, or cast it to int64 or a float, as a program on TF must.)"
+        )
 
 
 def refuse_sequence(destinations: object, what: str) -> None:
