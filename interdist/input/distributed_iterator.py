@@ -131,6 +131,10 @@ class DistributedIterator(_NoTransformations):
             return self._last
         return None
 
+    def _redelivers(self) -> bool:
+        """Whether the next ``next`` hands out a failed step's batch again (``run_steps`` runs it first)."""
+        return self._redeliver and self._last is not None
+
     def _delivered(self, value: Any) -> None:
         self._last, self._redeliver = value, False
         self._index += 1

@@ -126,17 +126,26 @@ class RunMixin(ReplicaDispatch):
         self._check_usable()
         if not isinstance(steps, int) or steps < 1:
             raise ValueError(f"run_steps requires steps >= 1, but got {steps!r}")
+        last: Any = None
+        ran = 0
+        if isinstance(iterator, DistributedIterator) and iterator._strategy is self and iterator._redelivers():
+            # A step lost with a replica hands its batch out again: first, as ``next`` would (the fused program
+            # reads the replicas' iterators, which are past it).
+            last, ran = self.run(fn, args=(next(iterator),)), 1
+        if ran == steps:
+            return last
         if not progress:
-            out, done = self._fused_call(fn, iterator, steps)
-            # Uneven ends: some replicas still hold batches. One plain step gives the others
-            # empty batches, as TF does; nothing left at all ends the iteration.
-            return self.run(fn, args=(next(iterator),)) if done == 0 else out
+            try:
+                out, done = self._fused_call(fn, iterator, steps - ran)
+            except StopIteration:
+                if ran == 0:
+                    raise
+                return last
+            return self._uneven_end(fn, iterator, out if done else last, ran + done, steps)
         from tqdm.auto import tqdm  # only here: progress=False costs no import
 
         chunk = max(1, steps // 20)
-        ran = 0
-        last: Any = None
-        with tqdm(total=steps, desc=f"run_steps of {_fn_name(fn)}", unit="step") as bar:
+        with tqdm(total=steps, desc=f"run_steps of {_fn_name(fn)}", unit="step", initial=ran) as bar:
             while ran < steps:
                 n = min(chunk, steps - ran)
                 try:
@@ -145,15 +154,38 @@ class RunMixin(ReplicaDispatch):
                     if ran == 0:
                         raise
                     break  # the notebook's iterator ran out after the steps already run
-                if done == 0:
-                    # The end of the data: as in one fused call, the steps already run give the result.
-                    if ran == 0:
-                        return self.run(fn, args=(next(iterator),))
+                if done:
+                    last, ran = out, ran + done
+                    bar.update(done)
+                if done < n:  # a replica ran out of data: the steps a loop of ``run`` still takes, one by one
+                    last = self._uneven_end(fn, iterator, last, ran, steps, bar.update)
                     break
-                last, ran = out, ran + done
-                bar.update(done)
-                if done < n:
-                    break  # a replica ran out of data: one fused call would have stopped here too
+        return last
+
+    def _uneven_end(
+        self,
+        fn: Callable[..., Any],
+        iterator: Any,
+        last: Any,
+        ran: int,
+        steps: int,
+        tick: Callable[[int], Any] | None = None,
+    ) -> Any:
+        """After a fused call that ran fewer than its steps (``ran`` of ``steps`` so far): the steps a loop of
+        ``run(fn, args=(next(iterator),))`` still takes, one ``run`` each. Uneven ends: some replicas still hold
+        batches, and each step gives the others empty ones, as TF does, until no replica has one left (TF ends
+        at the first such step where the element shapes are static: ``next`` says which). No step at all, and
+        no batch left: ``StopIteration``."""
+        while ran < steps:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                if ran == 0:
+                    raise
+                break
+            last, ran = self.run(fn, args=(batch,)), ran + 1
+            if tick is not None:
+                tick(1)
         return last
 
     def _fused_call(self, fn: Callable[..., Any], iterator: Any, steps: int) -> tuple[Any, int]:

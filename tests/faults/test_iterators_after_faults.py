@@ -131,6 +131,29 @@ def test_a_replica_killed_in_a_step_gets_that_batch_again(strategy: idist.Mirror
     assert sorted(seen) == list(range(ROWS))
 
 
+@pytest.mark.parametrize(("steps", "progress"), [(1, False), (3, False), (3, True)])
+def test_run_steps_after_a_lost_step_runs_its_batch_first(
+    strategy: idist.MirroredStrategy, steps: int, progress: bool
+) -> None:
+    """After a ``run`` lost with a replica, ``run_steps`` over the replicas' iterators runs the failed step's batch
+    (#1, rows 4-7) first, as ``next`` hands it out: the fused program reads the replicas' iterators, which are
+    past it, and skipped that batch without a word."""
+    s = strategy
+    it = iter(_from_function(s, None))
+    seen = _rows(s, s.run(lambda b: b, args=(next(it),)))  # batch #0
+    idist.debug.inject(s, replica=1, fault="kill", at="step")
+    with pytest.raises(idist.WorkerLostError):
+        s.run(lambda b: b, args=(next(it),))
+
+    def step(b: Any) -> Any:
+        return b
+
+    last = s.run_steps(step, it, steps=steps, progress=progress)
+    assert _rows(s, last) == ([4, 5, 6, 7] if steps == 1 else [12, 13, 14, 15])  # batch #1 again, or #3
+    rest = [row for batch in it for row in _rows(s, batch)]
+    assert seen == [0, 1, 2, 3] and sorted(rest) == list(range(4 * (steps + 1), ROWS))  # on from the next batch
+
+
 def test_a_step_retried_by_hand_is_not_handed_out_again(strategy: idist.MirroredStrategy) -> None:
     """Retrying the failed step with the same batch works (its part on the lost replica is back), and then
     ``next`` goes on to the following batch: no row twice."""
