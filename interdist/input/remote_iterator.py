@@ -39,6 +39,16 @@ class _RemoteIterator(DistributedIterator):
         self._recipe = recipe  # rank -> how that replica starts this iterator again (_PlanRecipe...)
         self._last_keys: list[list[str | None]] = []  # per rank: where the last batch's parts are kept
         self._resync = False  # after a failed run_steps: take the replicas' position as this iterator's
+        self._padding_always = False  # in ``get_next_as_optional``: TF pads a partial step there whatever the spec
+
+    def get_next_as_optional(self) -> Any:
+        """As ``DistributedIterator``'s, but a step some replicas lack is always padded (TF 2.21, with static
+        element shapes and under CentralStorageStrategy too, where ``next`` ends the data instead)."""
+        self._padding_always = True
+        try:
+            return super().get_next_as_optional()
+        finally:
+            self._padding_always = False
 
     def __next__(self) -> Any:
         value = self._repeat()
@@ -51,7 +61,11 @@ class _RemoteIterator(DistributedIterator):
         if all(r is None for r in results):
             self._done = True
             raise StopIteration
-        if any(r is None for r in results) and not _pads_partial_steps(self._strategy, self.element_spec):
+        if (
+            any(r is None for r in results)
+            and not self._padding_always
+            and not _pads_partial_steps(self._strategy, self.element_spec)
+        ):
             # TF 2.21 pads a step only when the element shapes are not all static or across workers; otherwise
             # (and always with CentralStorageStrategy) the iteration ends at the first step a replica lacks.
             self._done = True
