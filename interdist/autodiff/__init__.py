@@ -14,9 +14,12 @@ How the pieces fit:
 - boxes are :class:`Traced` (autograd's ``ArrayBox`` registered for NumPy arrays, with NumPy's function
   protocol added, so ``np.mean(box)`` is autograd's ``mean``), and ``np.asarray(box)`` is the value,
   detached, as TF's ``.numpy()``;
-- every node a tape creates is its own ``VJPNode`` subclass, and one created while the tape is not
-  recording (``stop_recording()``, after ``__exit__``) has no parents: gradients do not flow through it,
-  as TF records nothing there.
+- every node a tape creates is a ``boxes`` ``TapeNode`` (autograd's ``VJPNode``, knowing its tape), and one
+  created while the tape is not recording (``stop_recording()``, after ``__exit__``) has no parents:
+  gradients do not flow through it, as TF records nothing there; autograd's non-differentiable functions
+  (comparisons, ``argmax``, ``floor``...) give plain arrays, unrecorded, as TF's carry no gradient;
+- ``gradients`` puts TF's gradient rules over autograd's where they differ (``prod`` at zeros, ``clip`` at
+  its bounds, ``sqrt``/``reciprocal`` under a zero incoming gradient, ``sign``, ties of ``maximum``...).
 
 Core layer: NumPy and, imported at the first tape, autograd (a pure-Python package, ~35 ms, ~9 MB).
 A GPU replica's copies are CuPy arrays, which autograd cannot differentiate: reading one on a tape

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from interdist import _gpu, _nest
+from interdist.autodiff import gradients
 
 
 class _Tape(Protocol):
@@ -76,37 +77,32 @@ def _autograd() -> Any:
         traced.register(t)
     ns.Traced = traced
     globals()["Traced"] = traced
-    _tf_gradients(anp)
+    ns.TapeNode = _tape_node(VJPNode)
+    gradients.install(anp, ns.TapeNode)  # TF's gradients where autograd's differ
     _AG = ns
     return ns
 
 
-def _tf_gradients(anp: Any) -> None:
-    """TF's gradients where autograd's differ: at a tie, ``maximum``/``minimum`` give the whole gradient to
-    their first argument (TF's ``_MaximumMinimumGrad``), where autograd splits it in halves; ``mean``'s
-    gradient keeps the input's dtype (autograd divides by a NumPy int64, which makes float32 float64)."""
-    from autograd.extend import defvjp
-    from autograd.numpy.numpy_vjps import repeat_to_match_shape, unbroadcast_f
+def _tape_node(vjp_node: Any) -> Any:
+    """The one node class of every tape: autograd's ``VJPNode``, knowing its tape (``tape``, taken from its
+    parents; set on a root by the tape). A node made while its tape is not recording (``stop_recording()``,
+    after the tape's block) has no parents: gradients do not flow through it, as TF records nothing there."""
 
-    def mean_vjp(ans: Any, x: Any, axis: Any = None, keepdims: bool = False, **kwargs: Any) -> Any:
-        shape, dtype = anp.shape(x), anp.result_type(x)
+    class TapeNode(vjp_node):  # type: ignore[misc]
+        __slots__ = ("tape",)
 
-        def vjp(g: Any) -> Any:
-            repeated, reps = repeat_to_match_shape(g, shape, dtype, axis, keepdims)
-            return repeated / (dtype.type(reps) if dtype.kind in "fc" else reps)
+        def __init__(self, value: Any, fun: Any, args: Any, kwargs: Any, argnums: Any, parents: Any) -> None:
+            tape = self.tape = parents[0].tape
+            if not tape._recording:
+                self.parents, self.vjp = (), _no_vjp  # type: ignore[misc]
+                return
+            super().__init__(value, fun, args, kwargs, argnums, parents)
 
-        return vjp
+    return TapeNode
 
-    from autograd.numpy import numpy_wrapper
 
-    defvjp(getattr(numpy_wrapper, "_primitive_mean", anp.mean), mean_vjp)  # anp.mean wraps it since 1.7
-
-    for fn, first in ((anp.maximum, np.greater_equal), (anp.minimum, np.less_equal)):
-        defvjp(
-            fn,
-            lambda ans, x, y, first=first: unbroadcast_f(x, lambda g: g * first(x, y)),
-            lambda ans, x, y, first=first: unbroadcast_f(y, lambda g: g * ~first(x, y)),
-        )
+def _no_vjp(g: Any) -> tuple[()]:
+    return ()
 
 
 # -- the box: autograd's ArrayBox with NumPy's function protocol and TF's conversions -----------------
@@ -154,9 +150,23 @@ def _with_plain_operands(method: Any) -> Any:
 def _with_plain_ufunc_inputs(method: Any) -> Any:
     def array_ufunc(self: Any, ufunc: Any, how: str, *inputs: Any, **kwargs: Any) -> Any:
         conv = tuple(read(x) if isinstance(x, Differentiable) else x for x in inputs)
-        return method(self, ufunc, how, *conv, **kwargs)
+        result = method(self, ufunc, how, *conv, **kwargs)
+        if result is NotImplemented and not any(_defers(x) for x in conv):
+            # no other operand can take it: say which ufunc, not NumPy's "all returned NotImplemented"
+            name = f"numpy.{ufunc.__name__}" + ("" if how == "__call__" else f".{how}")
+            raise NotImplementedError(
+                f"{name}{' with out=' if 'out' in kwargs else ''} cannot be recorded by a GradientTape (autograd has "
+                "no gradient for it): take np.asarray(x) first to leave the tape (see docs/autodiff.md)"
+            )
+        return result
 
     return array_ufunc
+
+
+def _defers(x: Any) -> bool:
+    """Whether ``x`` is an operand of another kind with its own ``__array_ufunc__`` (it may take the ufunc)."""
+    hook = getattr(type(x), "__array_ufunc__", None)
+    return hook not in (None, np.ndarray.__array_ufunc__) and not is_traced(x)
 
 
 def _traced_array(self: Any, dtype: Any = None, copy: bool | None = None) -> np.ndarray:

@@ -58,7 +58,6 @@ class GradientTape:
         self._used = False
         self._trace_cm: Any = None
         self._trace: Any = None
-        self._node_class: Any = None
         self._roots: dict[Any, tuple[Any, Any]] = {}  # key -> (variable or tensor, root node)
         self._explicit: set[Any] = set()  # keys watched with watch()
 
@@ -67,16 +66,6 @@ class GradientTape:
         if self._entered:
             raise ValueError("Tape is still recording, This can happen if you try to re-enter an already-active tape.")
         ag = _autograd()
-        tape = self
-
-        class _Node(ag.VJPNode):  # type: ignore[misc, name-defined]
-            def __init__(self, value: Any, fun: Any, args: Any, kwargs: Any, argnums: Any, parents: Any) -> None:
-                if not tape._recording:  # stop_recording(), or after the tape's block: not recorded (as TF)
-                    self.parents, self.vjp = (), _no_vjp
-                    return
-                super().__init__(value, fun, args, kwargs, argnums, parents)
-
-        self._node_class = _Node
         self._trace_cm = ag.trace_stack.new_trace()
         self._trace = self._trace_cm.__enter__()
         self._entered = True
@@ -153,7 +142,8 @@ class GradientTape:
         key = var._tape_key()
         entry = self._roots.get(key)
         if entry is None:
-            root = self._node_class.new_root()
+            root = boxes._AG.TapeNode.new_root()
+            root.tape = self
             self._roots[key] = entry = (var, root)
         return boxes._AG.new_box(value, self._trace, entry[1])
 
@@ -255,10 +245,6 @@ class _Whole:
             ],
             axis=0,
         )
-
-
-def _no_vjp(g: Any) -> tuple[()]:
-    return ()
 
 
 def _on_trace(x: Any, trace: Any) -> Any:
