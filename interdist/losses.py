@@ -2,10 +2,13 @@
 
 ``loss(y_true, y_pred, sample_weight=None)`` computes the per-example losses and reduces them as
 ``reduction`` says: ``"sum_over_batch_size"`` (the default; also ``"mean"``) divides the weighted sum
-by the number of elements, ``"mean_with_sample_weight"`` by the sum of the weights, ``"sum"`` sums,
-``None``/``"none"`` keeps one loss per example. As Keras 3 under a ``tf.distribute`` strategy, a mean
-reduction computed in replica context is also divided by ``num_replicas_in_sync`` (checked with TF
-2.21), so that summing the replicas' gradients averages over the global batch. The custom-training
+by the number of elements, ``"mean_with_sample_weight"`` by the sum of the weights as passed, ``"sum"``
+sums, ``None``/``"none"`` keeps one loss per example (``(N, 1)`` weights make it ``(N, 1)``, as Keras
+expands the losses to the weights' rank). A scalar or an empty ``(0,)`` result is returned as it is, for
+every reduction. As Keras 3 (``scale_loss_for_distribution``, checked with TF 2.21), a mean reduction is
+also divided by ``num_replicas_in_sync`` whenever the current strategy (``idist.get_strategy()``) has
+more than one replica: inside ``strategy.run``, and in cross-replica context inside ``strategy.scope()``
+too, so that summing the replicas' gradients averages over the global batch. The custom-training
 tutorial's way stays the clearer one: ``reduction=None`` and ``idist.nn.compute_average_loss``.
 
 Examples
@@ -14,10 +17,12 @@ Examples
 >>> y_true, y_pred = np.array([[0.0, 1.0], [1.0, 1.0]]), np.array([[1.0, 1.0], [1.0, 3.0]])
 >>> idist.losses.MeanSquaredError()(y_true, y_pred), idist.losses.MeanSquaredError(reduction=None)(y_true, y_pred)
 (np.float32(1.25), array([0.5, 2. ], dtype=float32))
->>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:  # in replica context: also / num_replicas_in_sync
+>>> with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:  # 2 replicas: also / num_replicas_in_sync
 ...     out = s.run(lambda: idist.losses.MeanSquaredError()(y_true, y_pred))
-...     [float(x) for x in s.experimental_local_results(out)]
-[0.625, 0.625]
+...     with s.scope():
+...         in_scope = idist.losses.MeanSquaredError()(y_true, y_pred)
+...     [float(x) for x in s.experimental_local_results(out)], float(in_scope)
+([0.625, 0.625], 0.625)
 """
 
 from __future__ import annotations
@@ -27,16 +32,19 @@ from typing import Any
 import numpy as np
 
 from interdist import _context, autodiff, nn
+from interdist.metrics.functions import _squeeze_or_expand_to_same_rank
 
 __all__ = [
     "BinaryCrossentropy",
     "CategoricalCrossentropy",
+    "Huber",
     "Loss",
     "MeanAbsoluteError",
     "MeanSquaredError",
     "SparseCategoricalCrossentropy",
     "binary_crossentropy",
     "categorical_crossentropy",
+    "huber",
     "mean_absolute_error",
     "mean_squared_error",
     "sparse_categorical_crossentropy",
@@ -59,6 +67,13 @@ def _clip_probs(p: Any) -> Any:
     return np.clip(p, np.float32(EPSILON), np.float32(1 - EPSILON))
 
 
+def _same_rank(y_true: Any, y_pred: Any) -> tuple[Any, Any]:
+    """``y_true`` and ``y_pred`` as Keras' loss classes pass them on: a trailing 1 added or dropped where the
+    ranks differ by one (labels ``(N,)`` against predictions ``(N, 1)`` are compared element by element)."""
+    yt, yp = _squeeze_or_expand_to_same_rank(np.asarray(y_true), _pred(y_pred))
+    return yt, yp
+
+
 def sparse_categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False, axis: int = -1) -> Any:
     """Per example, the crossentropy of integer labels against class scores (logits or probabilities).
 
@@ -74,12 +89,9 @@ def sparse_categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool 
     if labels.ndim == np.ndim(pred) and labels.shape[-1:] == (1,):
         labels = labels[..., 0]  # labels (N, 1) against predictions (N, C), as Keras squeezes them
     labels = labels.astype(np.int64)
-    if from_logits:
-        return nn.sparse_softmax_cross_entropy_with_logits(labels, pred)
-    probs = _clip_probs(pred / np.sum(pred, axis=axis, keepdims=True))
-    n = int(np.shape(pred)[-1])
-    flat = np.reshape(np.log(probs), (-1, n))
-    return -np.reshape(flat[np.arange(labels.size), labels.reshape(-1)], labels.shape)
+    if not from_logits:  # as Keras: clip, take the log, then log-softmax (renormalised after the clip)
+        pred = np.log(_clip_probs(pred))
+    return nn.sparse_softmax_cross_entropy_with_logits(labels, pred)
 
 
 def categorical_crossentropy(
@@ -97,7 +109,7 @@ def categorical_crossentropy(
     pred = _pred(y_pred)
     labels = np.asarray(y_true, np.float32)
     if label_smoothing:
-        classes = labels.shape[axis]
+        classes = labels.shape[-1]  # Keras' num_classes, whatever the axis
         labels = labels * np.float32(1 - label_smoothing) + np.float32(label_smoothing / classes)
     if from_logits:
         return nn.softmax_cross_entropy_with_logits(labels, pred, axis=axis)
@@ -105,8 +117,10 @@ def categorical_crossentropy(
     return -np.sum(labels * np.log(probs), axis=axis)
 
 
-def binary_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False, axis: int = -1) -> Any:
-    """Per example, the binary crossentropy averaged over the last axis.
+def binary_crossentropy(
+    y_true: Any, y_pred: Any, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1
+) -> Any:
+    """Per example, the binary crossentropy averaged over ``axis``; labels smoothed towards 0.5.
 
     Examples
     --------
@@ -116,6 +130,8 @@ def binary_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False, axi
     """
     pred = _pred(y_pred)
     z = np.asarray(y_true, np.float32)
+    if label_smoothing:
+        z = z * np.float32(1 - label_smoothing) + np.float32(0.5 * label_smoothing)
     if from_logits:
         per = nn.relu(pred) - pred * z + np.log1p(np.exp(-np.abs(pred)))
     else:
@@ -133,7 +149,8 @@ def mean_squared_error(y_true: Any, y_pred: Any) -> Any:
     >>> idist.losses.mean_squared_error(np.array([[0.0, 1.0], [1.0, 1.0]]), np.array([[1.0, 1.0], [1.0, 3.0]]))
     array([0.5, 2. ], dtype=float32)
     """
-    return np.mean(np.square(_pred(y_pred) - np.asarray(y_true, np.float32)), axis=-1)
+    y_true, y_pred = _same_rank(y_true, y_pred)
+    return np.mean(np.square(y_pred - np.asarray(y_true, np.float32)), axis=-1)
 
 
 def mean_absolute_error(y_true: Any, y_pred: Any) -> Any:
@@ -145,7 +162,24 @@ def mean_absolute_error(y_true: Any, y_pred: Any) -> Any:
     >>> idist.losses.mean_absolute_error(np.array([[0.0, 1.0], [1.0, 1.0]]), np.array([[1.0, 1.0], [1.0, 3.0]]))
     array([0.5, 1. ], dtype=float32)
     """
-    return np.mean(np.abs(_pred(y_pred) - np.asarray(y_true, np.float32)), axis=-1)
+    y_true, y_pred = _same_rank(y_true, y_pred)
+    return np.mean(np.abs(y_pred - np.asarray(y_true, np.float32)), axis=-1)
+
+
+def huber(y_true: Any, y_pred: Any, delta: float = 1.0) -> Any:
+    """Per example, the mean over the last axis of ``0.5 * e**2`` where ``|e| <= delta``, else
+    ``delta * |e| - 0.5 * delta**2``.
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> idist.losses.huber(np.array([[0.0, 1.0], [0.0, 0.0]]), np.array([[0.6, 0.4], [2.4, -1.6]]))
+    array([0.18, 1.5 ], dtype=float32)
+    """
+    y_true, y_pred = _same_rank(y_true, y_pred)
+    error = y_pred - np.asarray(y_true, np.float32)
+    abs_error, d, half = np.abs(error), np.float32(delta), np.float32(0.5)
+    return np.mean(np.where(abs_error <= d, half * np.square(error), d * abs_error - half * np.square(d)), axis=-1)
 
 
 class Loss:
@@ -180,34 +214,33 @@ class Loss:
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
         losses = self.call(y_true, y_pred)
         weights = None
-        if sample_weight is not None:
+        if sample_weight is not None:  # Keras' reduce_weighted_values
             weights = np.asarray(sample_weight, np.float32)
-            while weights.ndim > np.ndim(losses) and weights.shape[-1] == 1:
-                weights = weights[..., 0]  # (N, 1) weights for (N,) losses, as Keras squeezes them
-            weights = np.broadcast_to(weights, np.shape(losses))
+            losses, weights = _squeeze_or_expand_to_same_rank(losses, weights)
             losses = losses * weights
-        if self.reduction in (None, "none"):
-            return losses
-        total = np.sum(losses)
-        if self.reduction == "sum":
-            return total
-        if self.reduction == "mean_with_sample_weight" and weights is not None:
-            count = np.float32(np.sum(weights))
-        else:
-            count = np.float32(np.size(_value(losses)))
-        mean = total / count if count else total * np.float32(0)  # Keras: divide_no_nan
-        ctx = _context.get_replica_context()
-        replicas = int(getattr(_context.get_strategy(), "num_replicas_in_sync", 1))
-        if ctx is not None and replicas > 1:
-            mean = mean / np.float32(replicas)  # Keras 3's scale_loss_for_distribution
-        return mean
+        return _reduce(losses, weights, self.reduction)
 
     def get_config(self) -> dict[str, Any]:
         return {"name": self.name, "reduction": self.reduction}
 
 
-def _value(x: Any) -> np.ndarray:
-    return np.asarray(x)
+def _reduce(losses: Any, weights: Any, reduction: str | None) -> Any:
+    """Keras 3's ``reduce_values``: a scalar or ``(0,)`` loss, and ``"none"``, are returned as they are."""
+    shape = tuple(np.shape(losses))
+    if reduction in (None, "none") or shape in ((), (0,)):
+        return losses
+    total = np.sum(losses)
+    if reduction == "sum":
+        return total
+    if reduction == "mean_with_sample_weight" and weights is not None:
+        count = np.float32(np.sum(weights))  # the weights as passed (after the rank fix), not broadcast
+    else:
+        count = np.float32(np.prod(shape))
+    mean = total / count if count else total * np.float32(0)  # Keras: divide_no_nan
+    replicas = int(getattr(_context.get_strategy(), "num_replicas_in_sync", 1))
+    if replicas > 1:  # Keras 3's scale_loss_for_distribution: in a replica or in the strategy's scope
+        mean = mean * np.float32(1.0 / replicas)
+    return mean
 
 
 def _snake(name: str) -> str:
@@ -233,11 +266,12 @@ class SparseCategoricalCrossentropy(Loss):
         self.from_logits = from_logits
 
     def call(self, y_true: Any, y_pred: Any) -> Any:
-        return sparse_categorical_crossentropy(y_true, y_pred, from_logits=self.from_logits)
+        return sparse_categorical_crossentropy(*_same_rank(y_true, y_pred), from_logits=self.from_logits)
 
 
 class CategoricalCrossentropy(Loss):
-    """Crossentropy of one-hot labels against logits or probabilities, with optional label smoothing.
+    """Crossentropy of one-hot labels against logits or probabilities (classes on ``axis``), with optional
+    label smoothing.
 
     Examples
     --------
@@ -251,19 +285,27 @@ class CategoricalCrossentropy(Loss):
         self,
         from_logits: bool = False,
         label_smoothing: float = 0.0,
+        axis: int = -1,
         reduction: str | None = "sum_over_batch_size",
         name: str | None = None,
     ) -> None:
         super().__init__(reduction, name or "categorical_crossentropy")
         self.from_logits = from_logits
-        self.label_smoothing = float(label_smoothing)
+        self.label_smoothing = label_smoothing
+        self.axis = axis
 
     def call(self, y_true: Any, y_pred: Any) -> Any:
-        return categorical_crossentropy(y_true, y_pred, self.from_logits, self.label_smoothing)
+        y_true, y_pred = _same_rank(y_true, y_pred)
+        return categorical_crossentropy(y_true, y_pred, self.from_logits, self.label_smoothing, self.axis)
+
+    def get_config(self) -> dict[str, Any]:
+        extra = {"from_logits": self.from_logits, "label_smoothing": self.label_smoothing, "axis": self.axis}
+        return {**super().get_config(), **extra}
 
 
 class BinaryCrossentropy(Loss):
-    """Binary crossentropy against logits or probabilities, averaged over the last axis.
+    """Binary crossentropy against logits or probabilities, averaged over ``axis``; ``label_smoothing``
+    moves the labels towards 0.5.
 
     Examples
     --------
@@ -274,13 +316,45 @@ class BinaryCrossentropy(Loss):
     """
 
     def __init__(
-        self, from_logits: bool = False, reduction: str | None = "sum_over_batch_size", name: str | None = None
+        self,
+        from_logits: bool = False,
+        label_smoothing: float = 0.0,
+        axis: int = -1,
+        reduction: str | None = "sum_over_batch_size",
+        name: str | None = None,
     ) -> None:
         super().__init__(reduction, name or "binary_crossentropy")
         self.from_logits = from_logits
+        self.label_smoothing = label_smoothing
+        self.axis = axis
 
     def call(self, y_true: Any, y_pred: Any) -> Any:
-        return binary_crossentropy(y_true, y_pred, from_logits=self.from_logits)
+        y_true, y_pred = _same_rank(y_true, y_pred)
+        return binary_crossentropy(y_true, y_pred, self.from_logits, self.label_smoothing, self.axis)
+
+    def get_config(self) -> dict[str, Any]:
+        extra = {"from_logits": self.from_logits, "label_smoothing": self.label_smoothing, "axis": self.axis}
+        return {**super().get_config(), **extra}
+
+
+class Huber(Loss):
+    """The Huber loss: quadratic for errors up to ``delta``, linear beyond; the mean over the last axis.
+
+    Examples
+    --------
+    >>> import numpy as np, interdist as idist
+    >>> idist.losses.Huber(delta=0.5)(np.array([[0.0, 1.0], [0.0, 0.0]]), np.array([[0.6, 0.4], [2.4, -1.6]]))
+    np.float32(0.525)
+    """
+
+    def __init__(
+        self, delta: float = 1.0, reduction: str | None = "sum_over_batch_size", name: str | None = "huber_loss"
+    ) -> None:
+        super().__init__(reduction, name or "huber_loss")
+        self.delta = delta
+
+    def call(self, y_true: Any, y_pred: Any) -> Any:
+        return huber(y_true, y_pred, self.delta)
 
 
 class MeanSquaredError(Loss):

@@ -147,3 +147,17 @@ def _snake(name: str) -> str:
 
 def _read(variable: Any) -> Any:
     return np.asarray(to_host(variable.read_value()))  # a GPU replica's copy is a CuPy array
+
+
+def _assign_add(variable: Any, value: Any) -> None:
+    """Keras 3's ``variable.assign_add(value)``, which is ``variable.assign(variable + value)``.
+
+    Inside ``strategy.run`` a replica adds to its own copy (as before). Anywhere else the variable is read,
+    added to and assigned: what TF allows on a sync-on-read SUM variable in cross-replica context (the new
+    total split evenly across the copies), so that a metric made in ``strategy.scope()`` can be updated in
+    the notebook, in the scope or out of it, as in Keras 3.
+    """
+    if _context.get_replica_context() is not None and _context.has_strategy():
+        variable.assign_add(value)
+    else:
+        variable.assign(_read(variable) + to_host(value))

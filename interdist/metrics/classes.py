@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from interdist._gpu import xp_of
-from interdist.metrics.base import Metric, _read, _snake
+from interdist.metrics.base import Metric, _assign_add, _read, _snake
 from interdist.metrics.functions import (
     _reduce_to_samplewise_values,
     _sparse_categorical_crossentropy,
@@ -42,7 +42,7 @@ class Sum(Metric):
     def update_state(self, values: Any, sample_weight: Any = None) -> None:
         v = _tensor(values)
         values, _ = _reduce_to_samplewise_values(v, sample_weight, xp_of(v).sum, self.dtype)
-        self.total.assign_add(xp_of(values).sum(values).astype(self.dtype))
+        _assign_add(self.total, xp_of(values).sum(values).astype(self.dtype))
 
     def result(self) -> Any:
         return self._as_result(_read(self.total).astype(self.dtype))
@@ -72,14 +72,14 @@ class Mean(Metric):
         # Keras applies a mask to the weights only: without weights, masked-out values count (as 0).
         xp = xp_of(values)
         values, sample_weight = _reduce_to_samplewise_values(values, sample_weight, xp.mean, self.dtype, mask)
-        self.total.assign_add(xp.sum(values).astype(self.dtype))
+        _assign_add(self.total, xp.sum(values).astype(self.dtype))
         if sample_weight is not None:
             num_samples = xp.sum(sample_weight)
         elif values.ndim >= 1:
             num_samples = values.shape[0]
         else:
             num_samples = 1
-        self.count.assign_add(xp.asarray(num_samples).astype(self.dtype))
+        _assign_add(self.count, xp.asarray(num_samples).astype(self.dtype))
 
     def result(self) -> Any:
         total, count = _read(self.total), _read(self.count)
