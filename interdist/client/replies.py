@@ -130,6 +130,9 @@ def raise_for(
             exc = cloudpickle.loads(rep["error"])
         except Exception:  # noqa: BLE001 - an exception that does not unpickle here: a ReplicaError with its text
             exc = None
+        if isinstance(exc, SystemExit) and exc.code is None and exc.args:
+            # sys.exit(3) in a replica: the script's exit status (distributed's tblib rebuilds it without its code)
+            exc.code = exc.args[0] if len(exc.args) == 1 else exc.args  # type: ignore[assignment]  # as SystemExit(*args)
     summary = failure_summary(replies, rank, call or f"step {step} ({what})")
     notes = []
     tb = remote_traceback(rep.get("frames") or [])

@@ -144,3 +144,30 @@ def test_gpu_cluster_workers_are_worker_processes_with_their_gpu() -> None:
                                   dask.config.get("distributed.diagnostics.nvml")))
         assert sorted((cvd, gpu) for cvd, gpu, _, _ in env.values()) == [("5,6", "5"), ("6,5", "6")]
         assert all(sid != os.getsid(0) and nvml is False for _, _, sid, nvml in env.values())
+
+
+EXITS = textwrap.dedent("""
+    import sys
+    import interdist as idist
+
+    how = sys.argv[1]
+    with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+        s.run(lambda: sys.exit(3) if how == "code" else sys.exit("fatal: bad config"))
+    print("not reached")
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("how", "status", "printed"), [("code", 3, ""), ("message", 1, "fatal: bad config")])
+def test_sys_exit_in_a_replica_ends_the_script_with_its_status(tmp_path: Path, how: str, status: int,
+                                                               printed: str) -> None:
+    """``sys.exit(3)`` in a replica function ends the script with status 3 (in TF the replica runs in the script's
+    process); ``sys.exit("message")`` with 1 and the message on stderr. The script exited 0 without a word:
+    distributed's tblib rebuilds a ``SystemExit`` without its ``code``."""
+    script = tmp_path / "exits.py"
+    script.write_text(EXITS)
+    out = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=90,
+                         cwd=tmp_path, env=_env(), check=False)
+    assert out.returncode == status, out.stdout + out.stderr
+    assert "not reached" not in out.stdout
+    assert printed in out.stderr, out.stderr

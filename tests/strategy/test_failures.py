@@ -131,3 +131,38 @@ def test_worker_death_is_reported_then_the_replica_is_rebuilt() -> None:
         assert [float(c) for c in s.experimental_local_results(v)] == [5.0, 5.0, 5.0]
     finally:
         s.close()
+
+
+class NeedsTwo(Exception):
+    """A custom exception whose ``__init__`` takes other arguments than its ``args``: pickle cannot rebuild it."""
+
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(f"{a}-{b}")
+        self.a, self.b = a, b
+
+
+class HoldsALock(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = 7
+        self.lock = __import__("threading").Lock()  # does not pickle
+
+
+def test_custom_exceptions_that_pickle_cannot_rebuild_keep_their_class(mirrored2: idist.MirroredStrategy) -> None:
+    """They came back as ``ReplicaError``, so ``except NeedsTwo`` missed them: now their class, ``args`` and the
+    attributes that pickle, without calling their ``__init__``."""
+
+    def two() -> None:
+        raise NeedsTwo(1, 2)
+
+    with pytest.raises(NeedsTwo) as caught:
+        mirrored2.run(two)
+    assert caught.value.args == ("1-2",) and (caught.value.a, caught.value.b) == (1, 2)
+
+    def lock() -> None:
+        raise HoldsALock("has a lock")
+
+    with pytest.raises(HoldsALock, match="has a lock") as held:
+        mirrored2.run(lock)
+    assert held.value.code == 7 and not hasattr(held.value, "lock")
+    assert mirrored2.experimental_local_results(mirrored2.run(lambda: np.float32(1.0))) == (1.0, 1.0)
