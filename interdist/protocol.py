@@ -102,6 +102,7 @@ class Reply(TypedDict, total=False):
     frozen: bool  # the replica's process is stopped or its worker silent (client/liveness.py)
     warnings: list[str]
     output: list[list[str]]  # what the replica printed in the step: [["stdout" | "stderr", text], ...]
+    user_warnings: list[list[Any]]  # the step's warnings: [category "module:qualname", message, filename, lineno]
     collectives: int  # how many collectives the replica entered in the step (absent: none)
     last_step: int  # a fused program's: the step its function returned in (absent: the program's step)
     collective: list[Any]  # [op, seq]: the collective a failed replica was in when it failed

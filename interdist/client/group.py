@@ -30,7 +30,8 @@ from interdist.client.arg_pickle import dump_out_of_band as _dump_out_of_band
 from interdist.client.fn_pickle import dumps_fn
 from interdist.client.interrupt import InterruptMixin
 from interdist.client.recovery import RecoveryMixin
-from interdist.client.replies import raise_for, show_output, user_stacklevel
+from interdist.client.replica_output import issue_warnings, show_output
+from interdist.client.replies import raise_for, user_stacklevel
 from interdist.config import settings
 from interdist.errors import ReplicaFrozenError, WorkerLostError
 from interdist.protocol import (
@@ -311,6 +312,7 @@ class DaskGroup(RecoveryMixin, InterruptMixin):
             self.suspect = what if not user_call else f"the failed {what.split(' of ')[0]} #{self.runs}"
         apply_plain_updates(replies)  # writes to plain variables, made before any failure too
         show_output(replies)  # what the replicas printed, labelled, in this cell, before its result or error
+        issue_warnings(replies)  # and their warnings, under this process's filters
         kind, _, fn_name = what.partition(" of ")
         call = f"{kind} #{self.runs} ({fn_name})" if user_call else f"{what} (step {step})"  # "run #3 (train_step)"
         for r in replies:  # before a failure's exception: a failed call's warnings matter too (an unreached fault)

@@ -284,22 +284,6 @@ def _collective_cause(replies: list[Reply], rank: int, call: str) -> str:
     return "; ".join(causes)
 
 
-def show_output(replies: list[Reply]) -> None:
-    """Print what each replica wrote in the step, ``[replica r] `` before each line, in rank order: to
-    this process's stdout and stderr, so in a notebook to the cell that ran the step."""
-    for rank, rep in enumerate(replies):
-        chunks = rep.get("output")
-        if not chunks:
-            continue
-        prefix = f"[replica {rank}] "
-        for name, text in chunks:
-            stream = sys.stderr if name == "stderr" else sys.stdout
-            lines = text.splitlines(keepends=True)
-            stream.write("".join(prefix + (ln if ln.endswith("\n") else ln + "\n") for ln in lines))
-        sys.stdout.flush()
-        sys.stderr.flush()
-
-
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Where the frames between the user's line and interdist come from, when any do: the standard library
 # (contextlib's ``with``, functools), installed packages (IPython's display of a cell's last value,

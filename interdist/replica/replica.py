@@ -270,6 +270,8 @@ class Replica(EventRows):
             printed = end_output(output)
             if printed:
                 reply["output"] = printed
+            if output is not None and output.warned:
+                reply["user_warnings"] = output.warned
             with self._emit_lock:
                 if self._rows or self._unsent():
                     self._flush_rows()

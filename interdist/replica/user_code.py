@@ -9,10 +9,11 @@ step's abort releases the collectives instead, so an interrupt never leaves a tr
 variable or a reply half done.
 
 **Output.** On a worker (:func:`enable_capture`), what a replica's thread writes to ``sys.stdout``
-and ``sys.stderr`` while it runs a program (``print``, ``warnings``, a ``logging`` handler that
-writes to ``sys.stderr``) is kept (:func:`begin_output`) and travels back with the step's reply;
-the notebook prints it as ``[replica r] ...`` in the cell that ran the step (``client/group.py``).
-Other threads write to the worker's own streams, as before.
+and ``sys.stderr`` while it runs a program (``print``, a ``logging`` handler that writes to
+``sys.stderr``) is kept (:func:`begin_output`) and travels back with the step's reply; the notebook
+prints it as ``[replica r] ...`` in the cell that ran the step (``client/group.py``). Its warnings
+travel as warnings: the notebook issues them again, under its own filters. Other threads write to
+the worker's own streams, as before.
 
 **Tracebacks.** :func:`user_traceback` cuts a replica's failure down to the user's frames, for the
 exception the notebook raises and for its text.
@@ -25,6 +26,7 @@ import os
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
@@ -59,12 +61,13 @@ def in_user_code(frame: FrameType | None) -> bool:
 class Output:
     """One replica's output in one step: ``[(stream, text), ...]`` in the order written, bounded."""
 
-    __slots__ = ("chunks", "dropped", "size")
+    __slots__ = ("chunks", "dropped", "size", "warned")
 
     def __init__(self) -> None:
         self.chunks: list[list[str]] = []  # [stream, text]: "stdout" or "stderr"
         self.size = 0
         self.dropped = 0  # characters past OUTPUT_LIMIT
+        self.warned: list[list[Any]] = []  # [category "module:qualname", message, filename, lineno]: warnings
 
     def write(self, stream: str, text: str) -> None:
         room = OUTPUT_LIMIT - self.size
@@ -126,15 +129,35 @@ class _Router(io.TextIOBase):
 
 
 _enabled = False
+_show_warning: Any = None  # the process's own ``warnings.showwarning``, for the threads that do not capture
+
+#: Warnings one replica's step keeps (their text repeats in a loop; the notebook shows each place once).
+WARNINGS_LIMIT = 64
+
+
+def _keep_warning(
+    message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None
+) -> None:
+    """``warnings.showwarning`` on a worker: a warning of a thread that captures goes back with its step's reply,
+    to be issued again in the notebook (``replica_output.issue_warnings``), where the script's filters decide whether it
+    shows (``ignore``, ``error``, once per place); any other, as before."""
+    out: Output | None = getattr(_capturing, "output", None)
+    if out is None or file is not None:
+        _show_warning(message, category, filename, lineno, file, line)
+        return
+    if len(out.warned) < WARNINGS_LIMIT:
+        out.warned.append([f"{category.__module__}:{category.__qualname__}", str(message), filename, lineno])
 
 
 def enable_capture() -> None:
     """Keep what replica programs write in this process (a worker's): ``sys.stdout``/``sys.stderr`` route
-    each thread's writes. Not in the notebook, where the default strategy's replica writes to the cell."""
-    global _enabled
+    each thread's writes, and ``warnings.showwarning`` their warnings. Not in the notebook, where the default
+    strategy's replica writes to the cell."""
+    global _enabled, _show_warning
     if _enabled:
         return
     _enabled = True
+    _show_warning, warnings.showwarning = warnings.showwarning, _keep_warning
     if not isinstance(sys.stdout, _Router):
         sys.stdout = _Router("stdout", sys.stdout)
     if not isinstance(sys.stderr, _Router):

@@ -171,3 +171,51 @@ def test_sys_exit_in_a_replica_ends_the_script_with_its_status(tmp_path: Path, h
     assert out.returncode == status, out.stdout + out.stderr
     assert "not reached" not in out.stdout
     assert printed in out.stderr, out.stderr
+
+
+WARNS = textwrap.dedent("""
+    import sys
+    import warnings
+    import numpy as np
+    import interdist as idist
+
+    class MyWarning(UserWarning):
+        pass
+
+    if sys.argv[1] == "ignore":
+        warnings.simplefilter("ignore")
+
+    def step():
+        warnings.warn("custom thing", MyWarning)
+        return float((np.zeros(2) / np.zeros(2))[0])
+
+    with idist.MirroredStrategy(["CPU:0", "CPU:1"]) as s:
+        for _ in range(3):
+            s.run(step)
+        warnings.simplefilter("error", MyWarning)
+        try:
+            s.run(step)
+        except MyWarning as e:
+            print("raised", e)
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("filters", ["default", "ignore"])
+def test_a_scripts_warning_filters_decide_what_replicas_warnings_show(tmp_path: Path, filters: str) -> None:
+    """Replicas' warnings are issued again in the script, under its filters: by default each place shows once,
+    labelled with the first replica that raised it (it showed once per replica and step, 6 times here, and a
+    script's ``simplefilter("ignore")`` hid none); ``ignore`` hides them; ``error`` raises the script's own
+    class."""
+    script = tmp_path / "warns.py"
+    script.write_text(WARNS)
+    out = subprocess.run([sys.executable, str(script), filters], capture_output=True, text=True, timeout=90,
+                         cwd=tmp_path, env=_env(), check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "raised custom thing" in out.stdout, out.stdout + out.stderr
+    shown = [line for line in out.stderr.splitlines() if "Warning: " in line]
+    if filters == "ignore":
+        assert shown == [], out.stderr
+    else:
+        assert shown == [f"[replica 0] {script}:14: MyWarning: custom thing",
+                         f"[replica 0] {script}:15: RuntimeWarning: invalid value encountered in divide"], out.stderr
