@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, list[str]]] = [
               "interdist._reduction", "interdist._jit", "interdist.reduce_op", "interdist.errors", "interdist._event_types", "interdist.events",
               "interdist.chrome_trace",
               "interdist.config", "interdist.device", "interdist.autodiff"]),
-    ("contract", ["interdist.protocol", "interdist.control"]),
+    ("contract", ["interdist.protocol", "interdist.protocol_errors", "interdist.control"]),
     ("collectives", ["interdist.collectives", "interdist.cluster_resolver", "interdist.partitioners"]),
     ("values", ["interdist.values"]),
     ("input", ["interdist.input"]),

@@ -40,7 +40,7 @@ from interdist.input.dataset import Dataset
 from interdist.input.distributed_iterator import _NoTransformations
 from interdist.input.input_context import InputContext, InputOptions, check_options_for_datasets_from_function
 from interdist.input.replica_side import _make_dataset, _next_batch, _start_iterator
-from interdist.protocol import dump_exception
+from interdist.protocol_errors import dump_exception
 from interdist.replica import ps_step
 
 #: TF 2.21's messages for ``iter()`` of a ParameterServerStrategy dataset outside the coordinator.

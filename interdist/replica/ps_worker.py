@@ -18,7 +18,8 @@ import numpy as np
 
 from interdist import _context, _nest, _reduction, autodiff
 from interdist.collectives.local import local_group
-from interdist.protocol import GroupSpec, dump_exception
+from interdist.protocol import GroupSpec
+from interdist.protocol_errors import dump_exception
 from interdist.reduce_op import resolve
 from interdist.replica.context import ReplicaContext
 from interdist.replica.ps_input import DistributedDataset, DistributedDatasetsFromFunction

@@ -29,9 +29,9 @@ from interdist.protocol import (
     GroupSpec,
     Reply,
     StoreRef,
-    dump_exception,
     resolving,
 )
+from interdist.protocol_errors import dump_exception
 from interdist.replica import faults
 from interdist.replica.context import ReplicaContext
 from interdist.replica.event_rows import SENT, EventRows

@@ -28,7 +28,7 @@ from distributed.utils import sync
 
 from interdist._convert import apply_op
 from interdist.errors import TaskFrozenError, UnavailableError
-from interdist.protocol import dump_exception
+from interdist.protocol_errors import dump_exception
 from interdist.replica import faults, ps_input, ps_liveness
 from interdist.replica.ps_input import sync_resources
 from interdist.replica.ps_step import Connection
