@@ -41,11 +41,13 @@ True
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
 import tempfile
 import threading
+import time
 from typing import Any
 
 from interdist import config
@@ -57,6 +59,7 @@ OWN_LOGGERS = ("interdist", "asyncio")
 
 _lock = threading.Lock()
 _file: _FileHandler | None = None
+_tidied: set[str] = set()  # this process's default log files, already tidied (``log_path``)
 
 
 def log_path() -> str | None:
@@ -71,10 +74,60 @@ def log_path() -> str | None:
             folder = os.path.join(tempfile.gettempdir(), f"interdist-{os.getuid()}")
             os.makedirs(folder, mode=0o700, exist_ok=True)
             path = os.path.join(folder, f"workers-{os.getpid()}.log")
+            if path not in _tidied:  # once a process: the files of processes that are gone, and ours at exit
+                _tidied.add(path)
+                _prune(folder)
+                atexit.register(_remove_if_empty, path)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
     except OSError:
         return None  # an unwritable place: the process's streams, as before
     return path
+
+
+#: How long the log file of a process that is gone is kept, when it has lines (for a failure's post-mortem).
+KEEP_LOGS_S = 7 * 24 * 3600
+
+
+def _prune(folder: str) -> None:
+    """Remove the default log files of processes that are gone: empty ones at once, the others after
+    ``KEEP_LOGS_S`` (one file per process that ever started a cluster piled up in ``$TMPDIR``)."""
+    now = time.time()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if not (name.startswith("workers-") and name.endswith(".log")):
+            continue
+        try:
+            pid = int(name[len("workers-") : -len(".log")])
+            if pid == os.getpid() or _alive(pid):
+                continue
+            path = os.path.join(folder, name)
+            st = os.stat(path)
+            if st.st_size == 0 or now - st.st_mtime > KEEP_LOGS_S:
+                os.remove(path)
+        except (ValueError, OSError):
+            continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process of that number: not ours to judge
+    return True
+
+
+def _remove_if_empty(path: str) -> None:
+    """At exit: this process's default log file, if nothing was ever written to it."""
+    try:
+        if os.stat(path).st_size == 0:
+            os.remove(path)
+    except OSError:
+        pass
 
 
 def install() -> str | None:
