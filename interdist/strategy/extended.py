@@ -239,4 +239,5 @@ def _dtypes(value: Any) -> set[Any]:
     if isinstance(value, Variable):
         return {np.dtype(value.dtype)}
     comps = value.values if isinstance(value, DistributedValues) else (value,)
-    return {np.asarray(c).dtype for c in comps}
+    # a value held on a replica knows its dtype: not fetched for this
+    return {np.dtype(c.dtype) if isinstance(c, ArrayValue) else np.asarray(c).dtype for c in comps}
