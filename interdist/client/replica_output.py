@@ -46,7 +46,7 @@ def issue_warnings(replies: list[Reply]) -> None:
             continue
         shown = warnings.showwarning
         if _printed_by_python():  # shown labelled; a recorder's (catch_warnings, pytest) sees them as they are
-            warnings.showwarning = _labelled(rank, shown)
+            warnings.showwarning = _labelled(rank)
         try:
             for category, message, filename, lineno in raised:
                 warnings.warn_explicit(message, _category(category), filename, lineno, registry=_WARNED)
@@ -63,7 +63,7 @@ def _printed_by_python() -> bool:
     )
 
 
-def _labelled(rank: int, show: Any) -> Any:
+def _labelled(rank: int) -> Any:
     def labelled(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
         text = warnings.formatwarning(message, category, filename, lineno, line)
         stream = sys.stderr if file is None else file
