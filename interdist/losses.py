@@ -269,7 +269,35 @@ class SparseCategoricalCrossentropy(Loss):
         return sparse_categorical_crossentropy(*_same_rank(y_true, y_pred), from_logits=self.from_logits)
 
 
-class CategoricalCrossentropy(Loss):
+class _Crossentropy(Loss):
+    """What Keras' ``CategoricalCrossentropy`` and ``BinaryCrossentropy`` share: their arguments, in Keras'
+    order, and the labels brought to the predictions' rank before ``_fn``."""
+
+    _fn: Any = None  # the per-example function: categorical_crossentropy or binary_crossentropy
+
+    def __init__(
+        self,
+        from_logits: bool = False,
+        label_smoothing: float = 0.0,
+        axis: int = -1,
+        reduction: str | None = "sum_over_batch_size",
+        name: str | None = None,
+    ) -> None:
+        super().__init__(reduction, name or self._fn.__name__)
+        self.from_logits = from_logits
+        self.label_smoothing = label_smoothing
+        self.axis = axis
+
+    def call(self, y_true: Any, y_pred: Any) -> Any:
+        y_true, y_pred = _same_rank(y_true, y_pred)
+        return type(self)._fn(y_true, y_pred, self.from_logits, self.label_smoothing, self.axis)
+
+    def get_config(self) -> dict[str, Any]:
+        extra = {"from_logits": self.from_logits, "label_smoothing": self.label_smoothing, "axis": self.axis}
+        return {**super().get_config(), **extra}
+
+
+class CategoricalCrossentropy(_Crossentropy):
     """Crossentropy of one-hot labels against logits or probabilities (classes on ``axis``), with optional
     label smoothing.
 
@@ -281,29 +309,10 @@ class CategoricalCrossentropy(Loss):
     np.float32(0.6931)
     """
 
-    def __init__(
-        self,
-        from_logits: bool = False,
-        label_smoothing: float = 0.0,
-        axis: int = -1,
-        reduction: str | None = "sum_over_batch_size",
-        name: str | None = None,
-    ) -> None:
-        super().__init__(reduction, name or "categorical_crossentropy")
-        self.from_logits = from_logits
-        self.label_smoothing = label_smoothing
-        self.axis = axis
-
-    def call(self, y_true: Any, y_pred: Any) -> Any:
-        y_true, y_pred = _same_rank(y_true, y_pred)
-        return categorical_crossentropy(y_true, y_pred, self.from_logits, self.label_smoothing, self.axis)
-
-    def get_config(self) -> dict[str, Any]:
-        extra = {"from_logits": self.from_logits, "label_smoothing": self.label_smoothing, "axis": self.axis}
-        return {**super().get_config(), **extra}
+    _fn = staticmethod(categorical_crossentropy)
 
 
-class BinaryCrossentropy(Loss):
+class BinaryCrossentropy(_Crossentropy):
     """Binary crossentropy against logits or probabilities, averaged over ``axis``; ``label_smoothing``
     moves the labels towards 0.5.
 
@@ -315,26 +324,7 @@ class BinaryCrossentropy(Loss):
     np.float32(0.6931)
     """
 
-    def __init__(
-        self,
-        from_logits: bool = False,
-        label_smoothing: float = 0.0,
-        axis: int = -1,
-        reduction: str | None = "sum_over_batch_size",
-        name: str | None = None,
-    ) -> None:
-        super().__init__(reduction, name or "binary_crossentropy")
-        self.from_logits = from_logits
-        self.label_smoothing = label_smoothing
-        self.axis = axis
-
-    def call(self, y_true: Any, y_pred: Any) -> Any:
-        y_true, y_pred = _same_rank(y_true, y_pred)
-        return binary_crossentropy(y_true, y_pred, self.from_logits, self.label_smoothing, self.axis)
-
-    def get_config(self) -> dict[str, Any]:
-        extra = {"from_logits": self.from_logits, "label_smoothing": self.label_smoothing, "axis": self.axis}
-        return {**super().get_config(), **extra}
+    _fn = staticmethod(binary_crossentropy)
 
 
 class Huber(Loss):
