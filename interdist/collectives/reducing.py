@@ -92,13 +92,7 @@ def _reduce_owned(values: list[Any], op: ReduceOp) -> np.ndarray:
         if dtype.kind == "f":
             np.true_divide(total, np.asarray(len(arrays), dtype=dtype), out=total)
             return np.asarray(total)
-        if dtype.kind == "c":  # each part by the real count, as ``_reduction.mean_of_sum`` (TF's rounding)
-            n = np.asarray(len(arrays), dtype=total.real.dtype)
-            np.true_divide(total.real, n, out=total.real)
-            np.true_divide(total.imag, n, out=total.imag)
-            return np.asarray(total)
-
-        return mean_of_sum(total, len(arrays))
+        return mean_of_sum(total, len(arrays))  # complex (each part by the real count) and integers
     return np.asarray(total)
 
 

@@ -30,10 +30,7 @@ def held_copy(replica: Replica, held: dict[int, Any], x: Any) -> Any:
     """``x`` for a user's function: a held array copied (the copy's id -> the held array in ``held``)."""
     if not isinstance(x, StoreRef):
         return x
-    try:
-        value = replica.store[x.key]
-    except KeyError:
-        raise KeyError(f"value {x.key} is no longer held by replica {replica.rank}") from None
+    value = replica._deref(x)
     if isinstance(value, np.ndarray) or _gpu.is_cupy(value):
         copy = value.copy()
         held[id(copy)] = value
