@@ -82,6 +82,8 @@ def _times(_: Any, sizes: list[int], reps: int, comms_only: bool) -> dict[int, d
                 for a in timed:
                     coll.algorithm = cm.AG if a == RING else a
                     seq += 1
+                    coll.barrier(rep.step, seq, "bench_cost_model")  # every call starts with the ranks in step
+                    seq += 1
                     with dask.config.set({"interdist.collectives.ring": a == RING}):
                         t0 = time.perf_counter()
                         coll.all_reduce(rep.step, seq, arrays, idist.ReduceOp.SUM, "bench_cost_model")
