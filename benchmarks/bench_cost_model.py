@@ -50,7 +50,7 @@ from interdist.collectives import ring
 TRAIN = (4 << 10, 64 << 10, 1 << 20, 16 << 20)
 HELD_OUT = (16 << 10, 256 << 10, 4 << 20)
 ALGS = (cm.AG, cm.RS, cm.RB)
-RING = "ring"  #: the ring of two replicas (an all-gather-reduce pipelined through the caches: not in the model)
+RING = "ring"  #: the ring of two replicas (an all-gather-reduce pipelined through the caches: the model's PAIR_RING)
 SHORT = {cm.AG: "AG", cm.RS: "RS", cm.RB: "RB"}
 HERE = Path(__file__).resolve().parent
 
@@ -64,7 +64,7 @@ def _times(_: Any, sizes: list[int], reps: int, comms_only: bool) -> dict[int, d
 
     The ring of two replicas (collectives/ring.py) is off while the algorithms are timed, so that a forced
     all-gather-reduce is one (the model's terms); where it can run (2 replicas, shared memory, from its
-    1 MB), it is timed too, interleaved, as ``RING`` (not fitted: compared with the model's all-gather-reduce)."""
+    1 MB), it is timed too, interleaved, as ``RING`` (not fitted: compared with the model's ``PAIR_RING``)."""
     rep = idist.get_replica_context()._replica  # type: ignore[union-attr]
     coll, transport = rep.collectives, rep.transport
     saved_alg, saved_threshold = coll.algorithm, getattr(transport, "threshold", None)
@@ -341,12 +341,14 @@ def fit_local(fitted: dict[str, cm.Params], reps: int) -> None:
     # this machine's inter-host link: TCP as measured over loopback (checked between namespaces below)
     fitted["shm"] = dataclasses.replace(fitted["shm"], inter=fitted["tcp"].intra)
     for nbytes, seconds in sorted(rings.items()):  # what AUTO's all-gather-reduce runs as at 2 replicas
-        pred = cm.predict(cm.AG, nbytes, 2, 1, params=fitted["shm"])
-        print(
-            f"ring shm  n=2 hosts=1 {nbytes / 1e6:8.4f} MB (not fitted): measured {seconds * 1e3:8.3f} ms, "
-            f"the model's all-gather-reduce {pred * 1e3:8.3f} ms, ratio {pred / seconds:5.2f}",
-            flush=True,
-        )
+        for p in (cm.preset("shm"), fitted["shm"]):
+            pred = cm.predict(cm.PAIR_RING, nbytes, 2, 1, params=p)
+            print(
+                f"ring shm  n=2 hosts=1 {nbytes / 1e6:8.4f} MB (not fitted): measured {seconds * 1e3:8.3f} ms, "
+                f"the {'shipped' if p is not fitted['shm'] else 'fitted'} model's pair ring {pred * 1e3:8.3f} ms, "
+                f"ratio {pred / seconds:5.2f}",
+                flush=True,
+            )
     check_choices(got["shm"], fitted["shm"], cm.AUTO_CANDIDATES_ONE_HOST)
     check_choices(got["shm"], fitted["shm"], cm.IMPLEMENTED)
     _summary(step_times([1, 2, 4], (64 << 10, 1 << 20, 4 << 20), fitted["shm"], max(5, reps)), "step times")

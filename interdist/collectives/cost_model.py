@@ -21,16 +21,17 @@ times; ``cores`` is a property of the machine and is not fitted.
 
 Algorithms, for ``n`` replicas of ``b`` bytes each on ``h`` hosts (``g = ceil(n / h)`` per host):
 
-- interdist's own three (``algorithms.py``), as implemented:
+- interdist's own (``algorithms.py``), as implemented; across hosts every message counts on ``inter``:
 
   - all-gather-reduce (``AG``): one round; each replica sends its ``b`` bytes to every peer
     (shared memory: written once) and adds the ``n - 1`` others itself.
   - reduce-scatter + all-gather (``RS``): two rounds; each replica moves and adds ``1/n`` of
     the data to and from every peer.
   - reduce-broadcast (``RB``): every replica sends to a root, which adds once and sends the
-    result back; the root works alone in the middle.
-
-  Across hosts every message of these is counted on the ``inter`` link (point to point).
+    result back; the root works alone in the middle (or ``owners`` ranks split it: ``split.py``).
+  - the pair ring (``PAIR_RING``, 2 replicas of one host, ``ring.py``): a hello each way, then each
+    copies its ``b`` bytes into the ring as it adds the peer's; the two overlap (the longer counts).
+    :func:`runtime_path` says which of these ``AUTO`` runs.
 - at scale, the textbook algorithms (Thakur, Rabenseifner & Gropp, "Optimization of collective
   communication operations in MPICH", IJHPCA 19(1), 2005; NCCL's ring and double binary trees,
   Jeaugey, "Massively scale your deep learning training with NCCL 2.4", NVIDIA blog, 2019):
@@ -43,12 +44,10 @@ Algorithms, for ``n`` replicas of ``b`` bytes each on ``h`` hosts (``g = ceil(n 
     ``b/g`` shard across the ``h`` hosts (the ``g`` shards of a host share its link), ring
     all-gather inside the host.
 
-The parameters of this kind of machine (``PRESETS["shm"]`` and ``PRESETS["tcp"]``) were fitted
-by ``benchmarks/bench_cost_model.py`` (figures in ``docs/performance.md``); ``PRESETS["nccl"]``
-comes from published figures (see its ``source``). ``interdist.collectives.cost-model`` may name a JSON
-file written by the benchmark (``--save``): its parameter sets replace the presets of the same
-name, so ``AUTO`` then chooses by what was measured on the machine at hand. The parameter sets
-themselves are in ``cost_params.py``.
+``PRESETS["shm"]`` and ``PRESETS["tcp"]`` were fitted by ``benchmarks/bench_cost_model.py`` on this kind of
+machine (``docs/performance.md``), ``PRESETS["nccl"]`` is published figures (its ``source``); all are in
+``cost_params.py``. ``interdist.collectives.cost-model`` may name a JSON file the benchmark wrote (``--save``):
+its sets replace the presets of the same name, so ``AUTO`` chooses by what was measured on the machine at hand.
 
 GPU replicas (CuPy arrays): :func:`device_choice` weighs host staging against the device paths
 (``cuda_ipc`` between replicas on one GPU, ``nccl`` between GPUs) with ``PRESETS["cuda_ipc"]`` and
@@ -63,12 +62,10 @@ import dataclasses
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-import numpy as np
-
+from interdist.collectives import ring
+from interdist.collectives.cost_fit import Measurement, features, fit, nnls
 from interdist.collectives.cost_params import (
-    _SHM,
     PARAMETERS,
     PRESETS,
     STAGING_BYTES_PER_S,
@@ -85,6 +82,7 @@ from interdist.collectives.cost_phases import (
     HIERARCHICAL,
     IMPLEMENTED,
     MODELLED,
+    PAIR_RING,
     RB,
     RING,
     RS,
@@ -181,6 +179,21 @@ def split_pays(elements: int, world_size: int, owners: int) -> bool:
     return split < _cost(p, phases(RB, 4 * elements, world_size, 1, p.shared))
 
 
+def runtime_path(nbytes: int, world_size: int, cores: int, ring_runs: bool = True) -> tuple[str, int]:
+    """(algorithm, owners): what ``AUTO`` runs for an all-reduce of ``nbytes`` of float32 per replica among
+    ``world_size`` replicas of one host with ``cores`` cores, for :func:`predict`. Its choice
+    (:func:`auto_choice`); then, for 2 replicas, the pair ring from ``ring.MIN_BYTES`` where it runs
+    (``ring_runs``: numba is installed); for reduce-broadcast, its sum split between one owner a core where each
+    core holds two replicas or more (``worker/affinity.py``'s ``reduce_owners``) and :func:`split_pays`."""
+    algorithm = auto_choice(nbytes // 4, world_size, False)
+    if algorithm == AG and world_size == 2 and ring_runs and nbytes >= ring.MIN_BYTES:
+        return PAIR_RING, 1
+    owners = cores if cores >= 2 and world_size >= 2 * cores else 1
+    if algorithm == RB and owners > 1 and split_pays(nbytes // 4, world_size, owners):
+        return RB, owners
+    return algorithm, 1
+
+
 # -- GPU replicas: where a batch of CuPy arrays is reduced ----------------------------------------
 #: The paths of a GPU replicas' all_reduce: through host memory (the host algorithms above), CUDA IPC
 #: between replicas that share one GPU, NCCL between replicas on distinct GPUs.
@@ -263,86 +276,6 @@ def scaling_efficiency(
     return one / step_time(compute_s, grad_bytes, world_size, per_host, algorithm, transport, overlap, params)
 
 
-# -- fitting -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Measurement:
-    """One measured all_reduce: the median seconds of ``algorithm`` on ``nbytes`` per replica."""
-
-    algorithm: str
-    nbytes: float
-    world_size: int
-    hosts: int
-    seconds: float
-
-
-def features(m: Measurement, base: Params) -> np.ndarray:
-    """How much each parameter (in ``PARAMETERS`` order) contributes to ``m`` per unit of its value
-    (on a machine like ``base``: its ``cores`` and ``shared``)."""
-    ph = phases(m.algorithm, m.nbytes, m.world_size, m.hosts, base.shared)
-    unit = base.with_vector([0.0] * len(PARAMETERS))
-    return np.array([_cost(unit.with_vector(np.eye(len(PARAMETERS))[k]), ph) for k in range(len(PARAMETERS))])
-
-
-def nnls(a: np.ndarray, y: np.ndarray, iterations: int = 200) -> np.ndarray:
-    """Non-negative least squares, ``argmin |a x - y|`` with ``x >= 0`` (Lawson and Hanson's active set)."""
-    k = a.shape[1]
-    x = np.zeros(k)
-    passive = np.zeros(k, dtype=bool)
-    w = a.T @ (y - a @ x)
-    tol = 1e-12 * max(1.0, float(np.abs(w).max()) if k else 1.0)
-    for _ in range(iterations):
-        if passive.all() or not (w[~passive] > tol).any():
-            break
-        j = int(np.argmax(np.where(passive, -np.inf, w)))
-        passive[j] = True
-        while True:
-            z = np.zeros(k)
-            z[passive] = np.linalg.lstsq(a[:, passive], y, rcond=None)[0]
-            if (z[passive] > 0).all():
-                x = z
-                break
-            neg = passive & (z <= 0)
-            step = np.min(x[neg] / (x[neg] - z[neg]))
-            x = x + step * (z - x)
-            passive &= x > tol * 1e-6
-            x[~passive] = 0.0
-        w = a.T @ (y - a @ x)
-    return x
-
-
-def fit(
-    measurements: Sequence[Measurement],
-    base: Params = _SHM,
-    name: str | None = None,
-    source: str = "fitted",
-    free: Sequence[str] | None = None,
-) -> Params:
-    """The parameters that best predict ``measurements`` (least relative error, all >= 0).
-
-    Only the parameters named in ``free`` (default: all of ``PARAMETERS``) that the measurements
-    involve are fitted; the others (the inter link when all ran on one host) keep ``base``'s
-    values. ``base.cores`` and ``base.shared`` are used as they are.
-    """
-    if not measurements:
-        raise ValueError("fit needs at least one measurement")
-    unknown = set(free or ()) - set(PARAMETERS)
-    if unknown:
-        raise ValueError(f"unknown parameters {sorted(unknown)}; known: {', '.join(PARAMETERS)}")
-    a = np.array([features(m, base) for m in measurements])
-    y = np.array([m.seconds for m in measurements], dtype=np.float64)
-    if (y <= 0).any():
-        raise ValueError("measured times must be > 0")
-    used = np.abs(a).sum(axis=0) > 0
-    if free is not None:
-        used &= np.array([k in free for k in PARAMETERS])
-    fixed = base.vector()
-    rest = y - a[:, ~used] @ fixed[~used]
-    w = 1.0 / y  # relative error: 0.1 ms and 100 ms points count alike
-    x = fixed.copy()
-    x[used] = nnls(a[:, used] * w[:, None], rest * w)
-    return dataclasses.replace(base.with_vector(x, source), name=name or base.name)
-
-
 __all__ = [
     "AG",
     "AUTO_CANDIDATES_HOSTS",
@@ -356,6 +289,7 @@ __all__ = [
     "IMPLEMENTED",
     "MODELLED",
     "NCCL",
+    "PAIR_RING",
     "PARAMETERS",
     "PRESETS",
     "RB",
@@ -379,7 +313,9 @@ __all__ = [
     "phases",
     "predict",
     "preset",
+    "runtime_path",
     "save",
     "scaling_efficiency",
+    "split_pays",
     "step_time",
 ]

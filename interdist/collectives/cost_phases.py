@@ -21,10 +21,13 @@ RB = "reduce-broadcast"
 RING = "ring"
 TREE = "tree"
 HIERARCHICAL = "hierarchical"
+#: The all-gather-reduce of two replicas of one host pipelined through a ring of shared memory (``ring.py``):
+#: what runs where ``AUTO`` picks the all-gather-reduce for a large float batch of 2 replicas (``runtime_path``).
+PAIR_RING = "pair-ring"
 #: The algorithms interdist runs (``best_algorithm`` chooses among these by default).
 IMPLEMENTED = (AG, RS, RB)
 #: The algorithms the model knows: interdist's and, for predictions at scale, the textbook ones.
-MODELLED = (AG, RS, RB, RING, TREE, HIERARCHICAL)
+MODELLED = (AG, RS, RB, PAIR_RING, RING, TREE, HIERARCHICAL)
 
 
 # -- the formulas -------------------------------------------------------------------------
@@ -37,6 +40,7 @@ class _Phase:
     reduced: float  # bytes per replica
     busy: float  # replicas of one host working at once (contention)
     link_share: float = 1.0  # replicas whose bytes cross the host's inter link at once
+    overlap: bool = False  # pipelined: the bytes moved and the additions overlap (the longer of the two counts)
 
 
 def _cost(p: Params, phases: Iterable[_Phase]) -> float:
@@ -45,8 +49,9 @@ def _cost(p: Params, phases: Iterable[_Phase]) -> float:
         link = p.inter if ph.inter else p.intra
         slow = max(1.0, ph.busy / p.cores)
         share = ph.link_share if ph.inter else slow  # memory bandwidth is shared like the cores
-        total += ph.rounds * link.alpha + ph.msgs * link.overhead * slow + ph.moved * link.beta * share
-        total += ph.reduced * p.gamma * slow
+        moved, reduced = ph.moved * link.beta * share, ph.reduced * p.gamma * slow
+        total += ph.rounds * link.alpha + ph.msgs * link.overhead * slow
+        total += max(moved, reduced) if ph.overlap else moved + reduced
     return total
 
 
@@ -76,6 +81,11 @@ def phases(
         raise ValueError(
             f"only reduce-broadcast on one host splits its sum between owners, not {algorithm!r} on {h} host(s)"
         )
+    if algorithm == PAIR_RING and (n != 2 or h != 1 or not shared):
+        raise ValueError(
+            f"the pair ring runs between 2 replicas of one host through shared memory, not {n} replicas on {h} "
+            f"host(s){'' if shared else ' point to point'}"
+        )
     if owners > 1:
         return _split(b, n, owners, shared)
     if n == 1:
@@ -89,6 +99,10 @@ def phases(
     # link time); through shared memory, writing a message once and copying it out count.
     if algorithm == AG:  # send to every peer (shared memory: written once), add the n-1 others in place
         return [_Phase(x, 1, 2 * (n - 1), b if shm else 2 * (n - 1) * b, (n - 1) * b, busy, share)]
+    if algorithm == PAIR_RING:
+        # a hello each way, then each rank copies its chunks into the ring while it adds the peer's chunks (in the
+        # caches) into its result: the copy of one chunk overlaps the addition of another
+        return [_Phase(False, 1, 2, b, b, 2, overlap=True)]
     if algorithm == RS:
         part = b / n
         # round 1: chunk j to replica j, add the n chunks received; round 2: own reduced chunk to every

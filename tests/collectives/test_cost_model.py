@@ -110,6 +110,55 @@ def test_split_pays_where_the_model_predicts_the_split_faster() -> None:
     assert not cm.split_pays(1 << 16, 4, 2) and cm.split_pays(1 << 20, 4, 2)
 
 
+def test_the_pair_ring_overlaps_its_copy_with_its_additions() -> None:
+    """Two replicas of one host (ring.py): a hello each way, then each copies its b bytes into the ring while it adds
+    the peer's: the longer of the two counts, not their sum."""
+    b = 100.0
+    assert cm.predict(cm.PAIR_RING, b, 2, params=_params(alpha=1.0, overhead=10.0)) == 1 + 2 * 10
+    assert cm.predict(cm.PAIR_RING, b, 2, params=_params(beta=3.0, gamma=1.0)) == 300  # the copy is the longer
+    assert cm.predict(cm.PAIR_RING, b, 2, params=_params(beta=1.0, gamma=2.0)) == 200  # the additions are
+    assert cm.predict(cm.AG, b, 2, params=_params(beta=1.0, gamma=2.0)) == 300  # all-gather-reduce: the sum of both
+    # both replicas work at once: on one core, twice as slow (messages, copies and additions alike)
+    assert cm.predict(cm.PAIR_RING, b, 2, params=_params(overhead=1.0, beta=1.0, gamma=2.0, cores=1)) == 4 + 400
+    for kwargs, match in (
+        ({"world_size": 3}, "not 3 replicas on 1 host"),
+        ({"world_size": 2, "hosts": 2}, "not 2 replicas on 2 host"),
+        ({"world_size": 2, "params": _params(shared=False)}, "point to point"),
+    ):
+        with pytest.raises(ValueError, match=f"the pair ring runs between 2 replicas of one host.*{match}"):
+            cm.predict(cm.PAIR_RING, b, **kwargs)
+    # its cost is not linear in the parameters: measured, it is compared with the model, not fitted
+    with pytest.raises(ValueError, match="pair-ring's cost is not linear in the parameters"):
+        cm.fit([cm.Measurement(cm.PAIR_RING, 4 << 20, 2, 1, 1e-3)])
+    assert cm.PAIR_RING in cm.MODELLED and cm.PAIR_RING not in cm.IMPLEMENTED  # (best_algorithm's default: any n)
+
+
+def test_runtime_path_is_what_auto_runs() -> None:
+    from interdist.collectives import ring
+    from interdist.worker import affinity
+
+    # 2 replicas: the all-gather-reduce, pipelined through the ring from its minimum size where numba is installed
+    assert cm.runtime_path(4096, 2, 2) == (cm.AG, 1)
+    assert cm.runtime_path(ring.MIN_BYTES - 4, 2, 2) == (cm.AG, 1)
+    assert cm.runtime_path(ring.MIN_BYTES, 2, 2) == (cm.PAIR_RING, 1)
+    assert cm.runtime_path(4 << 20, 2, 2, ring_runs=False) == (cm.AG, 1)
+    # 4 replicas on 2 cores: reduce-broadcast, its sum split between an owner a core where the split pays
+    assert cm.runtime_path(4096, 4, 2) == (cm.RB, 1)
+    assert cm.runtime_path(64 << 10, 4, 2) == (cm.RB, 1)
+    assert cm.runtime_path(4 << 20, 4, 2) == (cm.RB, 2)
+    assert cm.runtime_path(4 << 20, 4, 1) == (cm.RB, 1)  # one core: no owner to split with
+    for nbytes in (4096, 64 << 10, 1 << 20, 4 << 20, 16 << 20):
+        for n in range(1, 9):
+            for cores in range(1, 5):
+                algorithm, owners = cm.runtime_path(nbytes, n, cores)
+                assert algorithm in (cm.PAIR_RING, cm.auto_choice(nbytes // 4, n, False))
+                # the owners are those the workers' join gives (affinity.reduce_owners), where the split pays
+                joined = affinity.reduce_owners([f"tcp://127.0.0.1:{i}" for i in range(n)], list(range(cores)))
+                split = algorithm == cm.RB and joined > 1 and cm.split_pays(nbytes // 4, n, joined)
+                assert owners == (joined if split else 1), (nbytes, n, cores)
+                assert cm.predict(algorithm, nbytes, n, owners=owners) > 0
+
+
 # -- fitting --------------------------------------------------------------------------------
 def test_fit_recovers_known_parameters() -> None:
     truth = cm.Params("truth", cm.Link(2e-5, 7e-5, 1e-10), cm.Link(1e-4, 2e-4, 8e-10), 3e-10, 2.0)
