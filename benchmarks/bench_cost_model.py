@@ -154,14 +154,16 @@ def _summary(ratios: list[float], what: str) -> None:
 
 
 def check_choices(ms: list[cm.Measurement], p: cm.Params, candidates: tuple[str, ...]) -> None:
-    """Whether the model's choice among ``candidates`` is the fastest measured (time lost if not)."""
+    """Whether the model's choice among ``candidates`` is the fastest measured (time lost if not). Among
+    ``AUTO``'s candidates, by ``AUTO``'s rule (``cm.AUTO_MARGIN``: the default unless another is clearly faster)."""
+    margin = cm.AUTO_MARGIN if candidates == cm.AUTO_CANDIDATES_ONE_HOST else 0.0
     by: dict[tuple[int, float], dict[str, float]] = {}
     for m in ms:
         if m.world_size > 1 and m.algorithm in candidates:
             by.setdefault((m.world_size, m.nbytes), {})[m.algorithm] = m.seconds
     agree = 0
     for (n, nbytes), t in sorted(by.items()):
-        chosen = cm.best_algorithm(nbytes, n, 1, candidates=candidates, params=p)
+        chosen = cm.best_algorithm(nbytes, n, 1, candidates=candidates, params=p, margin=margin)
         fastest = min(t, key=lambda a: t[a])
         agree += chosen == fastest
         print(
