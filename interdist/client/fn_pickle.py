@@ -24,12 +24,15 @@ import io
 import sys
 import threading
 import types
+import warnings
 from collections import ChainMap, OrderedDict
 from typing import Any, ClassVar
 
 import cloudpickle
 import numpy as np
 from cloudpickle import cloudpickle as _cp
+
+from interdist.client.replies import user_stacklevel
 
 _SCALARS = (int, float, complex, str, bytes, bool, type(None), type(Ellipsis))
 _MAX_DEPTH = 4
@@ -76,9 +79,50 @@ def _dumps(fn: Any) -> bytes:
 
 
 def dumps_fn(fn: Any) -> bytes:
-    """``cloudpickle.dumps(fn)``, reused while ``fn`` and what it captures are unchanged."""
+    """``cloudpickle.dumps(fn)``, reused while ``fn`` and what it captures are unchanged; a warning (once per line
+    of the user's, as warnings go) when it is large (``LARGE_FUNCTION_BYTES``)."""
     data = cached_dumps(fn)
-    return _dumps(fn) if data is None else data
+    if data is None:
+        data = _dumps(fn)
+    if len(data) >= LARGE_FUNCTION_BYTES:
+        _warn_large(fn, len(data))
+    return data
+
+
+#: A replica function's pickle from which ``dumps_fn`` warns: it goes to every replica at every call (1 MB takes
+#: ~1 ms a replica to send and unpickle on a 2-core machine, more than a whole ``run``'s round trip).
+LARGE_FUNCTION_BYTES = 1 << 20
+
+
+def _warn_large(fn: Any, nbytes: int) -> None:
+    """Warn that ``fn`` pickles to ``nbytes``, naming the arrays it captures (closure, defaults, globals)."""
+    captured: list[tuple[int, str]] = []
+    if isinstance(fn, types.FunctionType):
+        cells = zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False)
+        values = [(name, c.cell_contents) for name, c in cells if _filled(c)]
+        values += [
+            (name, fn.__globals__[name]) for name in _cp._extract_code_globals(fn.__code__) if name in fn.__globals__
+        ]
+        values += [(f"a default ({i})", v) for i, v in enumerate(fn.__defaults__ or ())]
+        captured = sorted(((int(v.nbytes), n) for n, v in values if isinstance(v, np.ndarray)), reverse=True)
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    what = ", ".join(f"`{n}` ({b / 2**20:.1f} MB)" for b, n in captured[:3] if b >= 1 << 16)
+    warnings.warn(
+        f"the replica function `{name}` pickles to {nbytes / 2**20:.1f} MB, sent to every replica at every call"
+        + (f": it captures {what}" if what else "")
+        + ". Hold large values on the replicas instead: a variable made in `strategy.scope()`, or a value a "
+        "`strategy.run` returned, passed back as an argument",
+        UserWarning,
+        stacklevel=user_stacklevel(),
+    )
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
 
 
 def cached_dumps(fn: Any) -> bytes | None:

@@ -305,3 +305,35 @@ def test_a_fused_step_reads_another_strategys_variable_as_a_copy_each_call(mirro
         assert [
             float(np.ravel(x)[0]) for x in mirrored2.experimental_local_results(mirrored2.run_steps(step, it, steps=1))
         ] == [3.0, 3.0]
+
+
+def test_a_large_function_warns_where_the_user_called_naming_what_it_captures(nb: dict[str, Any]) -> None:
+    """A function that pickles to a megabyte or more goes to every replica at every call: one warning, at the user's
+    line, naming the arrays it captures (a closure's, a global's, a default's) and where to hold them instead."""
+    nb["WEIGHTS"] = np.ones(200_000)  # 1.5 MB, a global of the notebook's
+    exec(compile("def uses_weights(b):\n    return b * WEIGHTS[0]\n", "<notebook cell>", "exec"), nb)
+    bias, ones = np.zeros(150_000), np.ones(10)  # 1.1 MB in a closure; 80 bytes as a default
+
+    def step(b: Any, scale: Any = ones) -> Any:
+        return b + bias[0] + scale[0]
+
+    for fn, names in ((nb["uses_weights"], "`WEIGHTS` (1.5 MB)"), (step, "`bias` (1.1 MB)")):
+        with pytest.warns(UserWarning, match="pickles to .* MB, sent to every replica at every call") as got:
+            data = fn_pickle.dumps_fn(fn)
+        (w,) = got.list
+        assert w.filename == __file__  # this line, not interdist's
+        assert f"it captures {names}" in str(w.message) and "strategy.scope()" in str(w.message)
+        assert "a default" not in str(w.message)  # 80 bytes: not worth naming
+        assert len(data) >= fn_pickle.LARGE_FUNCTION_BYTES
+        assert cloudpickle.loads(data)(1.0) == fn(1.0)
+
+
+def test_a_small_function_does_not_warn(nb: dict[str, Any]) -> None:
+    import warnings
+
+    nb["SMALL"] = np.ones(1000)
+    exec(compile("def uses_small(b):\n    return b * SMALL[0]\n", "<notebook cell>", "exec"), nb)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for fn in (nb["uses_small"], nb["scaled"]):
+            assert len(fn_pickle.dumps_fn(fn)) < fn_pickle.LARGE_FUNCTION_BYTES
