@@ -103,7 +103,11 @@ def _warn_large(fn: Any, nbytes: int) -> None:
         values += [
             (name, fn.__globals__[name]) for name in _cp._extract_code_globals(fn.__code__) if name in fn.__globals__
         ]
-        values += [(f"a default ({i})", v) for i, v in enumerate(fn.__defaults__ or ())]
+        code, defaults = fn.__code__, fn.__defaults__ or ()
+        values += list(
+            zip(code.co_varnames[code.co_argcount - len(defaults) : code.co_argcount], defaults, strict=True)
+        )
+        values += list((fn.__kwdefaults__ or {}).items())
         captured = sorted(((int(v.nbytes), n) for n, v in values if isinstance(v, np.ndarray)), reverse=True)
     name = getattr(fn, "__qualname__", type(fn).__name__)
     what = ", ".join(f"`{n}` ({b / 2**20:.1f} MB)" for b, n in captured[:3] if b >= 1 << 16)

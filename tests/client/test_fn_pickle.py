@@ -317,13 +317,20 @@ def test_a_large_function_warns_where_the_user_called_naming_what_it_captures(nb
     def step(b: Any, scale: Any = ones) -> Any:
         return b + bias[0] + scale[0]
 
-    for fn, names in ((nb["uses_weights"], "`WEIGHTS` (1.5 MB)"), (step, "`bias` (1.1 MB)")):
+    def by_default(b: Any, *, table: Any = bias) -> Any:
+        return b + table[0]
+
+    for fn, names in (
+        (nb["uses_weights"], "`WEIGHTS` (1.5 MB)"),
+        (step, "`bias` (1.1 MB)"),
+        (by_default, "`table` (1.1 MB)"),
+    ):
         with pytest.warns(UserWarning, match="pickles to .* MB, sent to every replica at every call") as got:
             data = fn_pickle.dumps_fn(fn)
         (w,) = got.list
         assert w.filename == __file__  # this line, not interdist's
         assert f"it captures {names}" in str(w.message) and "strategy.scope()" in str(w.message)
-        assert "a default" not in str(w.message)  # 80 bytes: not worth naming
+        assert "`scale`" not in str(w.message)  # 80 bytes: not worth naming
         assert len(data) >= fn_pickle.LARGE_FUNCTION_BYTES
         assert cloudpickle.loads(data)(1.0) == fn(1.0)
 
