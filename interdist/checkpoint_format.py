@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from interdist.replica.ps_liveness import host_key
+from interdist.replica.ps_liveness import host_key, pid_alive
 
 FORMAT = "interdist-checkpoint/2"
 #: An older interdist's format: no entry digests nor index checksum, and an entry's sha256 optional.
@@ -66,16 +66,6 @@ def _temporary_prefix(name: str) -> str:
     return f".{name}.tmp-{os.getpid()}-{_host_tag()}-"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # PermissionError: someone else's process, alive
-        return True
-    return True
-
-
 def remove_stale_temporaries(directory: str | os.PathLike[str]) -> list[str]:
     """Remove the temporary files and directories of saves into ``directory`` whose writer is gone
     (its pid on this host no longer runs) or that are older than ``STALE_AFTER``; their paths."""
@@ -93,7 +83,7 @@ def remove_stale_temporaries(directory: str | os.PathLike[str]) -> list[str]:
         pid, tag = match.group(1), match.group(2)
         try:
             stale = (
-                not _alive(int(pid))
+                not pid_alive(int(pid))
                 if pid is not None and tag == _host_tag()
                 else now - child.lstat().st_mtime > STALE_AFTER
             )

@@ -51,6 +51,7 @@ import time
 from typing import Any
 
 from interdist import config
+from interdist.replica.ps_liveness import pid_alive
 
 #: Loggers whose lines go to the file: Dask's and those of the libraries it logs through, interdist's,
 #: and asyncio's (an event loop's errors: "Task exception was never retrieved").
@@ -101,7 +102,7 @@ def _prune(folder: str) -> None:
             continue
         try:
             pid = int(name[len("workers-") : -len(".log")])
-            if pid == os.getpid() or _alive(pid):
+            if pid == os.getpid() or pid_alive(pid):  # (another user's: not ours to judge)
                 continue
             path = os.path.join(folder, name)
             st = os.stat(path)
@@ -109,16 +110,6 @@ def _prune(folder: str) -> None:
                 os.remove(path)
         except (ValueError, OSError):
             continue
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # another user's process of that number: not ours to judge
-    return True
 
 
 def _remove_if_empty(path: str) -> None:

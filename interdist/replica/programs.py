@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import copy
 import json
-import zlib
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from interdist import _context, _gpu, _reduction
-from interdist._convert import as_array, is_array_like
+from interdist._convert import as_array, content_digest, is_array_like
 from interdist.protocol import VariableMeta
 from interdist.reduce_op import ReduceOp
 from interdist.replica.variable import ReplicaVariable, emit_created, variable_class
@@ -128,7 +127,7 @@ def copy_checksums(replica: Replica) -> str:
         if meta.get("kind") != "mirrored" or var_id in replica.diverged:
             continue
         a = np.ascontiguousarray(_gpu.to_host(var.raw))
-        crc = zlib.crc32(a.reshape(-1).view(np.uint8).data)
+        crc = content_digest(a)[2]
         out[str(var_id)] = (str(meta.get("name", var_id)), f"{a.dtype}{list(a.shape)}", crc)
     return json.dumps(out)
 

@@ -52,6 +52,17 @@ def host_key() -> str:
     return _host_key
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists (someone else's counts: it is alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: someone else's process, alive
+        return True
+    return True
+
+
 def whoami() -> dict[str, Any]:
     """What a task tells about itself: its pid and its host key."""
     return {"pid": os.getpid(), "host": host_key()}
