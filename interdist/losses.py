@@ -70,8 +70,7 @@ def _clip_probs(p: Any) -> Any:
 def _same_rank(y_true: Any, y_pred: Any) -> tuple[Any, Any]:
     """``y_true`` and ``y_pred`` as Keras' loss classes pass them on: a trailing 1 added or dropped where the
     ranks differ by one (labels ``(N,)`` against predictions ``(N, 1)`` are compared element by element)."""
-    yt, yp = _squeeze_or_expand_to_same_rank(np.asarray(y_true), _pred(y_pred))
-    return yt, yp
+    return _squeeze_or_expand_to_same_rank(np.asarray(y_true), _pred(y_pred))
 
 
 def sparse_categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False, axis: int = -1) -> Any:

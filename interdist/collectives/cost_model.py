@@ -179,16 +179,23 @@ def split_pays(elements: int, world_size: int, owners: int) -> bool:
     return split < _cost(p, phases(RB, 4 * elements, world_size, 1, p.shared))
 
 
+def owners_of_one_host(world_size: int, cores: int) -> int:
+    """How many ranks a large reduce-broadcast of ``world_size`` replicas of one host with ``cores`` cores splits its
+    sum between (``split.py``): one per core where each core holds two replicas or more, else 1 (the root alone).
+    ``worker/affinity.py``'s ``reduce_owners`` applies it to a group whose replicas are all on one host."""
+    return cores if cores >= 2 and world_size >= 2 * cores else 1
+
+
 def runtime_path(nbytes: int, world_size: int, cores: int, ring_runs: bool = True) -> tuple[str, int]:
     """(algorithm, owners): what ``AUTO`` runs for an all-reduce of ``nbytes`` of float32 per replica among
     ``world_size`` replicas of one host with ``cores`` cores, for :func:`predict`. Its choice
     (:func:`auto_choice`); then, for 2 replicas, the pair ring from ``ring.MIN_BYTES`` where it runs
     (``ring_runs``: numba is installed); for reduce-broadcast, its sum split between one owner a core where each
-    core holds two replicas or more (``worker/affinity.py``'s ``reduce_owners``) and :func:`split_pays`."""
+    core holds two replicas or more (:func:`owners_of_one_host`) and :func:`split_pays`."""
     algorithm = auto_choice(nbytes // 4, world_size, False)
     if algorithm == AG and world_size == 2 and ring_runs and nbytes >= ring.MIN_BYTES:
         return PAIR_RING, 1
-    owners = cores if cores >= 2 and world_size >= 2 * cores else 1
+    owners = owners_of_one_host(world_size, cores)
     if algorithm == RB and owners > 1 and split_pays(nbytes // 4, world_size, owners):
         return RB, owners
     return algorithm, 1
@@ -310,6 +317,7 @@ __all__ = [
     "fit",
     "load",
     "nnls",
+    "owners_of_one_host",
     "phases",
     "predict",
     "preset",

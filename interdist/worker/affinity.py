@@ -26,6 +26,7 @@ import os
 from distributed.comm.addressing import get_address_host
 
 from interdist import config
+from interdist.collectives.cost_model import owners_of_one_host
 
 
 def core_for(rank: int, peers: list[str], cores: list[int]) -> int | None:
@@ -66,9 +67,7 @@ def reduce_owners(peers: list[str], cores: list[int]) -> int:
         hosts = {get_address_host(p) for p in peers}
     except (ValueError, TypeError):
         return 1
-    if len(hosts) != 1 or len(cores) < 2 or len(peers) < 2 * len(cores):
-        return 1
-    return len(cores)
+    return 1 if len(hosts) != 1 else owners_of_one_host(len(peers), len(cores))
 
 
 def replica_core(rank: int, peers: list[str], on_gpu: bool) -> int | None:
