@@ -6,13 +6,17 @@ them by value with the globals they name (functions of importable modules go by 
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle
 import numpy as np
 import pytest
+from cloudpickle import cloudpickle as _cp
 
 import interdist as idist
 from interdist.client import fn_pickle
@@ -344,3 +348,67 @@ def test_a_small_function_does_not_warn(nb: dict[str, Any]) -> None:
         warnings.simplefilter("error")
         for fn in (nb["uses_small"], nb["scaled"]):
             assert len(fn_pickle.dumps_fn(fn)) < fn_pickle.LARGE_FUNCTION_BYTES
+
+
+SUBMODULE_CELL = """
+import fnp_pkg
+
+def uses_sub(b):
+    return fnp_pkg.sub.VALUE + b
+
+def plain(b, *, k=3):
+    return np.float32(b) * k + math.pi
+
+def outer():
+    seen = [1]
+    def inner(b):
+        return fnp_pkg, seen, np.ones(2)
+    return inner
+
+plain.tag = "x"
+plain.__doc__ = "a docstring"
+"""
+
+
+@pytest.fixture()
+def pkg_nb(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """A notebook that imported ``fnp_pkg`` (a package of the test's own, with a submodule ``sub`` not imported)."""
+    (tmp_path / "fnp_pkg").mkdir()
+    (tmp_path / "fnp_pkg" / "__init__.py").write_text("")
+    (tmp_path / "fnp_pkg" / "sub.py").write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ns: dict[str, Any] = {"__name__": "__main__", "np": np, "math": math}
+    exec(compile(SUBMODULE_CELL, "<notebook cell>", "exec"), ns)
+    yield ns
+    for name in ("fnp_pkg.sub", "fnp_pkg"):
+        sys.modules.pop(name, None)
+
+
+def test_the_function_state_is_cloudpickles_own(pkg_nb: dict[str, Any]) -> None:
+    """The state a replica function is pickled with (``_function_state``, which remembers the submodule scan) is
+    exactly cloudpickle's ``_function_getstate``: names, defaults, closure, globals, ``__dict__``, submodules."""
+    for fn in (pkg_nb["uses_sub"], pkg_nb["plain"], pkg_nb["outer"]()):
+        for _ in range(2):  # the second time from the remembered scan
+            assert fn_pickle._function_state(fn) == _cp._function_getstate(fn)
+
+
+def test_a_submodule_imported_after_a_pickle_is_in_the_next_one(
+    pkg_nb: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cloudpickle records the imported submodules a function may name (``fnp_pkg.sub``), so that the replica imports
+    them: the remembered scan is not reused once a module has been imported, and is reused until then."""
+    fn = pkg_nb["uses_sub"]
+    scans: list[Any] = []
+    real = _cp._find_imported_submodules
+    monkeypatch.setattr(_cp, "_find_imported_submodules", lambda *a: scans.append(a) or real(*a))
+    assert fn_pickle._function_state(fn)[1]["_cloudpickle_submodules"] == []
+    assert fn_pickle._function_state(fn)[1]["_cloudpickle_submodules"] == []
+    assert len(scans) == 1  # the second pickle did not scan sys.modules again
+    importlib.import_module("fnp_pkg.sub")
+    subs = fn_pickle._function_state(fn)[1]["_cloudpickle_submodules"]
+    assert [m.__name__ for m in subs] == ["fnp_pkg.sub"] and len(scans) == 2
+    assert fn_pickle._function_state(fn)[1]["_cloudpickle_submodules"] == subs and len(scans) == 2
+    # What the replica gets: the function, which imports the submodule as it is unpickled.
+    data = fn_pickle.dumps_fn(fn)
+    del sys.modules["fnp_pkg.sub"], sys.modules["fnp_pkg"].sub
+    assert cloudpickle.loads(data)(1) == 8 and "fnp_pkg.sub" in sys.modules
