@@ -218,23 +218,34 @@ def _get(record: dict[str, Any], path: str) -> Any:
     return record
 
 
-def _line(rounds: list[dict[str, Any]], what: str, ours: str, theirs: str, peer: str, target: str = "") -> None:
+def _line(rounds: list[dict[str, Any]], what: str, ours: str, theirs: str, peer: str, target: str = "") -> bool:
     """interdist's median figure, the peer's, and their ratio: the median of the rounds' ratios (each round
-    measures both within a minute or two), with its range when there are several rounds."""
+    measures both within a minute or two), with its range when there are several rounds. Prints nothing (and
+    says so) when either figure is missing."""
     mine = _median([_get(r, ours) for r in rounds])
-    if mine is None:
-        return
-    unit, scale = ("ms", 1e3) if mine >= 1e-3 else ("us", 1e6)
-    head = f"  {what}: interdist {mine * scale:8.3f} {unit}"
     other = _median([_get(r, theirs) for r in rounds])
     ratios = [a / b for r in rounds if (a := _get(r, ours)) and (b := _get(r, theirs)) and a == a and b == b]
-    if other and ratios:
-        head += f"; {peer} {other * scale:8.3f} {unit}: ratio {statistics.median(ratios):5.2f}x"
-        if len(ratios) > 1:
-            head += f" (rounds {min(ratios):.2f}-{max(ratios):.2f})"
-        if target:
-            head += f" (target {target})"
+    if mine is None or not other or not ratios:
+        return False
+    unit, scale = ("ms", 1e3) if mine >= 1e-3 else ("us", 1e6)
+    head = f"  {what}: interdist {mine * scale:8.3f} {unit}; {peer} {other * scale:8.3f} {unit}: ratio "
+    head += f"{statistics.median(ratios):5.2f}x"
+    if len(ratios) > 1:
+        head += f" (rounds {min(ratios):.2f}-{max(ratios):.2f})"
+    if target:
+        head += f" (target {target})"
     print(head)
+    return True
+
+
+def _lines(rounds: list[dict[str, Any]], what: str, ours: str, peers: list[tuple[str, str, str]]) -> None:
+    """``_line`` against each of ``peers`` ((figure, name, target)); interdist's figure alone, once, when no peer's
+    figure is there (``--only-interdist``, or peers that could not run)."""
+    shown = [_line(rounds, what, ours, theirs, peer, target) for theirs, peer, target in peers]
+    mine = _median([_get(r, ours) for r in rounds])
+    if not any(shown) and mine is not None:
+        unit, scale = ("ms", 1e3) if mine >= 1e-3 else ("us", 1e6)
+        print(f"  {what}: interdist {mine * scale:8.3f} {unit}")
 
 
 def one_round(n: int, only: bool, peers_first: bool) -> dict[str, Any]:
@@ -291,14 +302,14 @@ def main() -> None:
                 print(f"  {name}: {library}")
         for what, key in (("SGD step, one run per step", "sgd_run"), (f"SGD step, fused run_steps({FUSED})",
                                                                       "sgd_fused")):
-            _line(rounds, what, f"interdist/{key}", "mpi4py/sgd", "mpi4py", "<= 1.25x")
-            _line(rounds, what, f"interdist/{key}", "torch_gloo/sgd", "torch gloo", "<= 1.0x")
-            _line(rounds, what, f"interdist/{key}", "tf/sgd_function", "TF tf.function")
-            _line(rounds, what, f"interdist/{key}", "numpy_floor", "NumPy processes' floor")
+            _lines(rounds, what, f"interdist/{key}", [("mpi4py/sgd", "mpi4py", "<= 1.25x"),
+                                                      ("torch_gloo/sgd", "torch gloo", "<= 1.0x"),
+                                                      ("tf/sgd_function", "TF tf.function", ""),
+                                                      ("numpy_floor", "NumPy processes' floor", "")])
         for what, key, target in (("all-reduce 4 KB", "ar_4KB", "<= 3x" if n == 2 else ""),
                                   ("all-reduce 4 MB", "ar_4MB", ""), ("barrier", "barrier", "")):
-            _line(rounds, what, f"interdist/{key}", f"mpi4py/{key}", "mpi4py", target)
-            _line(rounds, what, f"interdist/{key}", f"torch_gloo/{key}", "torch gloo")
+            _lines(rounds, what, f"interdist/{key}", [(f"mpi4py/{key}", "mpi4py", target),
+                                                      (f"torch_gloo/{key}", "torch gloo", "")])
         merged = _merge(rounds)
         ours = merged["interdist"]
         each_4kb = ", ".join(f"{r['interdist']['ar_4KB'] * 1e6:.0f}" for r in rounds)
@@ -311,8 +322,8 @@ def main() -> None:
         print(f"  empty run: interdist {ours['run_empty'] * 1e3:.3f} ms (target <= 0.3 ms at 2 replicas; rounds "
               f"{each_empty}); the floor, a byte to "
               f"each of {n} processes over Unix sockets and one back: {merged['socket_round_trip'] * 1e6:.1f} us")
-        _line(rounds, "run with one 4 KB all-reduce", "interdist/run_ar_4KB", "tf/run_ar_4KB", "TF tf.function",
-              "<= 1.0x")
+        _lines(rounds, "run with one 4 KB all-reduce", "interdist/run_ar_4KB",
+               [("tf/run_ar_4KB", "TF tf.function", "<= 1.0x")])
         records.append({**merged, "rounds": rounds})
         print("@@" + json.dumps(merged))
     if save:
