@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from interdist import events as ev
-from interdist._convert import block_means, summarize_with_sketch
+from interdist._convert import SMALL_SUMMARY, _array_summary, _host_summary, block_means, summarize_with_sketch
 from interdist.chrome_trace import to_chrome_trace
 from interdist.dashboard.components import PlacementDiagram, Scalars, ValueHeatmap
 from interdist.dashboard.model import FUSED_PROGRAM, DashboardModel
@@ -108,6 +108,48 @@ def test_a_float32_sum_that_overflows_is_summed_again_in_float64() -> None:
     assert checksum == pytest.approx(64 * 3e38, rel=1e-6)
     assert sketch == pytest.approx((3e38,) * 16, rel=1e-6)
     assert summarize_with_sketch(np.array([1.0, np.inf] * 20, np.float32), 16, 16)[1] == np.inf
+
+
+def test_a_numpy_copy_is_summarized_with_the_general_paths_bits() -> None:
+    """The NumPy path (no conversions: ``_host_summary``) gives bit for bit what the general one (CuPy's) gives, for
+    every dtype, size, shape and the values that take the float64 detour (an overflowing float32 sum, inf, NaN)."""
+    rng = np.random.default_rng(5)
+    values: list[np.ndarray] = []
+    for dtype in (np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8, np.bool_):
+        for n in (17, 31, 64, 100, 640, 4096, 4097, 50_003):
+            values.append((rng.normal(size=n) * 100).astype(dtype))
+    values += [
+        np.full(64, 3e38, np.float32),
+        np.array([1.0, np.inf] * 20, np.float32),
+        np.array([np.inf, -np.inf] * 20, np.float64),
+        np.array([0.5, np.nan] * 40, np.float32),
+        rng.normal(size=(70, 90)).astype(np.float32),  # 6,300 elements: the float32 dot's norm
+        rng.normal(size=(3, 5, 7)),
+    ]
+    for a in values:
+        for blocks in (16, 0):
+            with np.errstate(invalid="ignore"):  # (inf - inf, in both)
+                host, general = _host_summary(a, blocks), _array_summary(a, blocks)
+            assert repr(host) == repr(general), (a.dtype, a.shape, blocks)
+
+
+def test_a_small_copy_is_summarized_from_its_values() -> None:
+    """Up to ``SMALL_SUMMARY`` elements: the sum of the values and the root of the sum of their squares, exactly
+    (a scalar's checksum is its value, as the values table shows it)."""
+    assert summarize_with_sketch(np.array(3, np.int64), 16, 16) == (3.0, 3.0, ())
+    assert summarize_with_sketch(np.array([-2.5], np.float32), 16, 16) == (2.5, -2.5, ())
+    assert summarize_with_sketch(np.array([3.0, 4.0], np.float32), 16, 16) == (5.0, 7.0, ())
+    assert summarize_with_sketch(np.array([True, False, True]), 16, 16) == (pytest.approx(2**0.5), 2.0, ())
+    assert summarize_with_sketch(np.arange(SMALL_SUMMARY, dtype=np.float64).reshape(4, 4), 16, 16) == (
+        pytest.approx(float(np.sqrt((np.arange(16.0) ** 2).sum()))),
+        120.0,
+        (),
+    )
+    norm, checksum, _ = summarize_with_sketch(np.array([1.0, np.nan], np.float32), 16, 16)
+    assert np.isnan(norm) and np.isnan(checksum)
+    assert summarize_with_sketch(np.zeros(0, np.float32), 16, 16) == (0.0, 0.0, ())
+    # One element more: the NumPy path, sketched.
+    assert len(summarize_with_sketch(np.ones(SMALL_SUMMARY + 1, np.float32), 16, 16)[2]) == 16
 
 
 def test_heatmap_marks_the_cells_where_a_copy_differs() -> None:
