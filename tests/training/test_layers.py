@@ -89,3 +89,34 @@ def test_bad_arguments() -> None:
         idist.layers.Dense(2, activation="swishy")
     with pytest.raises(ValueError, match="rank 4"):
         idist.layers.Sequential([idist.layers.Input((3,)), idist.layers.Conv2D(2, 3)])
+
+
+def test_training_reaches_a_layer_whose_call_takes_it_and_only_that_one() -> None:
+    """Keras passes ``training`` to a layer's ``call`` that names it, and calls others without it; the answer is
+    looked up once per class's ``call`` (a subclass that overrides it, or an instance's own ``call``, asks again)."""
+    seen: list[object] = []
+
+    class Takes(idist.layers.Layer):
+        def call(self, inputs: object, training: object = None) -> object:
+            seen.append(training)
+            return inputs
+
+    class Plain(idist.layers.Layer):
+        def call(self, inputs: object) -> object:
+            seen.append("plain")
+            return inputs
+
+    class PlainAgain(Takes):
+        def call(self, inputs: object) -> object:  # type: ignore[override]
+            seen.append("again")
+            return inputs
+
+    x = np.ones((1, 2), np.float32)
+    for _ in range(2):  # the second time from what was looked up
+        Takes()(x, training=True)
+        Plain()(x, training=True)
+        PlainAgain()(x, training=False)
+    own = Takes()
+    own.call = lambda inputs, training=None: seen.append(("own", training)) or inputs  # type: ignore[method-assign]
+    own(x, training=False)
+    assert seen == [True, "plain", "again", True, "plain", "again", ("own", False)]
