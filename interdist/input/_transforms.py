@@ -9,6 +9,7 @@ The cardinality rules are TensorFlow's, case by case (see each
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 from collections.abc import Callable, Iterator
@@ -75,12 +76,14 @@ class BatchDataset(_Unary):
             for i in range(0, stop, b):
                 yield _nest.pack_sequence_as(src._value, [np.array(leaf[i : i + b]) for leaf in leaves])
             return
+        rows = _row_source(src)
         it = iter(self._input)
         while True:
-            chunk = list(itertools.islice(it, self.batch_size))
+            with rows.rows() if rows is not None else contextlib.nullcontext():
+                chunk = list(itertools.islice(it, self.batch_size))
             if not chunk or (self.drop_remainder and len(chunk) < self.batch_size):
                 return
-            yield _values.stack_elements(chunk)
+            yield rows.gather(chunk) if rows is not None else _values.stack_elements(chunk)
 
     def _cardinality(self) -> int:
         n = self._input.cardinality()
@@ -378,3 +381,18 @@ class OptionsDataset(_Unary):
 
     def _iterate(self) -> Iterator[Any]:
         return iter(self._input)
+
+
+def _row_source(node: Dataset) -> TensorSliceDataset | None:
+    """The arrays' dataset under ``node`` when only transforms that reorder, repeat or drop elements whole lie between
+    (``shuffle``, ``repeat``, ``take``, ``skip``, ``shard``, ``prefetch``, ``with_options``): a ``batch`` of ``node``
+    then gathers rows (``TensorSliceDataset.rows``); else None."""
+    while type(node) in _MOVERS:
+        inner = node._input
+        if inner is None:
+            return None
+        node = inner
+    return node if type(node) is TensorSliceDataset and node.gatherable() else None
+
+
+_MOVERS = (RepeatDataset, ShuffleDataset, TakeDataset, SkipDataset, ShardDataset, PrefetchDataset, OptionsDataset)
