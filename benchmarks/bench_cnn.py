@@ -23,7 +23,12 @@ a rotating order), so that load from elsewhere on the machine falls on all of th
 Everything but interdist's strategies runs in a child process that stays up across rounds and times
 steps on request. Prints one table: median ms per step (median of the rounds' medians), the spread
 (lowest-highest round median), the ratios to TF's ``tf.function`` and to the NumPy process.
-``--profile`` also prints cProfile's top functions of one step in the NumPy process.
+``--profile`` also prints cProfile's top functions of one step in the NumPy process. ``--model mlp`` runs the
+same comparison with a model too small for its compute to hide the per-step costs: Flatten -> Dense(64, relu) ->
+Dense(10), the same loss, optimizer and batches (the step of a user's first experiments, where a framework's own
+time per step is what shows).
+
+    cd benchmarks && INTERDIST_TF_SITE=/path/to/site-packages ../.venv/bin/python bench_cnn.py [--model mlp]
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ import time
 from typing import Any
 
 GLOBAL_BATCH = 64
+#: ``cnn`` (the tutorial's) or ``mlp`` (``--model mlp``: its dense layers alone); children get it from the environment.
+MODEL = os.environ.get("BENCH_CNN_MODEL", "cnn")
 SAMPLES = GLOBAL_BATCH * 8
 ROUNDS = 8
 WARMUP = 3
@@ -57,18 +64,12 @@ def build_idist(strategy: Any, timed: bool = False) -> Any:
     ``timed``: the step returns ``(loss, seconds in tape + gradient, seconds in apply_gradients)``."""
     import interdist as idist
 
+    L = idist.layers
     with strategy.scope():
-        model = idist.layers.Sequential(
-            [
-                idist.layers.Input(shape=(28, 28, 1)),
-                idist.layers.Conv2D(32, 3, activation="relu"),
-                idist.layers.MaxPooling2D(),
-                idist.layers.Conv2D(64, 3, activation="relu"),
-                idist.layers.MaxPooling2D(),
-                idist.layers.Flatten(),
-                idist.layers.Dense(64, activation="relu"),
-                idist.layers.Dense(10),
-            ]
+        convolutions = [L.Conv2D(32, 3, activation="relu"), L.MaxPooling2D(), L.Conv2D(64, 3, activation="relu"),
+                        L.MaxPooling2D()] if MODEL == "cnn" else []  # fmt: skip
+        model = L.Sequential(
+            [L.Input(shape=(28, 28, 1)), *convolutions, L.Flatten(), L.Dense(64, activation="relu"), L.Dense(10)]
         )
         optimizer = idist.optimizers.Adam()
         loss_object = idist.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
@@ -147,7 +148,7 @@ serve(step, profile)
 
 _TF_CHILD = """
 import numpy as np, tensorflow as tf
-from bench_cnn import GLOBAL_BATCH, data
+from bench_cnn import GLOBAL_BATCH, MODEL, data
 n, graph, build = {n}, {graph}, {build}
 if n > 1:
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -155,16 +156,12 @@ if n > 1:
 strategy = tf.distribute.MirroredStrategy([f"CPU:{{i}}" for i in range(n)])
 x, y = data()
 with strategy.scope():
-    model = tf.keras.Sequential([
-        tf.keras.layers.Input(shape=(28, 28, 1)),
-        tf.keras.layers.Conv2D(32, 3, activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Conv2D(64, 3, activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(64, activation="relu"),
-        tf.keras.layers.Dense(10),
-    ])
+    L = tf.keras.layers
+    convolutions = [L.Conv2D(32, 3, activation="relu"), L.MaxPooling2D(), L.Conv2D(64, 3, activation="relu"),
+                    L.MaxPooling2D()] if MODEL == "cnn" else []
+    model = tf.keras.Sequential(
+        [L.Input(shape=(28, 28, 1)), *convolutions, L.Flatten(), L.Dense(64, activation="relu"), L.Dense(10)]
+    )
     optimizer = tf.keras.optimizers.Adam()
     if build:
         optimizer.build(model.trainable_variables)
@@ -275,7 +272,14 @@ def _tf_python() -> str | None:
 
 
 def main() -> None:
+    global MODEL
     profile = "--profile" in sys.argv[1:]
+    if "--model" in sys.argv[1:]:
+        MODEL = sys.argv[sys.argv.index("--model") + 1]
+        if MODEL not in ("cnn", "mlp"):
+            raise SystemExit(f"--model: cnn or mlp, not {MODEL!r}")
+        os.environ["BENCH_CNN_MODEL"] = MODEL  # (the children's)
+    print(f"model: {MODEL}")
     one_thread = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     unset = [k for k in one_thread if k not in os.environ]
     children = [Child("NumPy process (OpenBLAS 1 thread)", 1, _NUMPY_CHILD, sys.executable, one_thread)]
@@ -301,8 +305,9 @@ def main() -> None:
 
     x, y = data()
     rows: dict[str, dict[str, Any]] = {}
+    per_round = 10 if MODEL == "mlp" else 1  # (the small model's steps are ~10x shorter)
     for c in children:  # steps per round: ~0.3 s of each variant
-        k = 10 if "function" in c.name else 3
+        k = (10 if "function" in c.name else 3) * per_round
         rows[c.name] = {"replicas": c.replicas, "k": k, "measure": c.steps, "rounds": [], "error": c.error}
     inner: dict[str, list[float]] = {"fb": [], "opt": []}
     with contextlib.ExitStack() as stack:
@@ -336,7 +341,13 @@ def main() -> None:
                     one()
                 inner["fb"].clear()
                 inner["opt"].clear()
-                rows[f"{name} ({n})"] = {"replicas": n, "k": 3, "measure": measure, "rounds": [], "error": ""}
+                rows[f"{name} ({n})"] = {
+                    "replicas": n,
+                    "k": 3 * per_round,
+                    "measure": measure,
+                    "rounds": [],
+                    "error": "",
+                }
         names = list(rows)
         t_start = time.perf_counter()
         for r in range(ROUNDS):
@@ -370,17 +381,22 @@ def main() -> None:
         lo, hi = min(row["rounds"]), max(row["rounds"])
         ratio_tf = f"{m / tf_base:.1f}" if tf_base else "-"
         ratio_np = f"{m / np_base:.2f}" if np_base else "-"
-        spread = f"{lo * 1e3:.0f}-{hi * 1e3:.0f}"
-        print(f"| {name} | {row['replicas']} | {m * 1e3:.0f} | {spread} | {ratio_tf} | {ratio_np} |")
+        spread = f"{_ms(lo)}-{_ms(hi)}"
+        print(f"| {name} | {row['replicas']} | {_ms(m)} | {spread} | {ratio_tf} | {ratio_np} |")
     if inner["fb"]:
         fb, opt = statistics.median(inner["fb"]), statistics.median(inner["opt"])
         step = med("interdist MirroredStrategy, timed inside (2)") or float("nan")
         print(
-            f"2 replicas, inside a replica (medians of {len(inner['fb'])}): forward+backward {fb * 1e3:.0f} ms "
-            f"({fb / step:.0%} of the step), apply_gradients (all-reduce + Adam) {opt * 1e3:.0f} ms "
+            f"2 replicas, inside a replica (medians of {len(inner['fb'])}): forward+backward {_ms(fb)} ms "
+            f"({fb / step:.0%} of the step), apply_gradients (all-reduce + Adam) {_ms(opt)} ms "
             f"({opt / step:.0%}), the rest (dispatch, the batch, the loss's reduce) "
-            f"{(step - fb - opt) * 1e3:.0f} ms"
+            f"{_ms(step - fb - opt)} ms"
         )
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds, with two decimals below 10 ms (the small model's steps)."""
+    return f"{seconds * 1e3:.2f}" if seconds < 0.01 else f"{seconds * 1e3:.0f}"
 
 
 if __name__ == "__main__":
