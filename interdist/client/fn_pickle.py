@@ -20,14 +20,15 @@ as before.
 
 from __future__ import annotations
 
+import copyreg
 import io
 import itertools
 import sys
 import threading
 import types
 import warnings
-from collections import ChainMap, OrderedDict
-from typing import Any, ClassVar
+from collections import OrderedDict
+from typing import Any
 
 import cloudpickle
 import numpy as np
@@ -122,8 +123,29 @@ def _function_state(func: types.FunctionType) -> tuple[dict[str, Any], dict[str,
     return state, slotstate
 
 
+#: (copyreg's table, cloudpickle's, the two merged with ``_code_reduce``), while the first two are unchanged.
+_tables: tuple[dict[Any, Any], dict[Any, Any], dict[Any, Any]] | None = None
+
+
+def _dispatch_table() -> dict[Any, Any]:
+    """cloudpickle's ``dispatch_table`` (its reducers over copyreg's) with ``_code_reduce``, as one plain dict.
+
+    cloudpickle's is a ``ChainMap``, whose ``__getitem__`` is Python: the C pickler looks every object's type up in it,
+    so a training step's function (its model, optimizer and loss: ~30 objects) spent ~50 us of its pickle there. The
+    dict is made again whenever copyreg's table (a library may register a reducer at any time) or cloudpickle's has
+    changed since, compared whole (two small dicts)."""
+    global _tables
+    tables = _tables
+    if tables is None or tables[0] != copyreg.dispatch_table or tables[1] != cloudpickle.Pickler._dispatch_table:
+        ours = dict(copyreg.dispatch_table), dict(cloudpickle.Pickler._dispatch_table)
+        tables = _tables = (*ours, {**ours[0], **ours[1], types.CodeType: _code_reduce})
+    return tables[2]
+
+
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped
-    dispatch_table: ClassVar[Any] = ChainMap({types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
+    @property
+    def dispatch_table(self) -> dict[Any, Any]:  # (read once, as the C pickler starts)
+        return _dispatch_table()
 
     def _dynamic_function_reduce(self, func: types.FunctionType) -> tuple[Any, ...]:
         """cloudpickle's, with ``_function_state`` for its state."""

@@ -11,7 +11,7 @@ import math
 import sys
 import types
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import cloudpickle
 import numpy as np
@@ -412,3 +412,44 @@ def test_a_submodule_imported_after_a_pickle_is_in_the_next_one(
     data = fn_pickle.dumps_fn(fn)
     del sys.modules["fnp_pkg.sub"], sys.modules["fnp_pkg"].sub
     assert cloudpickle.loads(data)(1) == 8 and "fnp_pkg.sub" in sys.modules
+
+
+def test_the_dispatch_table_is_cloudpickles_and_follows_copyreg(nb: dict[str, Any]) -> None:
+    """The pickler's plain-dict table gives the bytes of cloudpickle's ChainMap (with the file-keeping code reducer),
+    and a reducer registered with copyreg after a pickle is used by the next one."""
+    import copyreg
+    import io
+    from collections import ChainMap
+
+    class ChainMapPickler(fn_pickle._Pickler):
+        dispatch_table: ClassVar[Any] = ChainMap(
+            {types.CodeType: fn_pickle._code_reduce}, cloudpickle.Pickler.dispatch_table
+        )
+
+    def chain_map_dumps(fn: Any) -> bytes:
+        with io.BytesIO() as f:
+            ChainMapPickler(f).dump(fn)
+            return f.getvalue()
+
+    for fn in (nb["scaled"], nb["uses_helper"], nb["make"](3.0), nb["uses_builtins"]):
+        assert fn_pickle._dumps(fn) == chain_map_dumps(fn)
+
+    class Point:
+        def __init__(self, x: float) -> None:
+            self.x = x
+
+    reduced: list[float] = []
+
+    def reduce_point(p: Point) -> Any:
+        reduced.append(p.x)
+        return (float, (p.x,))
+
+    point = Point(2.5)
+    fn_pickle._dumps(nb["scaled"])  # a table made before the registration
+    copyreg.pickle(Point, reduce_point)
+    try:
+        assert cloudpickle.loads(fn_pickle._dumps(lambda: point))() == 2.5  # the reducer made it a float
+        assert reduced == [2.5]
+    finally:
+        del copyreg.dispatch_table[Point]
+    assert Point not in fn_pickle._dispatch_table()
