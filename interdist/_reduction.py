@@ -135,6 +135,9 @@ def _by_replica(items: list[Any]) -> str:
 
 def check_dtypes(dtypes: list[Any], what: str = "reduce") -> None:
     """Every replica's value has the same dtype (TF never casts across replicas: it fails)."""
+    first = dtypes[0] if dtypes else None
+    if all(d is first for d in dtypes):  # the common case (NumPy's dtypes of one kind are one object), without
+        return  # ``dtype.name``, which NumPy computes in Python (8 of a reduce's ~40 us in a notebook)
     names = [np.dtype(d).name for d in dtypes]
     if len(set(names)) > 1:
         raise ReplicaMismatchError(
