@@ -102,8 +102,9 @@ class TensorSliceDataset(Dataset):
     def rows(self) -> Iterator[None]:
         """While in it, this dataset yields ``_Row``s (its row numbers) instead of its elements, to the transforms
         that only reorder, repeat or drop elements between it and a ``batch`` (``BatchDataset``), which then gathers
-        a batch's rows in one copy: the elements are never made (0.8-1.0 ms a batch of 64 in a notebook's training
-        loop, against ~0.03 ms). Set around each pull of a batch only, in this thread's context."""
+        a batch's rows in one copy: the elements are never made (``next`` of a distributed iterator over batches of
+        64 in a notebook's training loop: 0.18-0.26 ms against 0.78-1.0). Set around each pull of a batch only, in
+        this thread's context."""
         token = _rows_of.set(self)
         try:
             yield
