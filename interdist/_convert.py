@@ -282,8 +282,9 @@ def _small_summary(a: np.ndarray) -> tuple[float, float, tuple[float, ...]]:
 def _host_summary(a: np.ndarray, blocks: int) -> tuple[float, float, tuple[float, ...]]:
     """``summarize_with_sketch`` of a NumPy copy of more than ``SMALL_SUMMARY`` elements (or one to sketch in
     ``blocks``; 0: none), with the same NumPy operations as the general path, hence its bits
-    (tests/dashboard/test_pictures.py compares them), and none of its conversions: measure below, where the
-    calls, not the bytes, are the cost (a model's biases and kernels, and their optimizer slots, at every step)."""
+    (tests/dashboard/test_pictures.py compares them), and none of its conversions: 12-15 us a copy of up to ~4,000
+    elements against 20-25, where the calls, not the bytes, are the cost (a model's biases and kernels, and their
+    optimizer slots, at every step)."""
     flat = a.reshape(-1)
     n = flat.size
     single = flat.dtype == np.float32 or flat.dtype == np.float16
