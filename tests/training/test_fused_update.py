@@ -176,6 +176,7 @@ def test_outside_update_context_it_refuses() -> None:
     assert fused_update.assign_sub_scaled(w, np.ones(N, np.float32), 0.1) is None  # not a replica's copy
 
 
+@pytest.mark.filterwarnings("ignore:the replica function .* pickles to:UserWarning")  # (its arrays are the test)
 def test_the_update_fused_with_a_three_replica_sum_gives_its_bits() -> None:
     """Three replicas: each tile of the sum is ``(g0 + g1) + g2`` in float32, as ``_reduce_owned`` adds
     (its blocked sum), then ``v - sum * lr``; a small variable of the same batch is reduced and updated as

@@ -54,6 +54,7 @@ def _no_numba(off: bool) -> int:
     return int(calls)
 
 
+@pytest.mark.filterwarnings("ignore:the replica function .* pickles to:UserWarning")  # (its arrays are the test)
 def test_one_replicas_update_is_the_same_compiled_or_not() -> None:
     n = (1 << 20) // 4 + 12_345
     w0 = np.random.default_rng(5).normal(size=n).astype(np.float32)

@@ -116,6 +116,7 @@ def test_a_strategy_with_a_replica_per_core_pins_each_to_its_own(as_many_replica
         assert list(s.experimental_local_results(s.run(_cores))) == [cores]
 
 
+@pytest.mark.filterwarnings("ignore:the replica function .* pickles to:UserWarning")  # (its arrays are the test)
 def test_two_replicas_a_core_split_their_large_sums_between_one_owner_per_core() -> None:
     """Every rank knows the owners (ranks 0 .. cores - 1); a 4 MB all-reduce, split between them through
     shared memory between the workers, gives every replica the bits of the sum in rank order."""
