@@ -117,4 +117,5 @@ def test_a_distributed_dataset_splits_the_gathered_batches(mirrored2: idist.Mirr
             zip(s.experimental_local_results(images), s.experimental_local_results(labels), strict=True)
         ):
             want = _stacked(parts[4 * r : 4 * r + 4])
+            assert np.asarray(x_r).shape == (4, 3, 2) and np.asarray(y_r).shape == (4,)  # (and _same asserts)
             _same((np.asarray(x_r), np.asarray(y_r)), want)
