@@ -9,7 +9,7 @@ import numpy as np
 
 from interdist import autodiff, initializers, nn
 from interdist.layers._base import Layer
-from interdist.nn._kernels import _padding, _pads, _pair
+from interdist.nn._kernels import _padding, _pads, _pair, _primitives
 from interdist.values.variables import Variable
 
 _ACTIVATIONS: dict[str, Callable[[Any], Any]] = {
@@ -115,7 +115,13 @@ class Dense(_Affine):
         return (*tuple(input_shape)[:-1], self.units)
 
     def call(self, inputs: Any) -> Any:
-        return self._finish(_inputs(inputs) @ self.kernel)
+        x = _inputs(inputs)
+        if np.ndim(x) < 2 or (self.activation is not None and self.activation is not nn.relu):
+            return self._finish(x @ self.kernel)
+        # One operation on a tape, not three (matmul, bias, relu): a small model's layers cost the tape more in
+        # bookkeeping than in arithmetic (docs/performance.md, "The twenty-first run"). The same values and gradients.
+        bias = None if self.bias is None else nn._operand(self.bias)
+        return _primitives().dense(x, nn._operand(self.kernel), bias, self.activation is nn.relu)
 
 
 class Conv2D(_Affine):

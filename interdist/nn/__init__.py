@@ -2,9 +2,10 @@
 
 Every function takes NumPy arrays, variables or values recorded on a ``GradientTape`` and is
 differentiable there: the composite ones are written with NumPy functions autograd knows, and
-:func:`conv2d`, :func:`max_pool2d` and :func:`relu` are autograd primitives with their gradients
-written here (as TF's kernels: ``relu``'s gradient at 0 is 0, a pooled window's gradient goes to its
-first maximum). Layouts are TF's defaults: NHWC inputs, HWIO filters.
+:func:`conv2d`, :func:`max_pool2d`, :func:`relu` and the two softmax cross-entropies are autograd
+primitives with their gradients written here (as TF's kernels: ``relu``'s gradient at 0 is 0, a pooled
+window's gradient goes to its first maximum, a cross-entropy's is ``softmax - labels`` whatever the labels
+sum to). Layouts are TF's defaults: NHWC inputs, HWIO filters.
 
 The semantics of :func:`compute_average_loss` and :func:`scale_regularization_loss` were checked
 against TF 2.21 (tests/training/test_nn.py): in replica context the average is over the *global*
@@ -218,10 +219,7 @@ def sparse_softmax_cross_entropy_with_logits(labels: Any, logits: Any) -> Any:
     n = int(np.shape(logits)[-1])
     if labels.size and (labels.min() < 0 or labels.max() >= n):
         raise ValueError(f"Received a label value outside the valid range of [0, {n}): {labels.tolist()}")
-    logp = log_softmax(logits)
-    flat = np.reshape(logp, (-1, n))
-    picked = flat[np.arange(labels.size), labels.reshape(-1)]
-    return -np.reshape(picked, labels.shape)
+    return _primitives().sparse_xent(_operand(logits), labels)  # one operation on a tape, as TF's kernel
 
 
 def softmax_cross_entropy_with_logits(labels: Any, logits: Any, axis: int = -1) -> Any:
@@ -234,7 +232,15 @@ def softmax_cross_entropy_with_logits(labels: Any, logits: Any, axis: int = -1) 
     >>> np.exp(-idist.nn.softmax_cross_entropy_with_logits(np.array([[0.0, 1.0]]), logits))
     array([0.75], dtype=float32)
     """
-    return -np.sum(np.asarray(labels, _value(logits).dtype) * log_softmax(logits, axis=axis), axis=axis)
+    logits = _operand(logits)
+    dtype = _value(logits).dtype
+    if isinstance(labels, autodiff.Differentiable):
+        labels = _operand(labels)
+    if not (autodiff.is_traced(labels) and _value(labels).dtype == dtype):  # (a recorded one keeps its gradient)
+        labels = np.asarray(labels, dtype)
+    # One operation on a tape, as TF's kernel, with TF's gradients: softmax - labels for the logits, whatever the
+    # labels sum to, and -log_softmax(logits) for the labels.
+    return _primitives().xent(labels, logits, axis)
 
 
 def l2_loss(t: Any) -> Any:

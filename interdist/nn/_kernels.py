@@ -1,5 +1,10 @@
-"""The NumPy kernels of ``nn``'s autograd primitives (``relu``, ``conv2d``, ``max_pool2d``) with their
-gradients written as TF's kernels compute them, and the geometry of windows (NHWC inputs, HWIO filters)."""
+"""The NumPy kernels of ``nn``'s autograd primitives (``relu``, ``conv2d``, ``max_pool2d``, the softmax
+cross-entropies) with their gradients written as TF's kernels compute them, and the geometry of windows (NHWC
+inputs, HWIO filters).
+
+A cross-entropy is one primitive, as in TF (one fused kernel): written with NumPy's functions, the tape
+recorded ten operations for it (the shift, exp, sum, log, the pick, the reshapes...), more than a small model's
+layers, and its bookkeeping cost more than their arithmetic (docs/performance.md, "The twenty-first run")."""
 
 from __future__ import annotations
 
@@ -138,18 +143,109 @@ def _max_pool_vjp(ans: Any, x: np.ndarray, k: tuple[int, int], strides: tuple[in
     return vjp
 
 
+def _softmax_of(x: Any, axis: int) -> Any:
+    z = x - np.max(np.asarray(x), axis=axis, keepdims=True)
+    e = np.exp(z)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _sparse_xent_raw(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per example ``-log_softmax(logits)[label]`` (labels: valid class indices, ``logits.ndim - 1`` axes), as TF's
+    kernel: ``log(sum(exp(z))) - z[label]`` with ``z = logits - max`` (``+0.0`` where it is zero, as TF)."""
+    z = logits - np.max(logits, axis=-1, keepdims=True)
+    lse = np.log(np.sum(np.exp(z), axis=-1, keepdims=True))
+    return np.asarray((lse - np.take_along_axis(z, labels[..., None], axis=-1))[..., 0])
+
+
+def _sparse_xent_vjp(ans: Any, logits: Any, labels: np.ndarray) -> Any:
+    # TF's kernel: softmax - one_hot(labels), times each example's incoming gradient. Written with NumPy's
+    # functions on ``logits``, so that an outer tape records it (TF's second derivative: the softmax's).
+    def vjp(g: Any) -> Any:
+        value = np.asarray(logits)
+        one_hot = (np.arange(value.shape[-1]) == labels[..., None]).astype(value.dtype)
+        return (_softmax_of(logits, -1) - one_hot) * g[..., None]
+
+    return vjp
+
+
+def _neg_log_softmax(x: Any, axis: int) -> Any:
+    """``-log_softmax(x)`` as TF's kernel writes it, ``log(sum(exp(z))) - z`` (the same values as ``log_softmax``'s
+    negated, and ``+0.0`` where they are zero)."""
+    z = x - np.max(np.asarray(x), axis=axis, keepdims=True)
+    return np.log(np.sum(np.exp(z), axis=axis, keepdims=True)) - z
+
+
+def _xent_raw(labels: Any, logits: Any, axis: int) -> Any:
+    """Per example ``sum(labels * -log_softmax(logits))`` along ``axis``, as TF's kernel."""
+    return np.sum(labels * _neg_log_softmax(logits, axis), axis=axis)
+
+
+def _xent_vjp_labels(ans: Any, labels: Any, logits: Any, axis: int) -> Any:
+    return lambda g: _neg_log_softmax(logits, axis) * np.expand_dims(g, axis)
+
+
+def _xent_vjp_logits(ans: Any, labels: Any, logits: Any, axis: int) -> Any:
+    # TF's kernel: softmax - labels, whatever the labels sum to (not softmax * sum(labels) - labels, the
+    # derivative of the formula): TF 2.21 gives that gradient.
+    return lambda g: (_softmax_of(logits, axis) - labels) * np.expand_dims(g, axis)
+
+
+def _dense_raw(x: Any, w: Any, b: Any, relu: bool) -> Any:
+    """``Dense``'s ``relu?(x @ w + b)`` (``b`` may be None), the same operations as the layer made one by one."""
+    y = x @ w
+    if b is not None:
+        y = y + b
+    return _relu_raw(y) if relu else y
+
+
+def _dense_vjp(argnums: Any, ans: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """The gradients of ``_dense_raw`` for the arguments the tape asks (``argnums``): each one as the tape computed
+    it when the layer's matmul, bias add and relu were three operations (autograd's adjoints, its sums over
+    broadcast axes, TF's ReluGrad), from one masked incoming gradient. ``x`` has two axes or more."""
+    x, w, _b, relu = args
+
+    def vjp(g: Any) -> tuple[Any, ...]:
+        if relu:
+            g = g * (ans > 0)  # (ans > 0 exactly where the pre-activation is: relu's own rule)
+        out = []
+        for argnum in argnums:
+            if argnum == 0:
+                out.append(np.matmul(g, np.swapaxes(w, -1, -2)))
+            elif argnum == 1:
+                gw = np.matmul(np.swapaxes(x, -1, -2), g)
+                while np.ndim(gw) > 2:
+                    gw = np.sum(gw, axis=0)
+                out.append(gw)
+            else:
+                gb = g
+                while np.ndim(gb) > 1:
+                    gb = np.sum(gb, axis=0)
+                out.append(gb)
+        return tuple(out)
+
+    return vjp
+
+
 @functools.cache
 def _primitives() -> Any:
     """The autograd primitives, made once (autograd is imported at the first use, not with interdist)."""
     import types
 
-    from autograd.extend import defvjp, primitive
+    from autograd.extend import defvjp, defvjp_argnums, primitive
 
     autodiff._autograd()  # boxes of NumPy arrays are interdist's Traced (see autodiff)
     ns = types.SimpleNamespace(
-        relu=primitive(_relu_raw), conv2d=primitive(_conv2d_raw), max_pool=primitive(_max_pool_raw)
+        relu=primitive(_relu_raw),
+        conv2d=primitive(_conv2d_raw),
+        max_pool=primitive(_max_pool_raw),
+        sparse_xent=primitive(_sparse_xent_raw),
+        xent=primitive(_xent_raw),
+        dense=primitive(_dense_raw),
     )
     defvjp(ns.relu, _relu_vjp)
+    defvjp(ns.sparse_xent, _sparse_xent_vjp)  # (labels: class indices, no gradient)
+    defvjp(ns.xent, _xent_vjp_labels, _xent_vjp_logits)
+    defvjp_argnums(ns.dense, _dense_vjp)
     defvjp(ns.conv2d, _conv2d_vjp_x, _conv2d_vjp_f)
     defvjp(ns.max_pool, _max_pool_vjp)
     return ns

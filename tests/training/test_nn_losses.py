@@ -114,13 +114,17 @@ def test_sparse_categorical_crossentropy_reductions(reduction: str | None, plain
 def test_other_losses() -> None:
     assert_close(idist.losses.SparseCategoricalCrossentropy()(Y, idist.nn.softmax(LOGITS)), 1.8815394639968872)
     assert_close(idist.losses.SparseCategoricalCrossentropy(from_logits=True)(Y[:, None], LOGITS), 1.8815395)
-    assert_close(idist.losses.SparseCategoricalCrossentropy(from_logits=True)(Y, LOGITS, sample_weight=SW[:, None]), 1.5349436)
+    assert_close(
+        idist.losses.SparseCategoricalCrossentropy(from_logits=True)(Y, LOGITS, sample_weight=SW[:, None]), 1.5349436
+    )
     probs = np.array([[0.0, 1.0], [0.5, 0.5]], np.float32)
     assert_close(idist.losses.SparseCategoricalCrossentropy()(np.array([0, 1]), probs), 8.405622)  # clipped at 1e-7
     assert_close(idist.losses.MeanSquaredError()(np.ones((3, 2)), LOGITS[:, :2]), 0.6766666769981384)
     assert_close(idist.losses.MeanSquaredError(reduction=None)(np.ones((3, 2)), LOGITS[:, :2]), [0.5, 0.53, 1.0])
     assert_close(idist.losses.CategoricalCrossentropy(from_logits=True)(np.eye(3)[Y], LOGITS), 1.8815394639968872)
-    assert_close(idist.losses.BinaryCrossentropy(from_logits=True)(np.array([[1.0], [0.0], [1.0]]), LOGITS[:, :1]), 0.4714222)
+    assert_close(
+        idist.losses.BinaryCrossentropy(from_logits=True)(np.array([[1.0], [0.0], [1.0]]), LOGITS[:, :1]), 0.4714222
+    )
     assert_close(
         idist.nn.sparse_softmax_cross_entropy_with_logits(Y, LOGITS),
         [2.4076058864593506, 2.1384005546569824, 1.0986123],
@@ -142,6 +146,90 @@ def test_a_loss_is_differentiable() -> None:
     g = t.gradient(loss, w)
     expected = (idist.nn.softmax(LOGITS) - np.eye(3)[Y]) / 3  # d(mean xent)/d logits
     assert_close(g, expected, rtol=1e-5)
+
+
+# Recorded by recorder/nn_tf.py: the gradients of weighted sums of the cross-entropies over LOGITS.
+XENT_WEIGHTS = np.array([1.0, 2.0, 3.0], np.float32)
+SOFT_LABELS = np.array([[0.5, 0.25, 0.75], [0.0, 0.0, 0.0], [1.0, 2.0, 0.0]], np.float32)  # rows sum to 1.5, 0, 3
+TF_SPARSE_XENT_GRAD = [
+    [-0.9099694490432739, 0.2447284758090973, 0.6652409434318542],
+    [1.0562727451324463, 0.7080408334732056, -1.7643136978149414],
+    [1.0, -1.9999998807907104, 1.0],
+]
+TF_XENT = {  # axis: (loss, gradient of the logits, gradient of the labels)
+    -1: (
+        [1.8614088296890259, 0.0, 3.295836925506592],
+        [[-0.40996941924095154, -0.00527152419090271, -0.08475905656814575],
+         [1.0562727451324463, 0.7080408334732056, 0.23568633198738098], [-1.9999998807907104, -5.0, 1.0]],
+        [[2.4076058864593506, 1.4076058864593506, 0.40760594606399536],
+         [1.276801347732544, 2.076801300048828, 4.276801109313965],
+         [3.295836925506592, 3.295836925506592, 3.295836925506592]],
+    ),
+    0: (
+        [1.1965532302856445, 1.721851110458374, 0.24492202699184418],
+        [[-0.2687761187553406, 0.43041926622390747, -0.08580261468887329],
+         [0.14024437963962555, 0.13916152715682983, 0.03963866084814072],
+         [-0.37146830558776855, -3.0695807933807373, 0.79616379737854]],
+        [[1.4643688201904297, 1.530534267425537, 0.9796881079673767],
+         [1.9643688201904297, 5.330533981323242, 12.97968864440918],
+         [0.4643687903881073, 1.530534267425537, 3.9796879291534424]],
+    ),
+}  # fmt: skip
+
+
+def test_sparse_cross_entropy_gradient_as_tf() -> None:
+    w = idist.Variable(LOGITS)
+    with idist.GradientTape() as t:
+        s = np.sum(idist.nn.sparse_softmax_cross_entropy_with_logits(Y, w) * XENT_WEIGHTS)
+    assert_close(t.gradient(s, w), TF_SPARSE_XENT_GRAD)
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_cross_entropy_gradients_as_tf(axis: int) -> None:
+    """TF's kernel: softmax - labels for the logits whatever the labels sum to (the formula's derivative would be
+    softmax * sum(labels) - labels: rows 0 and 2 sum to 1.5 and 3), and -log_softmax for the labels."""
+    w, labels = idist.Variable(LOGITS), idist.Variable(SOFT_LABELS)
+    with idist.GradientTape(persistent=True) as t:
+        loss = idist.nn.softmax_cross_entropy_with_logits(labels, w, axis=axis)
+        s = np.sum(loss * XENT_WEIGHTS)
+    want_loss, want_logits, want_labels = TF_XENT[axis]
+    assert_close(loss, want_loss)
+    assert_close(t.gradient(s, w), want_logits)
+    assert_close(t.gradient(s, labels), want_labels)
+    assert not np.signbit(np.asarray(loss)).any()  # all-zero labels: +0.0, as TF
+
+
+def test_cross_entropy_of_a_label_with_all_the_probability_is_plus_zero() -> None:
+    logits = np.array([[0.0, -200.0]], np.float32)  # softmax: [1, 0] in float32
+    assert not np.signbit(idist.nn.sparse_softmax_cross_entropy_with_logits(np.array([0]), logits))[0]
+    assert float(idist.nn.softmax_cross_entropy_with_logits(np.array([[1.0, 0.0]]), logits)[0]) == 0.0
+
+
+@pytest.mark.parametrize("shape", [(5, 4), (2, 3, 4)])
+@pytest.mark.parametrize(("activation", "use_bias"), [("relu", True), ("relu", False), (None, True), ("linear", True)])
+def test_dense_gradients_are_those_of_its_operations(
+    shape: tuple[int, ...], activation: str | None, use_bias: bool
+) -> None:
+    """Dense records one operation on a tape; its gradients have the bits of the matmul, bias add and relu
+    recorded one by one (the kernel, the bias and the inputs)."""
+    rng = np.random.default_rng(7)
+    layer = idist.layers.Dense(3, activation=activation, use_bias=use_bias)
+    x = idist.Variable(rng.normal(size=shape).astype(np.float32))
+    layer(np.asarray(x))
+    for v in layer.trainable_variables:
+        v.assign(rng.normal(size=v.shape).astype(np.float32))
+    c = rng.normal(size=(*shape[:-1], 3)).astype(np.float32)
+    watched = [x, *layer.trainable_variables]
+    with idist.GradientTape(persistent=True) as t:
+        fused = np.sum(layer(x) * c)
+        y = x @ layer.kernel
+        if use_bias:
+            y = y + layer.bias
+        composed = np.sum((idist.nn.relu(y) if activation == "relu" else y) * c)
+    assert np.asarray(fused) == np.asarray(composed)
+    for got, want in zip(t.gradient(fused, watched), t.gradient(composed, watched), strict=True):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
 
 
 # -- conv2d / max_pool2d -----------------------------------------------------------------------------------

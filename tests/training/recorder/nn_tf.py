@@ -42,3 +42,13 @@ print("l1", T(lambda: keras.regularizers.L1(0.01)(tf.constant([[1., -2.], [3., 4
 print("sparse xent fn", T(lambda: tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)))
 print("names", [v.path for v in keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2)]).variables])
 m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, kernel_regularizer=keras.regularizers.L2(0.1))]); m.set_weights([np.ones((4,3)), np.ones(3)]); print("losses", [l.numpy() for l in m.losses])
+# the cross-entropies' gradients (tests/training/test_nn_losses.py::test_cross_entropy_gradients_as_tf)
+wt = np.array([1., 2., 3.], np.float32); lab = np.array([[0.5, 0.25, 0.75], [0., 0., 0.], [1., 2., 0.]], np.float32)
+w, lv = tf.Variable(logits), tf.Variable(lab)
+with tf.GradientTape() as t:
+    s_ = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(y, w) * wt)
+print("sparse xent grad", t.gradient(s_, w).numpy().tolist())
+for axis in (-1, 0):
+    with tf.GradientTape(persistent=True) as t:
+        l_ = tf.nn.softmax_cross_entropy_with_logits(lv, w, axis=axis); s_ = tf.reduce_sum(l_ * wt)
+    print("xent", axis, l_.numpy().tolist(), t.gradient(s_, w).numpy().tolist(), t.gradient(s_, lv).numpy().tolist())
