@@ -453,3 +453,69 @@ def test_the_dispatch_table_is_cloudpickles_and_follows_copyreg(nb: dict[str, An
     finally:
         del copyreg.dispatch_table[Point]
     assert Point not in fn_pickle._dispatch_table()
+
+
+BY_REFERENCE_CELL = """
+import fnp_ref
+
+def make_it(x):
+    return fnp_ref.Thing(x), fnp_ref.double(x)
+
+def uses_a_class_by_name(x):
+    return Thing(x)
+"""
+
+
+def _plain_dumps(fn: Any) -> bytes:
+    """What the pickler makes when it asks cloudpickle every time (the remembered answers forgotten first)."""
+    fn_pickle._by_reference.clear()
+    return fn_pickle._dumps(fn)
+
+
+def test_classes_and_functions_pickled_by_reference_are_remembered_while_they_still_are(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A class or function cloudpickle pickled by reference is not looked up in its module again, while that module is
+    the imported one and its name there still names it: the same bytes each time. Rebound in its module (a reload) it
+    goes by value, as cloudpickle sends it; its module registered to go by value, the next pickle sends it so."""
+    (tmp_path / "fnp_ref.py").write_text("class Thing:\n    def __init__(self, x):\n        self.x = x\n\n"
+                                         "def double(x):\n    return 2 * x\n")  # fmt: skip
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ns: dict[str, Any] = {"__name__": "__main__"}
+    try:
+        exec(compile(BY_REFERENCE_CELL, "<notebook cell>", "exec"), ns)
+        module = sys.modules["fnp_ref"]
+        ns["Thing"] = module.Thing
+        first = _plain_dumps(ns["make_it"])
+        asked: list[Any] = []
+        real = _cp._should_pickle_by_reference
+        monkeypatch.setattr(_cp, "_should_pickle_by_reference", lambda *a, **k: asked.append(a[0]) or real(*a, **k))
+        assert fn_pickle._dumps(ns["make_it"]) == first and module.Thing not in asked and module.double not in asked
+        thing, doubled = cloudpickle.loads(first)(4)
+        assert type(thing) is module.Thing and doubled == 8
+
+        by_reference = fn_pickle._dumps(ns["uses_a_class_by_name"])
+        old = module.Thing  # rebound in its module: the old class is no longer importable by name, so by value
+        module.Thing = type("Thing", (), {"__init__": lambda self, x: setattr(self, "x", -x)})
+        by_value = fn_pickle._dumps(ns["uses_a_class_by_name"])
+        assert by_value != by_reference and by_value == _plain_dumps(ns["uses_a_class_by_name"])
+        del sys.modules["fnp_ref"]  # the replica does not have the module: the class came with the function
+        made = cloudpickle.loads(by_value)(5)
+        assert type(made).__name__ == "Thing" and made.x == 5  # (the old class's __init__, not the new one's)
+        sys.modules["fnp_ref"] = module
+        module.Thing = old
+
+        assert b"fnp_ref" in fn_pickle._dumps(ns["make_it"])  # by reference again (the module is named)
+        cloudpickle.register_pickle_by_value(module)
+        try:
+            data = fn_pickle._dumps(ns["make_it"])
+            assert data == _plain_dumps(ns["make_it"])
+            del sys.modules["fnp_ref"]
+            thing, doubled = cloudpickle.loads(data)(3)
+            assert thing.x == 3 and doubled == 6 and "fnp_ref" not in sys.modules
+        finally:
+            sys.modules["fnp_ref"] = module
+            cloudpickle.unregister_pickle_by_value(module)
+    finally:
+        sys.modules.pop("fnp_ref", None)
+        fn_pickle._by_reference.clear()
