@@ -135,3 +135,66 @@ def test_arguments_the_standard_pickler_cannot_carry_still_reach_the_replicas(mi
 
     out = mirrored2.run(lambda t, x: np.float32(t[0](float(x))), args=(table, held))
     assert [float(x) for x in _locals(mirrored2, out)] == [5.0, 105.0]
+
+
+def _leaf(x: Any) -> Any:
+    """What a replica receives for a leaf, comparable: an array's type and bits, a held value's key, a variable."""
+    if isinstance(x, np.ndarray | np.generic):
+        return type(x), np.asarray(x).dtype.str, np.asarray(x).tobytes()
+    return type(x), getattr(x, "key", None) if type(x).__name__ == "StoreRef" else id(x)
+
+
+def test_structured_components_are_picked_as_the_walks_pick_them(mirrored2: Any) -> None:
+    """A ``PerReplica`` of structures (every batch of a distributed dataset) is picked leaf by leaf in one pass: each
+    rank gets what ``_select``'s walks give it, containers of the same types, and the same leaves kept to
+    recognise what comes back unchanged; one whose structure holds a distributed value still goes through them."""
+    held = mirrored2.run(lambda: np.float32(idist.get_replica_context().replica_id_in_sync_group))
+    with mirrored2.scope():
+        v = idist.Variable(np.float32(2.0), name="v_struct")
+    batch = idist.PerReplica(
+        [(np.ones((2, 3), np.float32), np.arange(2)), (np.zeros((2, 3), np.float32), np.arange(2, 4))]
+    )
+    pairs = idist.PerReplica(
+        [Pair(np.float32(1), {"k": [np.float32(2)], "a": ()}), Pair(np.float32(3), {"k": [np.float32(4)], "a": ()})]
+    )
+    deep = idist.PerReplica([(held, 1), (held, 2)])  # a component holding a distributed value
+    for structure in (
+        ((batch,), {}),
+        ((batch, 5, held, v), {"pairs": pairs}),
+        (([batch, {"b": pairs}],), {}),
+        ((deep, batch), {}),
+    ):
+        got, kept = mirrored2._per_rank(structure)
+        want, want_kept = mirrored2._per_rank_walked(structure)
+        for g, w, gk, wk in zip(got, want, kept, want_kept, strict=True):
+            assert repr(idist._nest.map_structure(lambda x: 0, g)) == repr(idist._nest.map_structure(lambda x: 0, w))
+            assert [_leaf(x) for x in idist._nest.flatten(g)] == [_leaf(x) for x in idist._nest.flatten(w)]
+            assert len(gk) == len(wk) and all(a is b for a, b in zip(gk, wk, strict=True))
+
+    def first_rows(pair: Any, extra: Any) -> Any:
+        x, y = pair
+        return pair, float(x[0, 0]) + float(y[-1]) + float(extra["pairs"].value)
+
+    back, totals = mirrored2.run(first_rows, args=(batch, {"pairs": pairs}))
+    assert [float(t) for t in _locals(mirrored2, totals)] == [3.0, 6.0]  # 1 + 1 + 1; 0 + 3 + 3
+    assert all(b[0] is c[0] and b[1] is c[1] for b, c in zip(_locals(mirrored2, back), batch.values, strict=True))
+
+
+def test_a_replica_changing_a_batch_in_place_leaves_the_notebooks_tensors_unchanged(mirrored2: Any) -> None:
+    """A distributed batch's components are sent without a copy of their own (each replica unpickles one): a
+    replica that adds to its batch in place changes its copy only, and an argument returned unchanged is still
+    the notebook's tensor."""
+    rng = np.random.default_rng(0)
+    ds = idist.data.Dataset.from_tensor_slices((rng.random((8, 3), dtype=np.float32), np.arange(8))).batch(4)
+    images, labels = next(iter(mirrored2.experimental_distribute_dataset(ds)))
+    before = [np.array(np.asarray(t)) for t in _locals(mirrored2, images)]
+
+    def bump(x: Any, y: Any) -> Any:
+        x += 1.0
+        return float(x.sum()), y
+
+    sums, back = mirrored2.run(bump, args=(images, labels))
+    assert [float(s) for s in _locals(mirrored2, sums)] == [pytest.approx(float(b.sum()) + b.size) for b in before]
+    for t, b in zip(_locals(mirrored2, images), before, strict=True):
+        np.testing.assert_array_equal(np.asarray(t), b)
+    assert all(x is y for x, y in zip(_locals(mirrored2, back), labels.values, strict=True))
