@@ -37,7 +37,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # test bodies run o
 
 WORLDS = [1, 2, 3, 4]
 BASE = np.array([1, 2, 3])
-TILES = 3000  # the large array: 9000 elements, out of band (>= 16 KB): shared memory on shm and dask
+TILES = 3000  # the large array: 9000 int64 (72 KB), out of band (>= base.INBAND_MAX): shared memory on shm and dask
 
 
 class _DaskGroups:

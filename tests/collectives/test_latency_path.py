@@ -24,7 +24,7 @@ import pytest
 import interdist as idist
 from interdist.collectives import dask_comms, mailbox
 from interdist.collectives.algorithms import Collectives
-from interdist.collectives.base import Packet, is_frame, pack_arrays, unpack_arrays
+from interdist.collectives.base import INBAND_MAX, Packet, is_frame, pack_arrays, unpack_arrays
 from interdist.collectives.local import local_group
 from interdist.collectives.mailbox import Mailbox
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError, ReplicaMismatchError
@@ -49,7 +49,7 @@ CASES = [
 def test_frame_round_trip_is_exact(arrays: list[np.ndarray]) -> None:
     packet = pack_arrays(arrays, "SUM")
     assert packet is not None and is_frame(packet.header)
-    big = [a for a in arrays if a.nbytes >= 16 << 10]
+    big = [a for a in arrays if a.nbytes >= INBAND_MAX]
     assert len(packet.buffers) == len(big)  # large arrays travel as buffers of their own
     (shapes, dtypes, op), out = unpack_arrays(bytes(packet.header), [bytes(b) for b in packet.buffers])
     assert op == "SUM"
@@ -393,3 +393,17 @@ def test_workers_read_their_peers_channels(mirrored2: Any) -> None:
     )
     out = [np.asarray(o) for o in s.experimental_local_results(s.run(_channels_and_sum, args=(dv,)))]
     assert [tuple(o.tolist()) for o in out] == [(True, 3.0), (True, 3.0)]
+
+
+def test_an_in_band_array_of_the_largest_size_fits_one_lane_slot() -> None:
+    """A batch whose arrays all travel in the header takes the small all-reduce's path, whose frame a peer on
+    this host reads from one shared-memory lane slot: the largest in-band array's frame fits one, and an array of
+    ``INBAND_MAX`` bytes travels as a buffer of its own."""
+    from interdist.collectives import lanes
+
+    for dtype in (np.float64, np.float32, np.float16, np.int8):
+        n = (INBAND_MAX - 1) // np.dtype(dtype).itemsize
+        packet = pack_arrays([np.ones(n, dtype)], "MEAN")
+        assert packet is not None and not packet.buffers and len(packet.header) <= lanes.SLOT_DATA
+        over = pack_arrays([np.ones(n + 1, dtype)], "MEAN")
+        assert over is not None and len(over.buffers) == 1
