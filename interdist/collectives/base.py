@@ -61,12 +61,8 @@ class Packet:
         return len(self.header) + sum(memoryview(b).nbytes for b in self.buffers)
 
 
-# Arrays smaller than this stay inside the pickle: a separate Dask frame costs more than
-# copying a few KB (4 KB all_reduce on 2 workers: 1.4 ms in-band vs 2.1 ms as frames). A batch whose
-# arrays are all in-band takes the small all-reduce's path (small.py), and one frame of it fits a
-# shared-memory lane's slot (lanes.SLOT_DATA, 32 KB less its head): an all_reduce of 16-28 KB took
-# 52-58 us at 2 replicas against 165-210 through a shared-memory segment, 288-307 against 765-789 at
-# 4 replicas on 2 cores (it was 16 KB; docs/performance.md, "The twenty-first run").
+# Arrays under this stay in the pickle or frame (a Dask frame costs more than a copy of a few KB); a frame
+# of them fits a lane's slot (32 KB): 16-28 KB took ~200 us through a segment, 70-84 so (performance.md).
 INBAND_MAX = 28 << 10
 
 
