@@ -143,56 +143,10 @@ def _dispatch_table() -> dict[Any, Any]:
     return tables[2]
 
 
-#: id -> (the class or function, its module, its qualified name): those cloudpickle pickled by reference (its
-#: ``reducer_override`` said ``NotImplemented``), while that module is still the imported one and the name still
-#: names it there. Kept (strongly: classes and functions of imported modules live as long) up to _MAX_BY_REFERENCE.
-_by_reference: dict[int, tuple[Any, types.ModuleType, str]] = {}
-_MAX_BY_REFERENCE = 4096
-_by_value_modules: frozenset[str] = frozenset()  # cloudpickle's registered modules when ``_by_reference`` was made
-
-
-def _known_by_reference(obj: Any) -> bool:
-    """Whether ``obj`` is a class or function cloudpickle was found to pickle by reference, and still would:
-    its module is the one imported under its name, and its name there is still ``obj``."""
-    hit = _by_reference.get(id(obj))
-    if hit is None or hit[0] is not obj:
-        return False
-    _, module, name = hit
-    if sys.modules.get(module.__name__) is not module or getattr(obj, "__module__", None) != module.__name__:
-        return False
-    if "." not in name:
-        return module.__dict__.get(name) is obj
-    try:
-        return _cp._getattribute(module, name)[0] is obj  # (a nested class: ``Outer.Inner``)
-    except AttributeError:
-        return False
-
-
-def _remember_by_reference(obj: Any) -> None:
-    module = sys.modules.get(getattr(obj, "__module__", None) or "")
-    name = getattr(obj, "__qualname__", None)
-    if module is None or not isinstance(name, str):
-        return
-    if len(_by_reference) >= _MAX_BY_REFERENCE:
-        _by_reference.clear()
-    _by_reference[id(obj)] = (obj, module, name)
-
-
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped
     @property
     def dispatch_table(self) -> dict[Any, Any]:  # (read once, as the C pickler starts)
         return _dispatch_table()
-
-    def reducer_override(self, obj: Any) -> Any:
-        """cloudpickle's, without asking again for a class or function it pickled by reference before: each such
-        question looks the object up in its module (``_should_pickle_by_reference``), ~3 us; a model's classes,
-        activations and initializers made ~15 of them in every training step's pickle."""
-        if _known_by_reference(obj):
-            return NotImplemented
-        reduced = super().reducer_override(obj)
-        if reduced is NotImplemented and isinstance(obj, (type, types.FunctionType)):
-            _remember_by_reference(obj)
-        return reduced
 
     def _dynamic_function_reduce(self, func: types.FunctionType) -> tuple[Any, ...]:
         """cloudpickle's, with ``_function_state`` for its state."""
@@ -202,10 +156,6 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
 
 def _dumps(fn: Any) -> bytes:
     """``cloudpickle.dumps(fn)`` with code objects that keep their file names (``_code_reduce``)."""
-    global _by_value_modules
-    if _by_value_modules != _cp._PICKLE_BY_VALUE_MODULES:  # a module registered to go by value: ask anew
-        _by_reference.clear()
-        _by_value_modules = frozenset(_cp._PICKLE_BY_VALUE_MODULES)
     with io.BytesIO() as file:
         _Pickler(file).dump(fn)
         return file.getvalue()
