@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from interdist import _context, autodiff
-from interdist.nn._kernels import _padding, _pair, _primitives
+from interdist.nn._kernels import _padding, _pair, _primitives, _softmax_of
 
 __all__ = [
     "compute_average_loss",
@@ -180,9 +180,7 @@ def softmax(logits: Any, axis: int = -1) -> Any:
     >>> idist.nn.softmax(np.log(np.array([1.0, 3.0], np.float32)))
     array([0.25, 0.75], dtype=float32)
     """
-    z = logits - autodiff.stop_gradient(np.max(_value(logits), axis=axis, keepdims=True))
-    e = np.exp(z)
-    return e / np.sum(e, axis=axis, keepdims=True)
+    return _softmax_of(logits, axis)  # (the maximum taken out as a plain value: not differentiated)
 
 
 def log_softmax(logits: Any, axis: int = -1) -> Any:
