@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 Parser = Callable[[Any], tuple[list[tuple[int, int, int, Any]], int, int]]
 
 #: What a lane's packet becomes in the mailbox: ``(header, reference bytes) -> payload``.
-LanePacket = Callable[[bytes, bytes], Any]
+LanePacket = Callable[[bytes, bytes, list[bytearray]], Any]
 
 _RECV_BYTES = 1 << 16
 
@@ -71,7 +71,7 @@ class Channel:
         try:
             if not lane.ready():
                 return []
-            return [(step, seq, src, make(header, ref)) for step, seq, src, header, ref in lane.take()]
+            return [(step, seq, src, make(header, ref, bufs)) for step, seq, src, header, ref, bufs in lane.take()]
         except (TypeError, ValueError):  # closed meanwhile (the group is closing)
             return []
 
@@ -130,9 +130,9 @@ def _ref_bytes(packet: Packet) -> bytes:
     return b"" if packet.shm is None else bytes(msgpack.packb(packet.shm, use_bin_type=True))
 
 
-def _lane_packet(header: bytes, ref: bytes) -> Packet:
+def _lane_packet(header: bytes, ref: bytes, buffers: list[bytearray]) -> Packet:
     """A packet read from a lane (``lanes.py``)."""
-    return Packet(header, [], msgpack.unpackb(ref, raw=False, use_list=False) if ref else None)
+    return Packet(header, buffers, msgpack.unpackb(ref, raw=False, use_list=False) if ref else None)
 
 
 def channel_parts(step: int, seq: int, src: int, packet: Packet) -> list[Any]:

@@ -37,6 +37,7 @@ from interdist.collectives.shared_memory import SharedMemoryTransport
 from interdist.errors import CollectiveTimeoutError
 
 _MISSING: Any = object()
+_Connection = local_control.ControlConnection
 
 
 class DaskTransport(Transport):
@@ -104,12 +105,12 @@ class DaskTransport(Transport):
             if conn is None:
                 far.append(d)
                 continue
-            lane = None if packet.buffers or not lanes.ENABLED else self._lanes.get(self._peers[d])
+            lane = self._lanes.get(self._peers[d]) if lanes.ENABLED else None
             try:
                 if lane is not None:
                     ref = _ref_bytes(packet) if ref is None else ref
-                    if self._put(conn, lane, step, seq, packet.header, ref):
-                        if not ref:
+                    if self._put(conn, lane, step, seq, packet.header, ref, packet.buffers):
+                        if not ref and not packet.buffers:
                             ways[d] = (conn, lane)
                         continue
                 parts = channel_parts(step, seq, self.rank, packet) if parts is None else parts
@@ -152,13 +153,13 @@ class DaskTransport(Transport):
             self._pending.extend(futures)
 
     def _put(
-        self, conn: local_control.ControlConnection, lane: lanes.Lane, step: int, seq: int, header: bytes, ref: bytes
+        self, conn: _Connection, lane: lanes.Lane, step: int, seq: int, header: bytes, ref: bytes, buffers: Any = ()
     ) -> bool:
         """Publish a packet in ``conn``'s lane (nudging a receiver that blocks); False when it did not fit
         or its receiver blocks in ``poll`` (then the socket wakes it: replicas outnumber the cores)."""
         with conn._write_lock:
             try:
-                published = 0 if conn.broken else lane.publish(step, seq, self.rank, header, ref)
+                published = 0 if conn.broken else lane.publish(step, seq, self.rank, header, ref, buffers)
             except (TypeError, ValueError):  # closed meanwhile (the group is closing)
                 return False
         if not published:

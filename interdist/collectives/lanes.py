@@ -5,8 +5,10 @@ A packet to a peer on this host goes over its channel (a Unix socket, ``mailbox.
 time for a 4 KB all_reduce on 2 cores. A lane is a ring of slots in a shared-memory segment, one
 per (sender, receiver) pair, that the sender writes and the receiver reads while it spins
 (``Mailbox``): a published packet is seen at the next look, and costs a copy of its bytes on each
-side. Packets that do not fit a slot, or find the ring full, take the channel as before (the
-mailbox keys packets by step, seq and sender, so the order between the two ways does not matter).
+side. A packet longer than a slot (a frame with arrays of their own: 28 KB-256 KB) takes as many
+consecutive slots as its bytes fill, wrapping round the ring. Packets that do not fit the ring, or find it
+too full, take the channel as before (the mailbox keys packets by step, seq and sender, so the order
+between the two ways does not matter).
 
 The sender makes the lane and offers it over the channel (a packet of ``OFFER_STEP`` naming the
 segment); the receiver maps it, unlinks its name (no segment outlives the two processes) and says
@@ -47,9 +49,12 @@ SLOT_BYTES = 32 << 10
 _LINE_WORDS = 8  # int64 words per 64-byte cache line
 _HEAD, _TAIL, _ATTACHED, _ASLEEP = 0, _LINE_WORDS, 2 * _LINE_WORDS, 3 * _LINE_WORDS
 _SLOTS_AT = 4 * 8 * _LINE_WORDS
-_SLOT_HEAD = struct.Struct("<qqqII")  # step, seq, src, header length, reference length
-SLOT_DATA = SLOT_BYTES - _SLOT_HEAD.size
-SIZE = _SLOTS_AT + SLOTS * SLOT_BYTES
+_SLOT_HEAD = struct.Struct("<qqqIIH")  # step, seq, src, header length, reference length, buffers
+_LENGTH = struct.Struct("<Q")  # each buffer's length, after the head
+SLOT_DATA = SLOT_BYTES - _SLOT_HEAD.size  # what a packet of one slot holds
+RING = SLOTS * SLOT_BYTES
+SIZE = _SLOTS_AT + RING
+MAX_BUFFERS = 64  # (their lengths stay in the packet's first slot)
 
 #: How long a receiver blocked in ``poll`` waits at most before it looks at its lanes again (seconds):
 #: a bound in case a wake-up were lost all the same (the fence makes that impossible on x86-64).
@@ -102,15 +107,20 @@ class Lane:
         return lane
 
     # -- the sender's side ----------------------------------------------------------
-    def put(self, step: int, seq: int, src: int, header: Any, ref: bytes) -> bool:
-        """Publish a packet; False when the lane cannot take it (not attached, full, too long)."""
+    def put(self, step: int, seq: int, src: int, header: Any, ref: bytes, buffers: Any = ()) -> bool:
+        """Publish a packet (its ``buffers``, if any, after its header and reference); False when the lane
+        cannot take it (not attached, too full, longer than the ring)."""
         words = self.words
         n, m = len(header), len(ref)
-        if n + m > SLOT_DATA or not words[_ATTACHED] or self.count - words[_TAIL] >= SLOTS:
+        if buffers:
+            return self._put_long(step, seq, src, header, ref, [memoryview(b).cast("B") for b in buffers])
+        if n + m > SLOT_DATA:
+            return self._put_long(step, seq, src, header, ref, [])
+        if not words[_ATTACHED] or self.count - words[_TAIL] >= SLOTS:
             return False
         buf = self.buf
         at = _SLOTS_AT + (self.count % SLOTS) * SLOT_BYTES
-        _SLOT_HEAD.pack_into(buf, at, step, seq, src, n, m)
+        _SLOT_HEAD.pack_into(buf, at, step, seq, src, n, m, 0)
         at += _SLOT_HEAD.size
         buf[at : at + n] = header
         if m:
@@ -119,11 +129,49 @@ class Lane:
         words[_HEAD] = self.count  # after the bytes (stores keep their order on x86-64)
         return True
 
-    def publish(self, step: int, seq: int, src: int, header: Any, ref: bytes) -> int:
+    def _put_long(self, step: int, seq: int, src: int, header: Any, ref: bytes, buffers: list[memoryview]) -> bool:
+        """``put`` of a packet that takes more than one slot, or has buffers of its own."""
+        words = self.words
+        lengths = [b.nbytes for b in buffers]
+        start = _SLOT_HEAD.size + _LENGTH.size * len(lengths)  # (from the first slot's start)
+        slots = -(-(start + len(header) + len(ref) + sum(lengths)) // SLOT_BYTES)
+        if len(lengths) > MAX_BUFFERS or slots > SLOTS:
+            return False  # (never fits)
+        if not words[_ATTACHED] or self.count + slots - words[_TAIL] > SLOTS:
+            return False
+        buf = self.buf
+        first = (self.count % SLOTS) * SLOT_BYTES
+        _SLOT_HEAD.pack_into(buf, _SLOTS_AT + first, step, seq, src, len(header), len(ref), len(lengths))
+        for i, size in enumerate(lengths):
+            _LENGTH.pack_into(buf, _SLOTS_AT + first + _SLOT_HEAD.size + _LENGTH.size * i, size)
+        at = first + start
+        for part in (header, ref, *buffers):
+            at = self._write(at, part)
+        self.count += slots
+        words[_HEAD] = self.count  # after the bytes (stores keep their order on x86-64)
+        return True
+
+    def _write(self, at: int, part: Any) -> int:
+        """Copy ``part`` into the ring from offset ``at`` (wrapping at its end); the offset after it."""
+        size = len(part) if isinstance(part, bytes) else memoryview(part).nbytes
+        if not size:
+            return at
+        at %= RING
+        head = min(size, RING - at)
+        buf = self.buf
+        if head == size:
+            buf[_SLOTS_AT + at : _SLOTS_AT + at + size] = part
+        else:
+            view = memoryview(part).cast("B")
+            buf[_SLOTS_AT + at : _SLOTS_AT + RING] = view[:head]
+            buf[_SLOTS_AT : _SLOTS_AT + size - head] = view[head:]
+        return at + size
+
+    def publish(self, step: int, seq: int, src: int, header: Any, ref: bytes, buffers: Any = ()) -> int:
         """What a sender does (``DaskTransport``): 0 when the lane did not take the packet (its receiver
         blocks in ``poll``, or ``put`` refused it), 1 when published, 2 when published to a receiver that
         went to sleep meanwhile (it needs a nudge)."""
-        if self.words[_ASLEEP] or not self.put(step, seq, src, header, ref):
+        if self.words[_ASLEEP] or not self.put(step, seq, src, header, ref, buffers):
             return 0
         return 2 if self.receiver_asleep() else 1
 
@@ -142,19 +190,46 @@ class Lane:
         """Whether a packet waits (the receiver's look while it spins)."""
         return bool(self.words[_HEAD] != self.count)
 
-    def take(self) -> list[tuple[int, int, int, bytes, bytes]]:
-        """The packets published since the last take: (step, seq, src, header, reference)."""
-        out = []
+    def take(self) -> list[tuple[int, int, int, bytes, bytes, list[bytearray]]]:
+        """The packets published since the last take: (step, seq, src, header, reference, buffers), each
+        buffer a private, writable copy."""
+        out: list[tuple[int, int, int, bytes, bytes, list[bytearray]]] = []
         words, buf = self.words, self.buf
         head = words[_HEAD]
         while self.count < head:
-            at = _SLOTS_AT + (self.count % SLOTS) * SLOT_BYTES
-            step, seq, src, n, m = _SLOT_HEAD.unpack_from(buf, at)
+            first = (self.count % SLOTS) * SLOT_BYTES
+            at = _SLOTS_AT + first
+            step, seq, src, n, m, k = _SLOT_HEAD.unpack_from(buf, at)
             at += _SLOT_HEAD.size
-            out.append((step, seq, src, bytes(buf[at : at + n]), bytes(buf[at + n : at + n + m]) if m else b""))
-            self.count += 1
-            words[_TAIL] = self.count  # the slot may be written again
+            if not k and n + m <= SLOT_DATA:  # one slot
+                out.append((step, seq, src, bytes(buf[at : at + n]), bytes(buf[at + n : at + n + m]) if m else b"", []))
+                self.count += 1
+            else:
+                lengths = [_LENGTH.unpack_from(buf, at + _LENGTH.size * i)[0] for i in range(k)]
+                at = first + _SLOT_HEAD.size + _LENGTH.size * k
+                header, at = self._read(at, bytearray(n))
+                ref, at = self._read(at, bytearray(m))
+                buffers = []
+                for size in lengths:
+                    b, at = self._read(at, bytearray(size))
+                    buffers.append(b)
+                out.append((step, seq, src, bytes(header), bytes(ref), buffers))
+                self.count += -(-(_SLOT_HEAD.size + _LENGTH.size * k + n + m + sum(lengths)) // SLOT_BYTES)
+            words[_TAIL] = self.count  # the slots may be written again
         return out
+
+    def _read(self, at: int, into: bytearray) -> tuple[bytearray, int]:
+        """Fill ``into`` from the ring from offset ``at`` (wrapping at its end); it, and the offset after it."""
+        size = len(into)
+        if not size:
+            return into, at
+        at %= RING
+        head = min(size, RING - at)
+        buf = self.buf
+        into[:head] = buf[_SLOTS_AT + at : _SLOTS_AT + at + head]
+        if head < size:
+            into[head:] = buf[_SLOTS_AT : _SLOTS_AT + size - head]
+        return into, at + size
 
     def sleep(self, asleep: bool) -> None:
         """Say whether this receiver blocks (the fence after setting it is the caller's)."""

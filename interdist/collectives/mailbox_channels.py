@@ -207,8 +207,8 @@ class ChannelReader:
             while True:
                 for lane, make in ways:
                     if lane.ready():
-                        for st, sq, src, header, ref in lane.take():
-                            payload = make(header, ref)
+                        for st, sq, src, header, ref, buffers in lane.take():
+                            payload = make(header, ref, buffers)
                             if st == step and sq == seq and src in want:
                                 out[src] = payload
                                 want.remove(src)

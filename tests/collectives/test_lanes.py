@@ -54,12 +54,12 @@ def test_lane_carries_packets_in_order_and_refuses_what_it_cannot_take() -> None
         for i in range(lanes.SLOTS):
             assert sender.put(1, i, 3, bytes([i]) * (i + 1), b"ref" if i % 2 else b"")
         assert not sender.put(1, 99, 3, b"one too many", b"")  # full until the receiver takes
-        assert not sender.put(1, 99, 3, b"x" * lanes.SLOT_DATA, b"y")  # never fits a slot
+        assert not sender.put(1, 99, 3, b"x" * lanes.RING, b"")  # never fits the ring
         assert receiver.ready()
         got = receiver.take()
-        assert got == [(1, i, 3, bytes([i]) * (i + 1), b"ref" if i % 2 else b"") for i in range(lanes.SLOTS)]
+        assert got == [(1, i, 3, bytes([i]) * (i + 1), b"ref" if i % 2 else b"", []) for i in range(lanes.SLOTS)]
         assert sender.put(2, 0, 3, b"x" * lanes.SLOT_DATA, b"")  # room again; a slot's whole length
-        assert receiver.take() == [(2, 0, 3, b"x" * lanes.SLOT_DATA, b"")]
+        assert receiver.take() == [(2, 0, 3, b"x" * lanes.SLOT_DATA, b"", [])]
         assert not sender.receiver_asleep()
         receiver.sleep(True)
         assert sender.receiver_asleep()
@@ -67,6 +67,45 @@ def test_lane_carries_packets_in_order_and_refuses_what_it_cannot_take() -> None
     finally:
         sender.close()
     assert not any(n == sender.name for n in os.listdir("/dev/shm"))
+
+
+@needs_lanes
+def test_a_packet_longer_than_a_slot_takes_consecutive_slots_round_the_ring() -> None:
+    sender = lanes.Lane.create()
+    assert sender is not None
+    receiver = lanes.Lane.attach(sender.name)
+    assert receiver is not None
+    rng = np.random.default_rng(0)
+    try:
+        for rounds in range(3):  # each round starts at another slot: packets wrap round the ring's end
+            a = rng.integers(0, 255, 40_000, dtype=np.uint8)
+            b = rng.standard_normal(9_000).astype(np.float32)  # 36 KB
+            header = bytes(rng.integers(0, 255, 33_000, dtype=np.uint8))  # longer than a slot, no buffers
+            assert sender.put(5, 1, 2, b"h", b"r", [a, b])  # 3 slots
+            assert sender.put(5, 2, 2, header, b"")  # 2 slots
+            assert sender.put(5, 3, 2, b"one", b"")  # 1 slot
+            assert sender.count == 6 * (rounds + 1)
+            assert not sender.put(5, 4, 2, b"", b"", [np.zeros(3 * lanes.SLOT_BYTES, np.uint8)])  # only 2 free
+            got = receiver.take()
+            assert [g[:5] for g in got] == [(5, 1, 2, b"h", b"r"), (5, 2, 2, header, b""), (5, 3, 2, b"one", b"")]
+            assert got[1][5] == [] and got[2][5] == []
+            ga, gb = got[0][5]
+            assert bytes(ga) == a.tobytes() and bytes(gb) == b.tobytes()
+            gb[:4] = b"\0\0\0\0"  # a private, writable copy: the lane's slots are not it
+            assert np.frombuffer(gb, np.float32)[1:].tolist() == b[1:].tolist()
+        # The whole ring, less the first slot's head and lengths, is the longest packet
+        whole = lanes.RING - lanes._SLOT_HEAD.size - lanes._LENGTH.size
+        assert sender.put(6, 0, 2, b"", b"", [np.full(whole, 7, np.uint8)])
+        assert not sender.put(6, 1, 2, b"", b"", [])  # full until the receiver takes
+        ((*_, (only,)),) = receiver.take()
+        assert len(only) == whole and set(only) == {7}
+        assert not sender.put(6, 2, 2, b"", b"", [np.zeros(whole + 1, np.uint8)])
+        assert not sender.put(6, 3, 2, b"", b"", [b"x"] * (lanes.MAX_BUFFERS + 1))  # too many lengths
+        assert sender.put(6, 4, 2, b"", b"", [b"x"] * lanes.MAX_BUFFERS)
+        assert [bytes(x) for x in receiver.take()[0][5]] == [b"x"] * lanes.MAX_BUFFERS
+        receiver.close()
+    finally:
+        sender.close()
 
 
 def test_a_lane_that_cannot_be_mapped_is_none() -> None:
@@ -120,12 +159,12 @@ def test_packets_take_the_lane_unless_the_reader_blocks(lane_pair: Any, monkeypa
     got = box.take(1, 1, [0], 5.0, "t")
     assert got[0].header == b"hello" and got[0].buffers == [] and got[0].shm == ("seg", 1, 7, ((64, 8),), 0)
     assert lane.count == 1  # it went through the lane, not the socket
-    sender.send_packet([1], 1, 2, Packet(b"big", [np.arange(8, dtype=np.uint8)]))  # buffers: the socket
-    assert bytes(box.take(1, 2, [0], 5.0, "t")[0].buffers[0]) == bytes(range(8)) and lane.count == 1
+    sender.send_packet([1], 1, 2, Packet(b"bufs", [np.arange(8, dtype=np.uint8)]))  # with buffers: the lane too
+    assert bytes(box.take(1, 2, [0], 5.0, "t")[0].buffers[0]) == bytes(range(8)) and lane.count == 2
     monkeypatch.setattr(mailbox, "SPIN_S", 0.0)
     threading.Timer(0.1, sender.send_packet, args=([1], 1, 3, Packet(b"late"))).start()
     assert box.take(1, 3, [0], 5.0, "t")[0].header == b"late"
-    assert lane.count == 1  # the reader blocked in poll: the socket's packet woke it
+    assert lane.count == 2  # the reader blocked in poll: the socket's packet woke it
 
 
 @needs_lanes
@@ -380,13 +419,17 @@ def _through_lanes(v: Any) -> tuple[int, float, bytes]:
     for _ in range(50):
         total = ctx.all_reduce("sum", v)
     before = sum(lane.count for lane in inner._lanes.values())
-    if rep.rank == 0:  # its peer is out of its last all_reduce and not waiting yet: the packet takes the lane
+    big = np.arange(16_384, dtype=np.float32)  # 64 KB: a packet with a buffer of its own, over three slots
+    if rep.rank == 0:  # its peer is out of its last all_reduce and not waiting yet: the packets take the lane
         time.sleep(0.1)
         rep.transport.send_packet([1], rep.step, 999, Packet(b"via the lane"))
+        rep.transport.send_packet([1], rep.step, 1000, Packet(b"with a buffer", [big]))
         got = b""
     else:
         time.sleep(0.3)
         got = rep.transport.mailbox.take(rep.step, 999, [0], 10.0, "t")[0].header
+        (packet,) = rep.transport.mailbox.take(rep.step, 1000, [0], 10.0, "t").values()
+        assert packet.header == b"with a buffer" and bytes(packet.buffers[0]) == big.tobytes()
     return sum(lane.count for lane in inner._lanes.values()) - before, float(np.asarray(total)[0]), got
 
 
@@ -397,7 +440,7 @@ def test_workers_send_small_packets_through_lanes(mirrored2: Any) -> None:
         lambda ctx: np.full(1024, ctx.replica_id_in_sync_group + 1, np.float32)
     )
     out = [tuple(o) for o in s.experimental_local_results(s.run(_through_lanes, args=(dv,)))]
-    assert out == [(1, 3.0, b""), (0, 3.0, b"via the lane")]
+    assert out == [(1 + 3, 3.0, b""), (0, 3.0, b"via the lane")]
 
 
 # -- the small all_reduce path ------------------------------------------------------------------------
@@ -414,6 +457,7 @@ def test_small_path_gives_the_general_bits(world: int, op: ReduceOp) -> None:
             rng.integers(-1000, 1000, size=9).astype(np.int32),
             np.asarray(np.float16(r + 0.3)),  # 0-d
             (rng.normal(size=4)).astype(np.float16)[::2],  # non-contiguous
+            (rng.normal(size=(100, 120)) * 1e3).astype(np.float32),  # 48 KB: the frame is longer than a slot
         ]
 
     def body(r: int, c: Collectives) -> Any:
@@ -421,7 +465,7 @@ def test_small_path_gives_the_general_bits(world: int, op: ReduceOp) -> None:
         return out, c.last_timing.algorithm
 
     got = run_threads(local_group(world), body)
-    want = [_reduce_owned([values(r)[i] for r in range(world)], op) for i in range(5)]
+    want = [_reduce_owned([values(r)[i] for r in range(world)], op) for i in range(6)]
     for out, algorithm in got:
         assert algorithm == AG
         for o, w in zip(out, want, strict=True):
