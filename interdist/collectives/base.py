@@ -25,6 +25,7 @@ segment.
 
 from __future__ import annotations
 
+import math
 import pickle
 import struct
 from abc import ABC, abstractmethod
@@ -64,6 +65,8 @@ class Packet:
 # Arrays under this stay in the pickle or frame (a Dask frame costs more than a copy of a few KB); a frame
 # of them fits a lane's slot (32 KB): 16-28 KB took ~200 us through a segment, 70-84 so (performance.md).
 INBAND_MAX = 28 << 10
+#: A raw frame whose arrays come to less than this carries them all in its header (a lane takes it).
+FRAME_INBAND_MAX = 200 << 10
 
 
 def pack(obj: Any) -> Packet:
@@ -140,16 +143,13 @@ class _Layout:
         self.op = op
         desc = [_DESC_HEAD.pack(len(dtypes), len(op)), op.encode("ascii")]
         self.inband: list[bool] = []
-        self.sizes: list[int] = []
-        for d, shape in zip(dtypes, shapes, strict=True):
+        self.sizes = [math.prod(shape) for shape in shapes]
+        whole = sum(size * d.itemsize for size, d in zip(self.sizes, dtypes, strict=True)) < FRAME_INBAND_MAX
+        for d, shape, size in zip(dtypes, shapes, self.sizes, strict=True):
             dt = d.str.encode("ascii")
-            size = 1
-            for n in shape:
-                size *= n
-            small = size * d.itemsize < INBAND_MAX
+            small = whole or size * d.itemsize < INBAND_MAX
             desc += [bytes((len(dt),)), dt, _ARRAY_HEAD.pack(small, len(shape)), struct.pack(f"<{len(shape)}q", *shape)]
             self.inband.append(small)
-            self.sizes.append(size)
         self.description = b"".join(desc)
         self.prefix = FRAME_MAGIC + _U32.pack(len(self.description)) + self.description
         self.dtypes, self.shapes, self.strs = dtypes, shapes, [d.str for d in dtypes]

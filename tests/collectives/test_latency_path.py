@@ -24,7 +24,7 @@ import pytest
 import interdist as idist
 from interdist.collectives import dask_comms, mailbox
 from interdist.collectives.algorithms import Collectives
-from interdist.collectives.base import INBAND_MAX, Packet, is_frame, pack_arrays, unpack_arrays
+from interdist.collectives.base import FRAME_INBAND_MAX, INBAND_MAX, Packet, is_frame, pack_arrays, unpack_arrays
 from interdist.collectives.local import local_group
 from interdist.collectives.mailbox import Mailbox
 from interdist.errors import CollectiveAbortedError, CollectiveTimeoutError, ReplicaMismatchError
@@ -41,7 +41,8 @@ CASES = [
     [np.arange(24, dtype=np.int64).reshape(4, 6).T, np.arange(40, dtype=np.float32)[::3]],  # non-contiguous
     [np.arange(6, dtype=">f8").reshape(2, 3), np.arange(3, dtype="<i4")],  # byte orders
     [np.array([True, False]), np.arange(4, dtype=np.uint8), (np.arange(3) + 1j).astype(np.complex64)],
-    [np.ones(10_000, np.float64), np.arange(7, dtype=np.int16), np.full((300, 20), 2.5, np.float32)],  # buffers
+    [np.ones(10_000, np.float64), np.arange(7, dtype=np.int16), np.full((300, 20), 2.5, np.float32)],  # 104 KB
+    [np.ones(30_000, np.float64), np.arange(7, dtype=np.int16), np.full((300, 20), 2.5, np.float32)],  # buffers
 ]
 
 
@@ -49,8 +50,9 @@ CASES = [
 def test_frame_round_trip_is_exact(arrays: list[np.ndarray]) -> None:
     packet = pack_arrays(arrays, "SUM")
     assert packet is not None and is_frame(packet.header)
-    big = [a for a in arrays if a.nbytes >= INBAND_MAX]
-    assert len(packet.buffers) == len(big)  # large arrays travel as buffers of their own
+    whole = sum(a.nbytes for a in arrays) < FRAME_INBAND_MAX
+    big = [] if whole else [a for a in arrays if a.nbytes >= INBAND_MAX]
+    assert len(packet.buffers) == len(big)  # large arrays of a large frame travel as buffers of their own
     (shapes, dtypes, op), out = unpack_arrays(bytes(packet.header), [bytes(b) for b in packet.buffers])
     assert op == "SUM"
     assert shapes == [a.shape for a in arrays] and dtypes == [a.dtype.str for a in arrays]
@@ -395,15 +397,30 @@ def test_workers_read_their_peers_channels(mirrored2: Any) -> None:
     assert [tuple(o.tolist()) for o in out] == [(True, 3.0), (True, 3.0)]
 
 
-def test_an_in_band_array_of_the_largest_size_fits_one_lane_slot() -> None:
-    """A batch whose arrays all travel in the header takes the small all-reduce's path, whose frame a peer on
-    this host reads from one shared-memory lane slot: the largest in-band array's frame fits one, and an array of
-    ``INBAND_MAX`` bytes travels as a buffer of its own."""
+def test_a_frame_under_the_in_band_limit_travels_whole_in_its_header_through_one_lane() -> None:
+    """A batch whose arrays come to less than ``FRAME_INBAND_MAX`` bytes travels in its frame's header (the small
+    all-reduce's path), and a lane between two replicas of this host takes the largest such frame whole; from that
+    size an array of ``INBAND_MAX`` bytes or more travels as a buffer of its own, a smaller one in the header."""
     from interdist.collectives import lanes
 
-    for dtype in (np.float64, np.float32, np.float16, np.int8):
-        n = (INBAND_MAX - 1) // np.dtype(dtype).itemsize
-        packet = pack_arrays([np.ones(n, dtype)], "MEAN")
-        assert packet is not None and not packet.buffers and len(packet.header) <= lanes.SLOT_DATA
-        over = pack_arrays([np.ones(n + 1, dtype)], "MEAN")
-        assert over is not None and len(over.buffers) == 1
+    sender = lanes.Lane.create() if lanes.available() else None
+    receiver = None if sender is None else lanes.Lane.attach(sender.name)
+    try:
+        for dtype in (np.float64, np.float32, np.float16, np.int8):
+            n = (FRAME_INBAND_MAX - 1) // np.dtype(dtype).itemsize
+            packet = pack_arrays([np.ones(n - 7, dtype), np.ones(7, dtype)], "MEAN")
+            assert packet is not None and not packet.buffers
+            if sender is not None and receiver is not None:
+                assert sender.put(1, 0, 0, packet.header, b"")
+                assert receiver.take() == [(1, 0, 0, packet.header, b"", [])]
+            over = pack_arrays([np.ones(n - 6, dtype), np.ones(7, dtype)], "MEAN")
+            assert over is not None and len(over.buffers) == 1 and len(over.header) < INBAND_MAX
+            size = np.dtype(dtype).itemsize
+            small = (INBAND_MAX - 1) // size
+            mixed = pack_arrays([np.ones(n, dtype), np.ones(small, dtype), np.ones(small + 1, dtype)], "SUM")
+            assert mixed is not None and len(mixed.buffers) == 2 and len(mixed.header) > small * size
+    finally:
+        if receiver is not None:
+            receiver.close()
+        if sender is not None:
+            sender.close()
