@@ -65,7 +65,7 @@ class Packet:
 # Arrays under this stay in the pickle or frame (a Dask frame costs more than a copy of a few KB); a frame
 # of them fits a lane's slot (32 KB): 16-28 KB took ~200 us through a segment, 70-84 so (performance.md).
 INBAND_MAX = 28 << 10
-#: A raw frame whose arrays come to less than this carries them all in its header (a lane takes it).
+# A frame whose arrays total less than this carries them all in its header (small.py's path; a lane takes it).
 FRAME_INBAND_MAX = 200 << 10
 
 
@@ -100,8 +100,8 @@ def unpack(packet: Packet, buffers: list[Any] | None = None, copy: bool = False)
 # every rank is compared as bytes (equal: the same op, shapes and dtypes, so the checks
 # that name a mismatch run only when there is one). Measured inside one strategy.run, 2
 # replicas, 4 KB all_reduce: pickling (meta, arrays) and unpickling it cost 25-40 us of
-# the replica thread's time per collective. Arrays under INBAND_MAX travel in the header
-# (one buffer), larger ones as buffers of their own (shared memory on one host).
+# the replica thread's time per collective. Arrays under INBAND_MAX (or all of a frame under
+# FRAME_INBAND_MAX) travel in the header, larger ones as buffers of their own (shared memory on one host).
 #
 # Header: MAGIC, then uint32 description length, then the description: uint16 array count,
 # uint8 op length, op (ASCII); per array: uint8 dtype-string length, dtype string
